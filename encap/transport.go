@@ -1,0 +1,43 @@
+package encap
+
+import "net/netip"
+
+// Message is one UDP datagram in a batch.
+//
+// For ReadBatch, Buf is the caller's buffer to fill (its full length is
+// offered to the kernel); on return N holds the datagram length and Addr its
+// source. For WriteBatch, Buf[:N] is sent to Addr.
+type Message struct {
+	Buf  []byte
+	N    int
+	Addr netip.AddrPort
+}
+
+// Transport sends and receives UDP datagrams in batches. The engine sees only
+// this interface, so it can be tested with an in-memory transport.
+//
+// ReadBatch and WriteBatch may run concurrently with each other; two
+// concurrent ReadBatch calls (or two WriteBatch calls) are not allowed.
+// Buffers belong to the caller and are not retained after a call returns.
+type Transport interface {
+	// ReadBatch blocks until at least one datagram arrives, then fills up
+	// to len(msgs) messages and returns how many it filled.
+	ReadBatch(msgs []Message) (int, error)
+
+	// WriteBatch sends msgs[i].Buf[:msgs[i].N] to msgs[i].Addr for every i,
+	// using as few system calls as it can. It tries every message: one that
+	// the kernel refuses (unreachable, refused, too big) is skipped and the
+	// rest are still sent. It returns how many were sent and the first
+	// error seen, or nil when all were sent. Only a closed socket stops it
+	// early (net.ErrClosed).
+	WriteBatch(msgs []Message) (sent int, err error)
+
+	// BatchSize is the most messages one call handles. It does not change.
+	BatchSize() int
+
+	// LocalAddr is the bound address and port.
+	LocalAddr() netip.AddrPort
+
+	// Close closes the socket; blocked calls return net.ErrClosed.
+	Close() error
+}

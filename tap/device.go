@@ -1,0 +1,42 @@
+package tap
+
+import "net"
+
+// Device is a source and sink of Ethernet frames, read and written in batches.
+//
+// Buffers belong to the caller. Frames are read to and written from
+// bufs[i][offset:], so the caller keeps offset bytes of headroom in front of
+// every frame (for the outer headers it will prepend in place).
+//
+// Read and Write may be called concurrently with each other, but Read must not
+// be called concurrently with Read, nor Write with Write.
+type Device interface {
+	// Read blocks until at least one frame is available, then reads up to
+	// len(bufs) frames. Frame i is placed at bufs[i][offset:] and its length
+	// stored in sizes[i]. len(sizes) must be >= len(bufs). It returns the
+	// number of frames read. A frame longer than the buffer is truncated
+	// by the kernel; callers size buffers for MTU + 14 bytes.
+	Read(bufs [][]byte, sizes []int, offset int) (n int, err error)
+
+	// Write writes every bufs[i][offset:] as one frame. It returns the number
+	// of frames written; on error, the frames after the failing one are not
+	// written.
+	Write(bufs [][]byte, offset int) (n int, err error)
+
+	// BatchSize is the most frames one Read returns. It does not change over
+	// the lifetime of the device.
+	BatchSize() int
+
+	// Name is the interface name, such as uvx0.
+	Name() string
+
+	// MAC is the device's Ethernet address. Callers must not modify it.
+	MAC() net.HardwareAddr
+
+	// MTU is the device's MTU (the largest frame payload, without the
+	// 14-byte Ethernet header).
+	MTU() int
+
+	// Close releases the device; a blocked Read or Write returns an error.
+	Close() error
+}
