@@ -1,0 +1,173 @@
+package main
+
+// The control socket is HTTP/1.1 with JSON bodies over a unix socket:
+//
+//	GET /v1/status  the node's identity and settings
+//	GET /v1/fdb     []fdb.Entry
+//	GET /v1/stats   encap.Stats
+//
+// The client commands (`uvxlan fdb show`, `uvxlan stats`) print these as
+// tables, or as they are with --json.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/uvxlan/uvxlan/encap"
+	"github.com/uvxlan/uvxlan/fdb"
+)
+
+type controlServer struct {
+	path string
+	ln   net.Listener
+	srv  *http.Server
+}
+
+// listenControl binds the control socket. A stale socket file left by a
+// crashed agent is replaced; a live one is an error.
+func listenControl(path string) (*controlServer, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+		c.Close()
+		return nil, badFlag("control", path, "another agent is already listening there")
+	}
+	os.Remove(path)
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("control socket %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o660); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("control socket %s: %w", path, err)
+	}
+	return &controlServer{path: path, ln: ln}, nil
+}
+
+// Serve answers requests about n until Close. It returns nil after Close.
+func (s *controlServer) Serve(n *Node) error {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, n.status()) })
+	mux.HandleFunc("GET /v1/fdb", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, fdbRows(n.table.Entries(), time.Now())) })
+	mux.HandleFunc("GET /v1/stats", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, n.engine.Stats()) })
+	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	if err := s.srv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
+		return fmt.Errorf("control socket: %w", err)
+	}
+	return nil
+}
+
+// Close stops serving and removes the socket file. Safe to call twice.
+func (s *controlServer) Close() error {
+	if s.srv != nil {
+		s.srv.Close()
+	} else {
+		s.ln.Close()
+	}
+	os.Remove(s.path)
+	return nil
+}
+
+// fdbRow is one FDB entry as the control socket shows it (the JSON of
+// `uvxlan fdb show --json`): vtep is the underlay address alone, as in
+// `bridge fdb`, with the UDP port beside it.
+type fdbRow struct {
+	VNI    fdb.VNI    `json:"vni"`
+	MAC    fdb.MAC    `json:"mac"`
+	VTEP   netip.Addr `json:"vtep"`
+	Port   uint16     `json:"port"`
+	Origin fdb.Origin `json:"origin"`
+	// AgeSeconds is the time since the entry was added, moved or (learned
+	// entries) last seen.
+	AgeSeconds float64 `json:"age_seconds"`
+}
+
+func fdbRows(es []fdb.Entry, now time.Time) []fdbRow {
+	rows := make([]fdbRow, len(es))
+	for i, e := range es {
+		rows[i] = fdbRow{VNI: e.VNI, MAC: e.MAC, VTEP: e.VTEP.Addr(), Port: e.VTEP.Port(), Origin: e.Origin,
+			AgeSeconds: now.Sub(e.Updated).Round(time.Millisecond).Seconds()}
+	}
+	return rows
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}
+
+// controlClient talks to an agent's control socket.
+type controlClient struct {
+	path string
+	hc   *http.Client
+}
+
+func newControlClient(path string) *controlClient {
+	return &controlClient{path: path, hc: &http.Client{
+		Timeout: 5 * time.Second,
+		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", path)
+		}},
+	}}
+}
+
+// get fetches /v1/<what> and returns the raw JSON body.
+func (c *controlClient) get(what string) ([]byte, error) {
+	resp, err := c.hc.Get("http://uvxlan/v1/" + what)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, os.ErrPermission) || isConnRefused(err) {
+			return nil, fmt.Errorf("no agent answers on %s (is `uvxlan run` running with this --control?): %w", c.path, err)
+		}
+		return nil, fmt.Errorf("control socket %s: %w", c.path, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, fmt.Errorf("control socket %s: %w", c.path, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("control socket %s: %s: %s", c.path, resp.Status, body)
+	}
+	return body, nil
+}
+
+func isConnRefused(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+func (c *controlClient) fdb() ([]fdbRow, []byte, error) {
+	var v []fdbRow
+	raw, err := c.getInto("fdb", &v)
+	return v, raw, err
+}
+
+func (c *controlClient) stats() (encap.Stats, []byte, error) {
+	var v encap.Stats
+	raw, err := c.getInto("stats", &v)
+	return v, raw, err
+}
+
+func (c *controlClient) getInto(what string, v any) ([]byte, error) {
+	raw, err := c.get(what)
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return nil, fmt.Errorf("control socket %s: bad %s answer: %w", c.path, what, err)
+	}
+	return raw, nil
+}

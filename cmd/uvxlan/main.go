@@ -1,0 +1,213 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+)
+
+// Exit statuses.
+const (
+	exitOK    = 0
+	exitError = 1 // something failed at run time
+	exitUsage = 2 // a bad flag, argument or configuration
+)
+
+func main() {
+	os.Exit(run(os.Args, os.Stdout, os.Stderr))
+}
+
+// run executes the CLI and returns the exit status. It is main without
+// os.Exit, so tests can call it.
+func run(args []string, stdout, stderr *os.File) int {
+	app := newApp()
+	app.Writer, app.ErrWriter = stdout, stderr
+	err := app.Run(args)
+	if err == nil {
+		return exitOK
+	}
+	var fe *flagError
+	var ue usageError
+	switch {
+	case errors.As(err, &fe), errors.As(err, &ue):
+		fmt.Fprintf(stderr, "uvxlan: %v\n", err)
+		return exitUsage
+	}
+	var ec cli.ExitCoder
+	if errors.As(err, &ec) {
+		if msg := strings.TrimSpace(err.Error()); msg != "" {
+			fmt.Fprintf(stderr, "uvxlan: %s\n", msg)
+		}
+		return ec.ExitCode()
+	}
+	fmt.Fprintf(stderr, "uvxlan: %v\n", err)
+	return exitError
+}
+
+// usageError is a bad command line that is not about one flag's value.
+type usageError struct{ error }
+
+func newApp() *cli.App {
+	return &cli.App{
+		Name:  "uvxlan",
+		Usage: "a userspace VXLAN overlay: TAP in, RFC 7348 VXLAN over batched UDP out",
+		Description: `uvxlan runs one agent per host. The agent owns a TAP device, encapsulates and
+decapsulates standard VXLAN (RFC 7348, UDP 4789) itself, and interoperates with
+kernel VXLAN devices and switches. It needs /dev/net/tun and CAP_NET_ADMIN, no
+vxlan kernel module.
+
+   uvxlan run --local 198.18.0.1 --address 10.42.0.1/24 --peer 198.18.0.2
+   uvxlan fdb show
+   uvxlan stats --json
+   uvxlan demo`,
+		HideHelpCommand: true,
+		OnUsageError: func(c *cli.Context, err error, isSubcommand bool) error {
+			return usageError{err}
+		},
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: []string{"UVXLAN_LOG_LEVEL"}},
+		},
+		Commands: []*cli.Command{
+			runCommand(),
+			fdbCommand(),
+			statsCommand(),
+			testbedCommand(),
+			demoCommand(),
+		},
+	}
+}
+
+// logger builds the process logger from --log-level.
+func logger(c *cli.Context) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(c.String("log-level"))); err != nil {
+		return nil, badFlag("log-level", c.String("log-level"), "must be debug, info, warn or error")
+	}
+	return slog.New(slog.NewTextHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: lvl})), nil
+}
+
+func env(flag string) []string {
+	return []string{"UVXLAN_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))}
+}
+
+func runCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "run",
+		Usage: "run the agent: create the TAP and forward until SIGINT or SIGTERM",
+		Description: `Creates the TAP --dev, sets --mac, --mtu and --address on it, listens for VXLAN
+on --local:--port, and forwards. Frames to a MAC in the FDB go to its VTEP;
+broadcast, multicast and unknown unicast go to every --peer (head-end
+replication). With --learning the FDB learns inner source MAC -> outer source
+IP from received frames, as a kernel VXLAN device does.
+
+Every flag can also be set as UVXLAN_<FLAG>, e.g. UVXLAN_VNI=42.
+On SIGINT or SIGTERM the agent stops and removes the TAP it created.
+
+Example, two hosts:
+   host A# uvxlan run --local 198.18.0.1 --address 10.42.0.1/24 --peer 198.18.0.2
+   host B# uvxlan run --local 198.18.0.2 --address 10.42.0.2/24 --peer 198.18.0.1
+   host A# ping 10.42.0.2`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "dev", Value: "uvx0", Usage: "TAP interface `NAME`", EnvVars: env("dev")},
+			&cli.Int64Flag{Name: "vni", Value: 1, Usage: "VXLAN network identifier, 1..16777215", EnvVars: env("vni")},
+			&cli.IntFlag{Name: "port", Value: 4789, Usage: "UDP `PORT` to listen on and send to (8472 for Linux-default kernel peers)", EnvVars: env("port")},
+			&cli.StringFlag{Name: "src-port-range", Value: "49152-49159", Usage: "outer UDP source ports `MIN-MAX`, chosen by a hash of the inner flow; 0 sends from --port", EnvVars: env("src-port-range")},
+			&cli.StringFlag{Name: "local", Usage: "underlay `IP` of this VTEP (default: the address of the default-route interface)", EnvVars: env("local")},
+			&cli.StringFlag{Name: "address", Usage: "overlay address for the TAP, `CIDR` such as 10.42.0.1/24 (optional)", EnvVars: env("address")},
+			&cli.StringFlag{Name: "mac", Usage: "TAP `MAC` (default: kept from --state-dir, else random)", EnvVars: env("mac")},
+			&cli.IntFlag{Name: "mtu", Usage: "TAP MTU (default: underlay MTU - 50)", EnvVars: env("mtu")},
+			&cli.StringSliceFlag{Name: "peer", Usage: "static VTEP `IP[:PORT]` to flood to, repeatable (kernel VXLAN devices, switches, other agents)", EnvVars: env("peer")},
+			&cli.BoolFlag{Name: "learning", Value: true, Usage: "learn MAC -> VTEP from received frames", EnvVars: env("learning")},
+			&cli.DurationFlag{Name: "ageing", Value: 300 * time.Second, Usage: "forget learned MACs not seen for this long", EnvVars: env("ageing")},
+			&cli.IntFlag{Name: "fdb-max", Value: 16384, Usage: "most FDB entries; learning stops (and is counted) beyond", EnvVars: env("fdb-max")},
+			&cli.StringFlag{Name: "state-dir", Usage: "`DIR` to keep state across restarts (the TAP MAC)", EnvVars: env("state-dir")},
+			&cli.StringFlag{Name: "control", Usage: "control socket `PATH` (default: /run/uvxlan/<dev>.sock)", EnvVars: env("control")},
+			&cli.StringFlag{Name: "name", Usage: "node name (default: the hostname)", EnvVars: env("name")},
+		},
+		Action: func(c *cli.Context) error {
+			if c.Args().Present() {
+				return usageError{fmt.Errorf("run takes no arguments, got %q", c.Args().Slice())}
+			}
+			log, err := logger(c)
+			if err != nil {
+				return err
+			}
+			cfg, err := configFromCLI(c)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			node, err := NewNode(cfg, log)
+			if err != nil {
+				return err
+			}
+			err = node.Run(ctx)
+			log.Info("uvxlan stopped", "dev", cfg.Dev)
+			return err
+		},
+	}
+}
+
+// controlFlags are the flags of the commands that talk to an agent.
+func controlFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "control", Value: defaultControl("uvx0"), Usage: "the agent's control socket `PATH`", EnvVars: env("control")},
+		&cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"},
+	}
+}
+
+func fdbCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "fdb",
+		Usage: "show the forwarding database of a running agent",
+		Subcommands: []*cli.Command{{
+			Name:  "show",
+			Usage: "list (VNI, MAC) -> VTEP entries with their origin: local, static, learned",
+			Flags: controlFlags(),
+			Action: func(c *cli.Context) error {
+				rows, raw, err := newControlClient(c.String("control")).fdb()
+				if err != nil {
+					return err
+				}
+				if c.Bool("json") {
+					_, err = c.App.Writer.Write(raw)
+					return err
+				}
+				return printFDB(c.App.Writer, rows)
+			},
+		}},
+	}
+}
+
+func statsCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "stats",
+		Usage: "show packet, byte, flood, learning and drop counters of a running agent",
+		Flags: controlFlags(),
+		Action: func(c *cli.Context) error {
+			st, raw, err := newControlClient(c.String("control")).stats()
+			if err != nil {
+				return err
+			}
+			if c.Bool("json") {
+				_, err = c.App.Writer.Write(raw)
+				return err
+			}
+			return printStats(c.App.Writer, st)
+		},
+	}
+}
+
+// withSignals returns a context canceled by SIGINT or SIGTERM.
+func withSignals(parent context.Context) (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(parent, syscall.SIGINT, syscall.SIGTERM)
+}

@@ -1,0 +1,223 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/uvxlan/uvxlan/testenv"
+)
+
+func testbedCommand() *cli.Command {
+	prefix := &cli.StringFlag{Name: "prefix", Value: "uvx", Usage: "name `PREFIX` of the testbed's namespaces (<prefix>-h1, <prefix>-ul, ...)"}
+	return &cli.Command{
+		Name:  "testbed",
+		Usage: "build network-namespace testbeds: hosts on an underlay bridge (198.18.0.0/24)",
+		Description: `A testbed is N hosts, each a network namespace <prefix>-hI with a veth "ul0" on
+an underlay bridge that lives in namespace <prefix>-ul. Host I has underlay
+address 198.18.0.I/24, MTU 1500. Nothing is added to the root namespace.
+
+   uvxlan testbed up --hosts 2
+   uvxlan testbed exec h1 -- uvxlan run --local 198.18.0.1 --address 10.42.0.1/24 --peer 198.18.0.2 --control /run/uvxlan/h1.sock &
+   uvxlan testbed exec h2 -- uvxlan run --local 198.18.0.2 --address 10.42.0.2/24 --peer 198.18.0.1 --control /run/uvxlan/h2.sock &
+   uvxlan testbed exec h1 -- ping 10.42.0.2
+   uvxlan testbed down`,
+		Subcommands: []*cli.Command{
+			{
+				Name:  "up",
+				Usage: "create the testbed (removing leftovers with the same prefix first)",
+				Flags: []cli.Flag{
+					prefix,
+					&cli.IntFlag{Name: "hosts", Value: 3, Usage: "number of hosts"},
+					&cli.IntFlag{Name: "mtu", Value: 1500, Usage: "underlay MTU"},
+				},
+				Action: func(c *cli.Context) error {
+					if c.Int("hosts") < 1 || c.Int("hosts") > 200 {
+						return badFlag("hosts", fmt.Sprint(c.Int("hosts")), "must be between 1 and 200")
+					}
+					if err := testenv.Cleanup(c.String("prefix")); err != nil {
+						return err
+					}
+					tb, err := testenv.New(testenv.Config{Prefix: c.String("prefix"), Hosts: c.Int("hosts"), MTU: c.Int("mtu")})
+					if err != nil {
+						return usageError{err}
+					}
+					ctx, stop := withSignals(c.Context)
+					defer stop()
+					if err := tb.Up(ctx); err != nil {
+						return err
+					}
+					for _, h := range tb.Hosts() {
+						fmt.Fprintf(c.App.Writer, "%s\tnetns %s\tunderlay %s\n", h.Name, h.Netns, h.Underlay)
+					}
+					fmt.Fprintf(c.App.Writer, "run commands with: uvxlan testbed exec --prefix %s h1 -- CMD...\nremove with:      uvxlan testbed down --prefix %s\n",
+						c.String("prefix"), c.String("prefix"))
+					return nil
+				},
+			},
+			{
+				Name:  "down",
+				Usage: "remove the testbed and whatever a crashed run left behind (agents included)",
+				Flags: []cli.Flag{prefix},
+				Action: func(c *cli.Context) error {
+					return testenv.Cleanup(c.String("prefix"))
+				},
+			},
+			{
+				Name:      "exec",
+				Usage:     "run a command inside a host of the testbed",
+				ArgsUsage: "HOST -- COMMAND [ARGS...]",
+				Flags:     []cli.Flag{prefix},
+				Action: func(c *cli.Context) error {
+					args := c.Args().Slice()
+					if len(args) < 2 {
+						return usageError{fmt.Errorf("exec wants HOST -- COMMAND [ARGS...]")}
+					}
+					ns := c.String("prefix") + "-" + args[0]
+					cmd := exec.CommandContext(c.Context, "ip", append([]string{"netns", "exec", ns}, args[1:]...)...)
+					cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, c.App.Writer, c.App.ErrWriter
+					if err := cmd.Run(); err != nil {
+						if ee, ok := err.(*exec.ExitError); ok {
+							return cli.Exit("", ee.ExitCode())
+						}
+						return err
+					}
+					return nil
+				},
+			},
+		},
+	}
+}
+
+func demoCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "demo",
+		Usage: "build a 3-host testbed, run an agent per host, ping across the overlay, show the FDB, tear down",
+		Flags: []cli.Flag{
+			&cli.IntFlag{Name: "hosts", Value: 3, Usage: "number of hosts (2 to 20)"},
+			&cli.StringFlag{Name: "prefix", Value: "uvxdemo", Usage: "name `PREFIX` of the demo's namespaces"},
+		},
+		Action: func(c *cli.Context) error {
+			if n := c.Int("hosts"); n < 2 || n > 20 {
+				return badFlag("hosts", fmt.Sprint(n), "must be between 2 and 20")
+			}
+			ctx, stop := withSignals(c.Context)
+			defer stop()
+			return runDemo(ctx, c.App.Writer, c.String("prefix"), c.Int("hosts"))
+		},
+	}
+}
+
+// runDemo is `uvxlan demo`: everything it builds is removed before it
+// returns, also on failure or interruption.
+func runDemo(ctx context.Context, w interface{ Write([]byte) (int, error) }, prefix string, hosts int) (err error) {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	say := func(format string, args ...any) { fmt.Fprintf(w, "==> "+format+"\n", args...) }
+
+	if err := testenv.Cleanup(prefix); err != nil {
+		return err
+	}
+	tb, err := testenv.New(testenv.Config{Prefix: prefix, Hosts: hosts})
+	if err != nil {
+		return err
+	}
+	say("building a %d-host testbed: namespaces %s-h1..h%d on an underlay bridge, 198.18.0.0/24", hosts, prefix, hosts)
+	if err := tb.Up(ctx); err != nil {
+		return err
+	}
+	defer func() {
+		say("tearing down the testbed")
+		if derr := tb.Down(); derr != nil && err == nil {
+			err = derr
+		}
+	}()
+
+	logDir, err := os.MkdirTemp("", "uvxlan-demo-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(logDir)
+
+	overlay := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 42, 0, byte(i)}) }
+	control := func(h *testenv.Host) string { return filepath.Join(logDir, h.Name+".sock") }
+	for i, h := range tb.Hosts() {
+		args := []string{"run", "--name", h.Name, "--local", h.Underlay.String(),
+			"--address", netip.PrefixFrom(overlay(i+1), 24).String(), "--control", control(h)}
+		for _, p := range tb.Hosts() {
+			if p != h {
+				args = append(args, "--peer", p.Underlay.String())
+			}
+		}
+		say("%s: uvxlan %s", h.Name, strings.Join(args, " "))
+		if _, err := h.Start(ctx, filepath.Join(logDir, h.Name+".log"), self, args...); err != nil {
+			return err
+		}
+	}
+	for _, h := range tb.Hosts() {
+		if err := waitForSocket(ctx, control(h), 10*time.Second); err != nil {
+			return fmt.Errorf("%s: agent did not start: %w", h.Name, err)
+		}
+	}
+
+	failed := 0
+	for i, h := range tb.Hosts() {
+		for j := range tb.Hosts() {
+			if i == j {
+				continue
+			}
+			dst := overlay(j + 1)
+			r, err := h.Ping(ctx, dst, 3)
+			if err != nil {
+				say("%s -> %s: FAILED: %v", h.Name, dst, err)
+				failed++
+				continue
+			}
+			say("%s -> %s: %d/%d replies, rtt avg %v", h.Name, dst, r.Received, r.Sent, r.Avg)
+		}
+	}
+
+	h1 := tb.Host(1)
+	say("uvxlan fdb show (on %s)", h1.Name)
+	rows, _, err := newControlClient(control(h1)).fdb()
+	if err != nil {
+		return err
+	}
+	printFDB(w, rows)
+	say("uvxlan stats (on %s)", h1.Name)
+	st, _, err := newControlClient(control(h1)).stats()
+	if err != nil {
+		return err
+	}
+	printStats(w, st)
+	if failed > 0 {
+		return fmt.Errorf("demo: %d of %d pings failed", failed, hosts*(hosts-1))
+	}
+	say("all %d pairs reach each other over the overlay", hosts*(hosts-1))
+	return nil
+}
+
+// waitForSocket waits until something listens on the unix socket at path.
+func waitForSocket(ctx context.Context, path string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		if _, err := newControlClient(path).get("status"); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("no control socket at %s after %v", path, timeout)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,333 @@
+package encap
+
+// The forwarding engine moves frames between a TAP and the underlay.
+//
+// Transmit (TAP → underlay), one batch at a time:
+//  1. read a batch of frames from the TAP at offset Headroom;
+//  2. write the VXLAN header in place in front of each frame;
+//  3. look up (VNI, destination MAC) in the FDB: a known unicast MAC goes to
+//     its VTEP; broadcast, multicast and unknown unicast are replicated to
+//     every VTEP of the VNI's flood list (head-end replication);
+//  4. pick the sending socket from a hash of the inner flow, so the outer
+//     UDP source port spreads flows over the underlay's ECMP paths;
+//  5. one WriteBatch (sendmmsg) per socket.
+//
+// Receive (underlay → TAP), one batch at a time:
+//  1. one ReadBatch (recvmmsg);
+//  2. validate each datagram (header length, I flag, reserved bits, VNI,
+//     inner frame length, inner source MAC): a failure is a counted drop;
+//  3. learn inner source MAC → outer source VTEP when learning is on;
+//  4. write the inner frames to the TAP in one Write call.
+//
+// Nothing here allocates, locks or logs per packet: buffers and message
+// slices are allocated once before each loop, the FDB is read lock-free, and
+// counters are atomics.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+
+	"github.com/uvxlan/uvxlan/fdb"
+	"github.com/uvxlan/uvxlan/tap"
+)
+
+// Headroom is the offset at which the engine reads frames from the TAP: room
+// for the VXLAN header, written in place in front of the frame.
+const Headroom = HeaderLen
+
+const (
+	ethHeaderLen = 14
+	// maxDatagram is the receive buffer per datagram: the largest UDP
+	// payload, so that jumbo underlays and oversized peers are not truncated.
+	maxDatagram = 65535
+)
+
+// EngineConfig configures an Engine. VNI, MAC and Port are required.
+type EngineConfig struct {
+	VNI fdb.VNI
+	// MAC is the TAP's own address: frames arriving from the underlay with
+	// this source are loops and are dropped.
+	MAC fdb.MAC
+	// Local is this VTEP's underlay address; it is never sent to.
+	Local netip.Addr
+	// Port is the destination UDP port for VTEPs learned from the underlay
+	// (their source port is a flow hash, not where they listen).
+	Port uint16
+	// PeerPorts overrides Port for learned VTEPs at these addresses (static
+	// peers given as IP:PORT). The engine does not modify the map.
+	PeerPorts map[netip.Addr]uint16
+	// Learning turns source-MAC learning from received frames on.
+	Learning bool
+	Logger   *slog.Logger
+}
+
+// Engine forwards frames between one TAP and the underlay for one VNI.
+// Create it with NewEngine and run it with Run; Stats may be called at any
+// time from any goroutine.
+type Engine struct {
+	cfg     EngineConfig
+	dev     tap.Device
+	rx      Transport
+	senders []Transport
+	fdb     *fdb.Table
+	log     *slog.Logger
+	c       counters
+}
+
+// NewEngine builds an engine. rx receives from the underlay; senders send to
+// it, the sender for a frame chosen by a hash of its inner flow (pass rx alone
+// to send from the listening port). The engine owns dev, rx and senders from
+// here on: Run closes them when it returns.
+func NewEngine(cfg EngineConfig, dev tap.Device, rx Transport, senders []Transport, table *fdb.Table) (*Engine, error) {
+	switch {
+	case !cfg.VNI.Valid():
+		return nil, fmt.Errorf("encap: invalid VNI %d", cfg.VNI)
+	case cfg.Port == 0:
+		return nil, errors.New("encap: destination port is 0")
+	case dev == nil || rx == nil || table == nil:
+		return nil, errors.New("encap: engine needs a device, a transport and a table")
+	case len(senders) == 0:
+		return nil, errors.New("encap: engine needs at least one sender")
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Engine{cfg: cfg, dev: dev, rx: rx, senders: senders, fdb: table,
+		log: log.With("subsystem", "engine")}, nil
+}
+
+// Stats returns a snapshot of the counters. Safe for concurrent use.
+func (e *Engine) Stats() Stats { return e.c.snapshot() }
+
+// Run forwards in both directions until ctx is done or a loop fails, then
+// closes the device and the sockets and returns. It returns nil after a
+// cancellation and the first error otherwise.
+func (e *Engine) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	var (
+		wg       sync.WaitGroup
+		errOnce  sync.Once
+		firstErr error
+	)
+	fail := func(err error) {
+		if err != nil && ctx.Err() == nil {
+			errOnce.Do(func() { firstErr = err })
+		}
+		cancel()
+	}
+	wg.Add(2)
+	go func() { defer wg.Done(); fail(e.transmitLoop()) }()
+	go func() { defer wg.Done(); fail(e.receiveLoop()) }()
+
+	<-ctx.Done()
+	e.dev.Close()
+	e.rx.Close()
+	for _, s := range e.senders {
+		if s != e.rx {
+			s.Close()
+		}
+	}
+	wg.Wait()
+	return firstErr
+}
+
+// transmitLoop reads frames from the TAP and sends them to the underlay.
+func (e *Engine) transmitLoop() error {
+	batch := e.dev.BatchSize()
+	frameCap := Headroom + e.dev.MTU() + ethHeaderLen + 4 // + a VLAN tag
+	bufs := make([][]byte, batch)
+	for i := range bufs {
+		bufs[i] = make([]byte, frameCap)
+	}
+	sizes := make([]int, batch)
+	// One outgoing message list per sender; flooding appends one message
+	// per VTEP, so the lists grow to the largest batch seen and stay there.
+	out := make([][]Message, len(e.senders))
+	for i := range out {
+		out[i] = make([]Message, 0, batch)
+	}
+
+	for {
+		n, err := e.dev.Read(bufs, sizes, Headroom)
+		if err != nil {
+			if isClosed(err) {
+				return nil
+			}
+			return err
+		}
+		for i := range out {
+			out[i] = out[i][:0]
+		}
+		for i := 0; i < n; i++ {
+			e.route(bufs[i][:Headroom+sizes[i]], out)
+		}
+		for i, msgs := range out {
+			if len(msgs) == 0 {
+				continue
+			}
+			sent, err := e.senders[i].WriteBatch(msgs)
+			for _, m := range msgs[:sent] {
+				e.c.txPackets.Add(1)
+				e.c.txBytes.Add(uint64(m.N - HeaderLen))
+			}
+			if err != nil {
+				if isClosed(err) {
+					return nil
+				}
+				e.c.drops[DropSendError].Add(uint64(len(msgs) - sent))
+			}
+		}
+	}
+}
+
+// route encapsulates one frame (pkt[Headroom:]) in place and appends the
+// datagrams to send to out, indexed by sender.
+func (e *Engine) route(pkt []byte, out [][]Message) {
+	frame := pkt[Headroom:]
+	if len(frame) < ethHeaderLen {
+		e.c.drop(DropTxShortFrame)
+		return
+	}
+	PutHeader(pkt, e.cfg.VNI)
+	s := 0
+	if len(e.senders) > 1 {
+		s = int(flowHash(frame) % uint32(len(e.senders)))
+	}
+	dst := fdb.MAC(frame[0:6])
+	if !dst.IsMulticast() {
+		if vtep, ok := e.fdb.Lookup(e.cfg.VNI, dst); ok {
+			if vtep.Addr() != e.cfg.Local {
+				out[s] = append(out[s], Message{Buf: pkt, N: len(pkt), Addr: vtep})
+			}
+			return
+		}
+	}
+	flood := e.fdb.Flood(e.cfg.VNI)
+	sent := false
+	for _, vtep := range flood {
+		if vtep.Addr() == e.cfg.Local {
+			continue
+		}
+		out[s] = append(out[s], Message{Buf: pkt, N: len(pkt), Addr: vtep})
+		sent = true
+	}
+	if !sent {
+		e.c.drop(DropNoVTEP)
+		return
+	}
+	e.c.floods.Add(1)
+}
+
+// receiveLoop reads datagrams from the underlay and writes their frames to
+// the TAP.
+func (e *Engine) receiveLoop() error {
+	batch := e.rx.BatchSize()
+	msgs := make([]Message, batch)
+	for i := range msgs {
+		msgs[i].Buf = make([]byte, maxDatagram)
+	}
+	frames := make([][]byte, 0, batch)
+
+	for {
+		n, err := e.rx.ReadBatch(msgs)
+		if err != nil {
+			if isClosed(err) {
+				return nil
+			}
+			return err
+		}
+		frames = frames[:0]
+		for i := 0; i < n; i++ {
+			if pkt, ok := e.accept(&msgs[i]); ok {
+				frames = append(frames, pkt)
+			}
+		}
+		if len(frames) == 0 {
+			continue
+		}
+		w, err := e.dev.Write(frames, HeaderLen)
+		for _, f := range frames[:w] {
+			e.c.rxPackets.Add(1)
+			e.c.rxBytes.Add(uint64(len(f) - HeaderLen))
+		}
+		if err != nil {
+			if isClosed(err) {
+				return nil
+			}
+			// The TAP refused one frame (too big, say); the rest of
+			// the batch is dropped with it rather than retried.
+			e.c.drops[DropTAPWrite].Add(uint64(len(frames) - w))
+		}
+	}
+}
+
+// accept validates one datagram and learns from it. It returns the datagram
+// (VXLAN header + frame) to write to the TAP at offset HeaderLen.
+func (e *Engine) accept(m *Message) ([]byte, bool) {
+	pkt := m.Buf[:m.N]
+	var h Header
+	if err := h.Unmarshal(pkt); err != nil {
+		switch {
+		case errors.Is(err, ErrNoIFlag):
+			e.c.drop(DropNoIFlag)
+		case errors.Is(err, ErrReserved):
+			e.c.drop(DropReservedBits)
+		default:
+			e.c.drop(DropShortHeader)
+		}
+		return nil, false
+	}
+	if h.VNI != e.cfg.VNI {
+		e.c.drop(DropWrongVNI)
+		return nil, false
+	}
+	frame := pkt[HeaderLen:]
+	if len(frame) < ethHeaderLen {
+		e.c.drop(DropShortFrame)
+		return nil, false
+	}
+	src := fdb.MAC(frame[6:12])
+	switch {
+	case src.IsMulticast() || src.IsZero():
+		e.c.drop(DropBadSrcMAC)
+		return nil, false
+	case src == e.cfg.MAC:
+		e.c.drop(DropOwnMAC)
+		return nil, false
+	}
+	if e.cfg.Learning {
+		e.learn(src, m.Addr.Addr())
+	}
+	return pkt, true
+}
+
+// learn records src as living behind the VTEP at addr.
+func (e *Engine) learn(src fdb.MAC, addr netip.Addr) {
+	port := e.cfg.Port
+	if p, ok := e.cfg.PeerPorts[addr]; ok {
+		port = p
+	}
+	switch e.fdb.Learn(e.cfg.VNI, src, netip.AddrPortFrom(addr, port)) {
+	case fdb.LearnAdded:
+		e.c.learned.Add(1)
+	case fdb.LearnMoved:
+		e.c.moved.Add(1)
+	case fdb.LearnRefusedFull:
+		e.c.learnFull.Add(1)
+	}
+}
+
+// isClosed reports whether err says the device or socket was closed, which is
+// how Run stops the loops.
+func isClosed(err error) bool {
+	return errors.Is(err, net.ErrClosed) || errors.Is(err, os.ErrClosed)
+}

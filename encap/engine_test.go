@@ -1,0 +1,266 @@
+package encap
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/uvxlan/uvxlan/fdb"
+)
+
+const testVNI fdb.VNI = 0x12ab34
+
+var (
+	macA  = fdb.MAC{0x02, 0, 0, 0, 0, 0xa}
+	macB  = fdb.MAC{0x02, 0, 0, 0, 0, 0xb}
+	macC  = fdb.MAC{0x02, 0, 0, 0, 0, 0xc}
+	bcast = fdb.MAC{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+	vtepA = netip.MustParseAddrPort("198.18.0.1:4789")
+	vtepB = netip.MustParseAddrPort("198.18.0.2:4789")
+	vtepC = netip.MustParseAddrPort("198.18.0.3:4789")
+)
+
+// ethFrame builds a minimal Ethernet frame with a payload of n bytes.
+func ethFrame(dst, src fdb.MAC, n int) []byte {
+	f := make([]byte, 14+n)
+	copy(f[0:6], dst[:])
+	copy(f[6:12], src[:])
+	binary.BigEndian.PutUint16(f[12:14], 0x88b5) // local experimental EtherType
+	for i := range n {
+		f[14+i] = byte(i)
+	}
+	return f
+}
+
+type testNode struct {
+	dev   *fakeDev
+	conn  *fakeConn
+	table *fdb.Table
+	eng   *Engine
+}
+
+func startNode(t *testing.T, n *fakeNet, mac fdb.MAC, vtep netip.AddrPort, flood []netip.AddrPort, learning bool) *testNode {
+	t.Helper()
+	tn := &testNode{dev: newFakeDev(mac), conn: n.listen(vtep), table: fdb.New(fdb.Config{})}
+	tn.table.SetFlood(testVNI, flood)
+	var err error
+	tn.eng, err = NewEngine(EngineConfig{VNI: testVNI, MAC: mac, Local: vtep.Addr(), Port: 4789, Learning: learning},
+		tn.dev, tn.conn, []Transport{tn.conn}, tn.table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- tn.eng.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("engine Run: %v", err)
+		}
+	})
+	return tn
+}
+
+// eventually polls cond for up to two seconds.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestEngineFloodLearnUnicast(t *testing.T) {
+	var n fakeNet
+	a := startNode(t, &n, macA, vtepA, []netip.AddrPort{vtepA, vtepB, vtepC}, true)
+	b := startNode(t, &n, macB, vtepB, []netip.AddrPort{vtepA, vtepC}, true)
+	c := startNode(t, &n, macC, vtepC, []netip.AddrPort{vtepA, vtepB}, true)
+
+	// A broadcast from A reaches B and C (not A itself) and teaches both
+	// where macA lives.
+	bc := ethFrame(bcast, macA, 28)
+	a.dev.inject(bc)
+	for _, x := range []*testNode{b, c} {
+		eventually(t, "broadcast delivered", func() bool { return len(x.dev.written()) == 1 })
+		if got := x.dev.written()[0]; !bytes.Equal(got, bc) {
+			t.Fatalf("delivered frame differs:\nwant %x\ngot  %x", bc, got)
+		}
+		if vtep, ok := x.table.Lookup(testVNI, macA); !ok || vtep != vtepA {
+			t.Fatalf("learned vtep for macA = %v %v, want %v", vtep, ok, vtepA)
+		}
+	}
+	if st := a.eng.Stats(); st.Floods != 1 || st.TxPackets != 2 {
+		t.Fatalf("A stats: floods=%d tx=%d, want 1 and 2", st.Floods, st.TxPackets)
+	}
+
+	// B answers by unicast: only A gets it, nothing is flooded.
+	uc := ethFrame(macA, macB, 100)
+	b.dev.inject(uc)
+	eventually(t, "unicast delivered", func() bool { return len(a.dev.written()) == 1 })
+	time.Sleep(20 * time.Millisecond)
+	if got := len(c.dev.written()); got != 1 {
+		t.Fatalf("C got %d frames, want 1 (the broadcast only)", got)
+	}
+	if st := b.eng.Stats(); st.Floods != 0 || st.TxPackets != 1 || st.TxBytes != uint64(len(uc)) {
+		t.Fatalf("B stats %+v: want 0 floods, 1 packet of %d bytes", st, len(uc))
+	}
+	if st := a.eng.Stats(); st.RxPackets != 1 || st.Learned != 1 {
+		t.Fatalf("A stats %+v: want 1 rx packet and 1 learned", st)
+	}
+}
+
+func TestEngineUnknownUnicastWithoutPeersIsDropped(t *testing.T) {
+	var n fakeNet
+	a := startNode(t, &n, macA, vtepA, nil, true)
+	a.dev.inject(ethFrame(macB, macA, 10))
+	a.dev.inject([]byte{1, 2, 3})
+	eventually(t, "drops counted", func() bool {
+		d := a.eng.Stats().Drops
+		return d["no_vtep"] == 1 && d["tx_short_frame"] == 1
+	})
+}
+
+func TestEngineLearningOff(t *testing.T) {
+	var n fakeNet
+	a := startNode(t, &n, macA, vtepA, []netip.AddrPort{vtepB}, false)
+	b := startNode(t, &n, macB, vtepB, []netip.AddrPort{vtepA}, false)
+	b.dev.inject(ethFrame(bcast, macB, 10))
+	eventually(t, "frame delivered", func() bool { return len(a.dev.written()) == 1 })
+	if _, ok := a.table.Lookup(testVNI, macB); ok {
+		t.Fatal("learned macB with learning off")
+	}
+}
+
+// vxlanDatagram builds a VXLAN datagram with the given header bytes and inner frame.
+func vxlanDatagram(hdr [8]byte, frame []byte) []byte {
+	return append(hdr[:], frame...)
+}
+
+func goodHeader(vni fdb.VNI) [8]byte {
+	var h [8]byte
+	PutHeader(h[:], vni)
+	return h
+}
+
+func TestEngineReceiveDrops(t *testing.T) {
+	good := goodHeader(testVNI)
+	noI := good
+	noI[0] = 0
+	reservedFlag := good
+	reservedFlag[0] |= 0x01
+	reservedTail := good
+	reservedTail[7] = 1
+	tests := []struct {
+		desc   string
+		pkt    []byte
+		reason string
+	}{
+		{"empty datagram", nil, "short_header"},
+		{"7-byte datagram", good[:7], "short_header"},
+		{"I flag clear", vxlanDatagram(noI, ethFrame(macA, macB, 20)), "no_i_flag"},
+		{"reserved flag bit", vxlanDatagram(reservedFlag, ethFrame(macA, macB, 20)), "reserved_bits"},
+		{"reserved last byte", vxlanDatagram(reservedTail, ethFrame(macA, macB, 20)), "reserved_bits"},
+		{"other VNI", vxlanDatagram(goodHeader(testVNI+1), ethFrame(macA, macB, 20)), "wrong_vni"},
+		{"inner frame 13 bytes", vxlanDatagram(good, ethFrame(macA, macB, 0)[:13]), "short_frame"},
+		{"multicast source", vxlanDatagram(good, ethFrame(macA, fdb.MAC{0x01, 0, 0x5e, 0, 0, 1}, 20)), "bad_src_mac"},
+		{"broadcast source", vxlanDatagram(good, ethFrame(macA, bcast, 20)), "bad_src_mac"},
+		{"zero source", vxlanDatagram(good, ethFrame(macA, fdb.MAC{}, 20)), "bad_src_mac"},
+		{"our own MAC as source", vxlanDatagram(good, ethFrame(bcast, macA, 20)), "own_mac"},
+	}
+	var n fakeNet
+	a := startNode(t, &n, macA, vtepA, nil, true)
+	attacker := n.listen(vtepB)
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			before := a.eng.Stats().Drops[tc.reason]
+			if _, err := attacker.WriteBatch([]Message{{Buf: tc.pkt, N: len(tc.pkt), Addr: vtepA}}); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, tc.reason+" counted", func() bool { return a.eng.Stats().Drops[tc.reason] == before+1 })
+		})
+	}
+	if got := a.dev.written(); len(got) != 0 {
+		t.Fatalf("%d hostile frames reached the TAP", len(got))
+	}
+	if got := a.table.Len(); got != 0 {
+		t.Fatalf("hostile frames left %d FDB entries", got)
+	}
+	// A good frame after all that still goes through.
+	pkt := vxlanDatagram(good, ethFrame(macA, macB, 20))
+	attacker.WriteBatch([]Message{{Buf: pkt, N: len(pkt), Addr: vtepA}})
+	eventually(t, "good frame delivered", func() bool { return len(a.dev.written()) == 1 })
+}
+
+// The per-packet work of both directions allocates nothing.
+func TestEngineHotPathAllocs(t *testing.T) {
+	var n fakeNet
+	dev, conn := newFakeDev(macA), n.listen(vtepA)
+	table := fdb.New(fdb.Config{})
+	table.SetFlood(testVNI, []netip.AddrPort{vtepB, vtepC})
+	table.Learn(testVNI, macB, vtepB)
+	e, err := NewEngine(EngineConfig{VNI: testVNI, MAC: macA, Local: vtepA.Addr(), Port: 4789, Learning: true},
+		dev, conn, []Transport{conn, conn}, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uni := append(make([]byte, Headroom), ethFrame(macB, macA, 1000)...)
+	flood := append(make([]byte, Headroom), ethFrame(bcast, macA, 60)...)
+	out := [][]Message{make([]Message, 0, 8), make([]Message, 0, 8)}
+	if allocs := testing.AllocsPerRun(1000, func() {
+		out[0], out[1] = out[0][:0], out[1][:0]
+		e.route(uni, out)
+		e.route(flood, out)
+	}); allocs != 0 {
+		t.Errorf("transmit path: %v allocs per run, want 0", allocs)
+	}
+
+	rx := vxlanDatagram(goodHeader(testVNI), ethFrame(macA, macB, 1000))
+	m := Message{Buf: rx, N: len(rx), Addr: vtepB}
+	if allocs := testing.AllocsPerRun(1000, func() {
+		if _, ok := e.accept(&m); !ok {
+			t.Fatal("good datagram rejected")
+		}
+	}); allocs != 0 {
+		t.Errorf("receive path: %v allocs per run, want 0", allocs)
+	}
+}
+
+func BenchmarkEngineRoute(b *testing.B) {
+	var n fakeNet
+	conn := n.listen(vtepA)
+	table := fdb.New(fdb.Config{})
+	table.Learn(testVNI, macB, vtepB)
+	e, _ := NewEngine(EngineConfig{VNI: testVNI, MAC: macA, Local: vtepA.Addr(), Port: 4789},
+		newFakeDev(macA), conn, []Transport{conn}, table)
+	pkt := append(make([]byte, Headroom), ethFrame(macB, macA, 1400)...)
+	out := [][]Message{make([]Message, 0, 1)}
+	b.ReportAllocs()
+	b.SetBytes(int64(len(pkt) - Headroom))
+	for b.Loop() {
+		out[0] = out[0][:0]
+		e.route(pkt, out)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pkts/s")
+}
+
+func BenchmarkEngineAccept(b *testing.B) {
+	var n fakeNet
+	conn := n.listen(vtepA)
+	table := fdb.New(fdb.Config{})
+	e, _ := NewEngine(EngineConfig{VNI: testVNI, MAC: macA, Local: vtepA.Addr(), Port: 4789, Learning: true},
+		newFakeDev(macA), conn, []Transport{conn}, table)
+	rx := vxlanDatagram(goodHeader(testVNI), ethFrame(macA, macB, 1400))
+	m := Message{Buf: rx, N: len(rx), Addr: vtepB}
+	b.ReportAllocs()
+	b.SetBytes(int64(len(rx) - HeaderLen))
+	for b.Loop() {
+		e.accept(&m)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pkts/s")
+}

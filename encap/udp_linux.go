@@ -1,0 +1,442 @@
+package encap
+
+// The UDP transport moves batches of datagrams with one system call each way.
+//
+// Receive (ReadBatch):
+//  1. Point one iovec at each caller buffer, and one sockaddr at each slot.
+//  2. recvmmsg takes whatever is queued, up to the batch; on EAGAIN the
+//     goroutine parks in the Go netpoller until the socket is readable.
+//  3. Copy each length and source address back into the caller's Messages.
+//
+// Send (WriteBatch):
+//  1. Encode each destination into a preallocated sockaddr; a destination
+//     of the wrong family is skipped.
+//  2. sendmmsg from the head of the batch; a message the kernel refuses is
+//     skipped, and the rest are sent by the next call; on EAGAIN the
+//     goroutine parks until the socket is writable.
+//  3. Repeat until every message was sent or skipped.
+//
+// The scratch for both (mmsghdrs, iovecs, sockaddrs) is allocated once per
+// UDPConn, so neither path allocates per call.
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"sync/atomic"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+const (
+	defaultBatchSize    = 64
+	maxBatchSize        = 1024 // UIO_MAXIOV: the kernel caps vlen there
+	defaultSocketBuffer = 4 << 20
+)
+
+// errAddrFamily is wrapped by WriteBatch for a message whose address does
+// not fit the socket (IPv6 on an IPv4 socket, or no address at all).
+var errAddrFamily = errors.New("address does not fit the socket's family")
+
+// UDPOptions tunes ListenUDP. The zero value gives the defaults.
+type UDPOptions struct {
+	// BatchSize is the most datagrams one ReadBatch or WriteBatch system
+	// call handles, 1..1024. Zero means 64.
+	BatchSize int
+
+	// SocketBuffer is the size in bytes asked for both SO_RCVBUF and
+	// SO_SNDBUF. Zero means 4 MiB. ListenUDP tries SO_RCVBUFFORCE and
+	// SO_SNDBUFFORCE first, which pass the net.core.[rw]mem_max limits
+	// when the process has CAP_NET_ADMIN; otherwise the kernel caps it.
+	SocketBuffer int
+}
+
+// UDPConn is a UDP socket that sends and receives in batches with
+// sendmmsg and recvmmsg. It implements Transport.
+//
+// One ReadBatch and one WriteBatch may run at the same time, and Close may
+// be called at any time from any goroutine; two concurrent ReadBatch calls
+// (or two WriteBatch calls) are not allowed, because each direction has a
+// single set of scratch buffers.
+type UDPConn struct {
+	f      *os.File
+	rc     syscall.RawConn
+	family int // unix.AF_INET or unix.AF_INET6
+	laddr  netip.AddrPort
+	batch  int
+	closed atomic.Bool
+
+	r, w mmsgBatch
+	// recvFn and sendFn are c.recv and c.send, bound once: passing a
+	// method value to RawConn.Read would allocate on every call.
+	recvFn, sendFn func(fd uintptr) bool
+}
+
+var _ Transport = (*UDPConn)(nil)
+
+// mmsgBatch is the scratch of one direction: hdrs[i] points at iovs[i] and
+// names[i] for good; each call points iovs[i] at the caller's buffer.
+type mmsgBatch struct {
+	hdrs  []unix.Mmsghdr
+	iovs  []unix.Iovec
+	names []unix.RawSockaddrInet6 // big enough for IPv4 too
+
+	n     int        // messages in hdrs for this system call loop
+	head  int        // send: first message not yet sent or skipped
+	done  int        // receive: messages received; send: messages sent
+	errno unix.Errno // receive: the failure of recvmmsg
+	err   error      // send: the first message the kernel refused
+}
+
+func newMmsgBatch(n int) mmsgBatch {
+	b := mmsgBatch{
+		hdrs:  make([]unix.Mmsghdr, n),
+		iovs:  make([]unix.Iovec, n),
+		names: make([]unix.RawSockaddrInet6, n),
+	}
+	for i := range b.hdrs {
+		h := &b.hdrs[i].Hdr
+		h.Name = (*byte)(unsafe.Pointer(&b.names[i]))
+		h.Iov = &b.iovs[i]
+		h.SetIovlen(1)
+	}
+	return b
+}
+
+// release forgets the caller's buffers, so they are not kept alive.
+func (b *mmsgBatch) release() {
+	for i := range b.n {
+		b.iovs[i].Base = nil
+	}
+}
+
+// ListenUDP opens a UDP socket bound to laddr: IPv4 or IPv6 by laddr's
+// family (an IPv4-mapped IPv6 address counts as IPv4). Port 0 picks a free
+// port, and an unspecified address listens on all addresses; "[::]" also
+// receives IPv4, whose sources are reported as plain IPv4 addresses. IPv6
+// zones are not supported. SO_REUSEADDR is off, so a port in use fails
+// with an error that wraps unix.EADDRINUSE.
+func ListenUDP(laddr netip.AddrPort, opts UDPOptions) (*UDPConn, error) {
+	c, err := listenUDP(laddr, opts)
+	if err != nil {
+		return nil, fmt.Errorf("encap: listen udp %s: %w", laddr, err)
+	}
+	return c, nil
+}
+
+func listenUDP(laddr netip.AddrPort, opts UDPOptions) (*UDPConn, error) {
+	batch := opts.BatchSize
+	if batch == 0 {
+		batch = defaultBatchSize
+	}
+	if batch < 1 || batch > maxBatchSize {
+		return nil, fmt.Errorf("batch size %d out of range 1..%d", opts.BatchSize, maxBatchSize)
+	}
+	bufSize := opts.SocketBuffer
+	if bufSize == 0 {
+		bufSize = defaultSocketBuffer
+	}
+	if bufSize < 0 {
+		return nil, fmt.Errorf("negative socket buffer size %d", bufSize)
+	}
+	addr := laddr.Addr().Unmap()
+	if !addr.IsValid() {
+		return nil, errors.New("no address")
+	}
+	if addr.Zone() != "" {
+		return nil, errors.New("IPv6 zones are not supported")
+	}
+
+	var (
+		family = unix.AF_INET6
+		sa     unix.Sockaddr
+	)
+	if addr.Is4() {
+		family = unix.AF_INET
+		sa = &unix.SockaddrInet4{Port: int(laddr.Port()), Addr: addr.As4()}
+	} else {
+		sa = &unix.SockaddrInet6{Port: int(laddr.Port()), Addr: addr.As16()}
+	}
+	fd, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
+	if err != nil {
+		return nil, os.NewSyscallError("socket", err)
+	}
+	if err := setupSocket(fd, family, bufSize); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	if err := unix.Bind(fd, sa); err != nil {
+		unix.Close(fd)
+		return nil, os.NewSyscallError("bind", err)
+	}
+	bound, err := unix.Getsockname(fd)
+	if err != nil {
+		unix.Close(fd)
+		return nil, os.NewSyscallError("getsockname", err)
+	}
+
+	// The fd is non-blocking, so os.NewFile registers it with the
+	// netpoller: RawConn callbacks that return false wait there, and
+	// closing the file wakes them.
+	f := os.NewFile(uintptr(fd), "udp:"+laddr.String())
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	c := &UDPConn{
+		f:      f,
+		rc:     rc,
+		family: family,
+		laddr:  sockaddrAddrPort(bound),
+		batch:  batch,
+		r:      newMmsgBatch(batch),
+		w:      newMmsgBatch(batch),
+	}
+	c.recvFn = c.recv
+	c.sendFn = c.send
+	return c, nil
+}
+
+// setupSocket sets the socket options ListenUDP promises.
+func setupSocket(fd, family, bufSize int) error {
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 0); err != nil {
+		return os.NewSyscallError("setsockopt SO_REUSEADDR", err)
+	}
+	if family == unix.AF_INET6 {
+		// Dual-stack whatever net.ipv6.bindv6only says.
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 0); err != nil {
+			return os.NewSyscallError("setsockopt IPV6_V6ONLY", err)
+		}
+	}
+	for _, opt := range []struct {
+		force, plain int
+		name         string
+	}{
+		{unix.SO_RCVBUFFORCE, unix.SO_RCVBUF, "SO_RCVBUF"},
+		{unix.SO_SNDBUFFORCE, unix.SO_SNDBUF, "SO_SNDBUF"},
+	} {
+		if unix.SetsockoptInt(fd, unix.SOL_SOCKET, opt.force, bufSize) == nil {
+			continue
+		}
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, opt.plain, bufSize); err != nil {
+			return os.NewSyscallError("setsockopt "+opt.name, err)
+		}
+	}
+	return nil
+}
+
+// BatchSize is the most messages one ReadBatch fills and one sendmmsg
+// sends. It does not change.
+func (c *UDPConn) BatchSize() int { return c.batch }
+
+// LocalAddr is the bound address, with the port the kernel picked if
+// ListenUDP was given port 0.
+func (c *UDPConn) LocalAddr() netip.AddrPort { return c.laddr }
+
+// Close closes the socket. ReadBatch and WriteBatch calls blocked in it,
+// and all later calls, return net.ErrClosed; so does a second Close.
+func (c *UDPConn) Close() error {
+	if c.closed.Swap(true) {
+		return net.ErrClosed
+	}
+	return c.f.Close()
+}
+
+// ReadBatch blocks until at least one datagram arrives, then receives up
+// to min(len(msgs), BatchSize()) of them with one recvmmsg. For each
+// message i < n it sets msgs[i].N to the datagram's length and msgs[i].Addr
+// to its source. The whole of msgs[i].Buf is offered to the kernel; a
+// datagram longer than that is truncated to len(Buf), so Buf should hold
+// the largest datagram expected. Buffers belong to the caller and are not
+// retained. It does not allocate.
+func (c *UDPConn) ReadBatch(msgs []Message) (int, error) {
+	r := &c.r
+	r.n = min(len(msgs), c.batch)
+	if r.n == 0 {
+		return 0, nil
+	}
+	for i := range r.n {
+		setIovec(&r.iovs[i], msgs[i].Buf)
+		r.hdrs[i].Hdr.Namelen = unix.SizeofSockaddrInet6
+	}
+	err := c.rc.Read(c.recvFn)
+	r.release()
+	if err != nil {
+		return 0, c.pollError("read", err)
+	}
+	if r.errno != 0 {
+		return 0, fmt.Errorf("encap: read %s: %w", c.laddr, os.NewSyscallError("recvmmsg", r.errno))
+	}
+	for i := range r.done {
+		msgs[i].N = int(r.hdrs[i].Len)
+		msgs[i].Addr = rawAddrPort(&r.names[i])
+	}
+	return r.done, nil
+}
+
+// recv is the RawConn.Read callback of ReadBatch. It returns false to wait
+// for the socket to become readable.
+func (c *UDPConn) recv(fd uintptr) bool {
+	r := &c.r
+	for {
+		n, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, fd,
+			uintptr(unsafe.Pointer(&r.hdrs[0])), uintptr(r.n), 0, 0, 0)
+		switch errno {
+		case 0:
+			r.done, r.errno = int(n), 0
+			return true
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return false
+		default:
+			r.done, r.errno = 0, errno
+			return true
+		}
+	}
+}
+
+// WriteBatch sends msgs[i].Buf[:msgs[i].N] to msgs[i].Addr for every i,
+// BatchSize() messages per sendmmsg. A message the kernel refuses
+// (EMSGSIZE, EHOSTUNREACH, ENETUNREACH, EACCES, EINVAL for port 0, ...) or
+// whose address does not fit the socket (IPv6 on an IPv4 socket; IPv4 on an
+// IPv6 socket is sent as IPv4-mapped) is skipped and the rest are still
+// sent. It blocks while the socket buffer is full. It returns how many
+// messages were sent and the first error seen, or nil if all were sent;
+// only a closed socket stops it early, with net.ErrClosed. Buffers belong
+// to the caller and are not retained. It does not allocate, except to
+// report an error.
+func (c *UDPConn) WriteBatch(msgs []Message) (int, error) {
+	w := &c.w
+	w.done, w.err = 0, nil
+	for len(msgs) > 0 {
+		w.n, w.head = 0, 0
+		for len(msgs) > 0 && w.n < c.batch {
+			m := &msgs[0]
+			msgs = msgs[1:]
+			namelen := c.putRawAddrPort(&w.names[w.n], m.Addr)
+			if namelen == 0 {
+				if w.err == nil {
+					w.err = fmt.Errorf("encap: write to %s from %s: %w", m.Addr, c.laddr, errAddrFamily)
+				}
+				continue
+			}
+			w.hdrs[w.n].Hdr.Namelen = namelen
+			setIovec(&w.iovs[w.n], m.Buf[:m.N])
+			w.n++
+		}
+		if w.n == 0 {
+			continue
+		}
+		err := c.rc.Write(c.sendFn)
+		w.release()
+		if err != nil {
+			return w.done, c.pollError("write", err)
+		}
+	}
+	return w.done, w.err
+}
+
+// send is the RawConn.Write callback of WriteBatch. It returns false to
+// wait for the socket to become writable, true when every message in the
+// batch was sent or skipped.
+func (c *UDPConn) send(fd uintptr) bool {
+	w := &c.w
+	for w.head < w.n {
+		n, _, errno := unix.Syscall6(unix.SYS_SENDMMSG, fd,
+			uintptr(unsafe.Pointer(&w.hdrs[w.head])), uintptr(w.n-w.head), 0, 0, 0)
+		switch errno {
+		case 0:
+			w.head += int(n)
+			w.done += int(n)
+		case unix.EINTR:
+		case unix.EAGAIN:
+			return false
+		default:
+			// sendmmsg stops at the first failing message and reports the
+			// error only when it is the first one: skip it.
+			if w.err == nil {
+				dst := rawAddrPort(&w.names[w.head])
+				w.err = fmt.Errorf("encap: write to %s from %s: %w", dst, c.laddr, os.NewSyscallError("sendmmsg", errno))
+			}
+			w.head++
+		}
+	}
+	return true
+}
+
+// pollError turns an error of RawConn.Read or Write into net.ErrClosed
+// once Close was called (os.File reports "use of closed file").
+func (c *UDPConn) pollError(op string, err error) error {
+	if c.closed.Load() {
+		return net.ErrClosed
+	}
+	return fmt.Errorf("encap: %s %s: %w", op, c.laddr, err)
+}
+
+func setIovec(iov *unix.Iovec, b []byte) {
+	iov.Base = nil
+	if len(b) > 0 {
+		iov.Base = &b[0]
+	}
+	iov.SetLen(len(b))
+}
+
+// putRawAddrPort writes ap into sa in the socket's family and returns the
+// length of the sockaddr, or 0 if ap does not fit the socket.
+func (c *UDPConn) putRawAddrPort(sa *unix.RawSockaddrInet6, ap netip.AddrPort) uint32 {
+	addr := ap.Addr()
+	switch {
+	case c.family == unix.AF_INET && addr.Unmap().Is4():
+		sa4 := (*unix.RawSockaddrInet4)(unsafe.Pointer(sa))
+		*sa4 = unix.RawSockaddrInet4{Family: unix.AF_INET, Addr: addr.Unmap().As4()}
+		putPort(&sa4.Port, ap.Port())
+		return unix.SizeofSockaddrInet4
+	case c.family == unix.AF_INET6 && addr.IsValid():
+		*sa = unix.RawSockaddrInet6{Family: unix.AF_INET6, Addr: addr.As16()}
+		putPort(&sa.Port, ap.Port())
+		return unix.SizeofSockaddrInet6
+	}
+	return 0
+}
+
+// rawAddrPort decodes a sockaddr filled by the kernel, unmapping
+// IPv4-mapped IPv6 addresses. It does not allocate.
+func rawAddrPort(sa *unix.RawSockaddrInet6) netip.AddrPort {
+	switch sa.Family {
+	case unix.AF_INET:
+		sa4 := (*unix.RawSockaddrInet4)(unsafe.Pointer(sa))
+		return netip.AddrPortFrom(netip.AddrFrom4(sa4.Addr), getPort(&sa4.Port))
+	case unix.AF_INET6:
+		return netip.AddrPortFrom(netip.AddrFrom16(sa.Addr).Unmap(), getPort(&sa.Port))
+	}
+	return netip.AddrPort{}
+}
+
+// sockaddrAddrPort converts the result of Getsockname.
+func sockaddrAddrPort(sa unix.Sockaddr) netip.AddrPort {
+	switch sa := sa.(type) {
+	case *unix.SockaddrInet4:
+		return netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(sa.Port))
+	case *unix.SockaddrInet6:
+		return netip.AddrPortFrom(netip.AddrFrom16(sa.Addr).Unmap(), uint16(sa.Port))
+	}
+	return netip.AddrPort{}
+}
+
+// putPort and getPort access a sockaddr port, which is in network byte
+// order whatever the host's.
+func putPort(p *uint16, port uint16) {
+	b := (*[2]byte)(unsafe.Pointer(p))
+	b[0], b[1] = byte(port>>8), byte(port)
+}
+
+func getPort(p *uint16) uint16 {
+	b := (*[2]byte)(unsafe.Pointer(p))
+	return uint16(b[0])<<8 | uint16(b[1])
+}

@@ -1,0 +1,552 @@
+package fdb
+
+// How the table is built, and the rules it keeps.
+//
+// The table maps (VNI, MAC) to the VTEP (underlay address and UDP port) that
+// the MAC sits behind. It is read for every transmitted frame (Lookup), and
+// written for every received frame when learning is on (Learn). Almost all of
+// those writes find the entry already there with the same VTEP, so the design
+// makes reads and such refreshes cost one map lookup and no lock:
+//
+//   - The table is split into 64 shards, chosen by a multiplicative hash of
+//     VNI and MAC. Each shard holds an atomic.Pointer to an immutable
+//     map[key]*entry. Readers Load the pointer and index the map; they never
+//     take a lock and never see a map that is being modified.
+//
+//   - An *entry's VTEP and origin never change after it is published. The
+//     only mutable field is its last-seen time, an atomic int64 of
+//     nanoseconds since the table's epoch (its creation). With the real
+//     clock these come from time.Since, which reads only the monotonic
+//     clock: half the cost of time.Now, and ageing is not fooled when the
+//     wall clock is stepped. A refresh (Learn of a known MAC from the same
+//     VTEP) is an atomic load and, at most once per ageing granule
+//     (Ageing/16, capped at one second), an atomic store. Refreshes from
+//     many cores therefore do not bounce the entry's cache line on every
+//     packet. The price is that a learned entry may expire up to one
+//     granule early.
+//
+//   - Adds, moves, Set, Delete and Expire are writers. A writer takes its
+//     shard's mutex, copies the shard's map (copy-on-write), changes the
+//     copy and publishes it with an atomic Store. A move (the MAC now seen
+//     behind another VTEP) publishes a new *entry rather than changing the
+//     old one, so a reader holding the old map sees the old VTEP, never a
+//     torn one. A shard holds about MaxEntries/64 entries (256 with the
+//     defaults), which keeps the copy cheap; writers to different shards do
+//     not contend.
+//
+// The rules:
+//
+//   - Origins: local (our own TAP MAC), static (configured by the operator:
+//     --peer, the control socket) and learned (the inner source MAC of a
+//     received frame, behind the frame's outer source address). Learning
+//     never overwrites a local or static entry: a frame claiming to come
+//     from our own MAC, or from a MAC the operator pinned, is refused
+//     (LearnRefusedStatic). Set with a local or static origin replaces
+//     whatever is there, learned entries included.
+//
+//   - Moves: a learned MAC seen behind a different VTEP is moved there at
+//     once (LearnMoved), as a Linux bridge does; the newest sighting wins.
+//
+//   - Ageing: learned entries whose last-seen time is older than Ageing are
+//     removed by Expire (Run calls it periodically). Local and static entries
+//     never age. Expire may race with a refresh of the entry it removes; the
+//     entry is then learned again from the next frame, which is harmless.
+//
+//   - Cap: the table holds at most MaxEntries entries of all origins, counted
+//     by an atomic counter. A new key reserves a slot with a compare-and-swap
+//     before it is published, so the cap holds exactly even when shards are
+//     written in parallel. When the table is full, learning a new MAC is
+//     refused (LearnRefusedFull) without taking a lock, so a MAC flood from
+//     a peer costs no more than a lookup; refreshes and moves of known MACs
+//     still work, and Set of a new key fails with ErrFull.
+//
+//   - Validity: no entry ever has an invalid VNI, a zero or multicast MAC, or
+//     an unusable VTEP (invalid or unspecified address, port 0). IPv4-mapped
+//     IPv6 VTEPs are stored unmapped, so a dual-stack socket and an IPv4
+//     socket name the same VTEP the same way.
+//
+// The flood list (head-end replication targets of a VNI) is a separate
+// atomic.Pointer to an immutable map[VNI][]netip.AddrPort, replaced whole by
+// SetFlood under its own mutex and read by Flood without a lock.
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Defaults for the zero values of Config.
+const (
+	DefaultAgeing     = 300 * time.Second
+	DefaultMaxEntries = 16384
+)
+
+// numShards is the number of independently locked parts of the table. It
+// must be a power of two (shardOf takes the top bits of a hash).
+const (
+	shardBits = 6
+	numShards = 1 << shardBits
+)
+
+// ErrFull is returned by Set when the table holds MaxEntries entries and the
+// key is new.
+var ErrFull = errors.New("fdb table full")
+
+var (
+	errBadVNI    = errors.New("invalid VNI")
+	errBadMAC    = errors.New("zero or multicast MAC")
+	errBadVTEP   = errors.New("invalid VTEP address or port")
+	errBadOrigin = errors.New("invalid origin")
+)
+
+// Config for a Table. Zero values take the defaults.
+type Config struct {
+	// Ageing is how long a learned entry lives without being seen.
+	// Default 300s (DefaultAgeing).
+	Ageing time.Duration
+	// MaxEntries caps the number of entries of all origins. Default 16384
+	// (DefaultMaxEntries). Learning beyond it is refused.
+	MaxEntries int
+	// Now is the clock, for tests. Default: the real clock (time.Since the
+	// table's creation, monotonic). It is called on the packet path, so it
+	// must be cheap and safe for concurrent use.
+	Now func() time.Time
+}
+
+// Table is the forwarding database: (VNI, MAC) → VTEP, plus the per-VNI flood
+// list. Create it with New; the zero Table is not usable. All methods are safe
+// for concurrent use. Lookup, Flood and Learn of a known MAC never block and
+// never allocate.
+type Table struct {
+	ageing  int64 // nanoseconds
+	granule int64 // nanoseconds; see the comment at the top of the file
+	max     int64
+	epoch   time.Time        // stored times are nanoseconds since epoch
+	now     func() time.Time // Config.Now; nil: the real clock
+
+	count  atomic.Int64 // entries of all origins, including reserved slots
+	shards [numShards]shard
+
+	floodMu sync.Mutex // serialises SetFlood
+	flood   atomic.Pointer[map[VNI][]netip.AddrPort]
+}
+
+type key struct {
+	vni VNI
+	mac MAC
+}
+
+type shard struct {
+	m  atomic.Pointer[map[key]*entry] // immutable once published
+	mu sync.Mutex                     // held by writers of m
+	_  [48]byte                       // keep shards on separate cache lines
+}
+
+// entry is published once and then only its seen field changes.
+type entry struct {
+	vtep   netip.AddrPort
+	origin Origin
+	// seen is nanoseconds since the table's epoch: last seen for learned
+	// entries, time of Set for the others.
+	seen atomic.Int64
+}
+
+func newEntry(vtep netip.AddrPort, o Origin, now int64) *entry {
+	e := &entry{vtep: vtep, origin: o}
+	e.seen.Store(now)
+	return e
+}
+
+// New returns an empty table configured by cfg.
+func New(cfg Config) *Table {
+	if cfg.Ageing <= 0 {
+		cfg.Ageing = DefaultAgeing
+	}
+	if cfg.MaxEntries <= 0 {
+		cfg.MaxEntries = DefaultMaxEntries
+	}
+	epoch := time.Now()
+	if cfg.Now != nil {
+		epoch = cfg.Now()
+	}
+	t := &Table{
+		epoch:   epoch,
+		ageing:  int64(cfg.Ageing),
+		granule: min(int64(time.Second), int64(cfg.Ageing/16)),
+		max:     int64(cfg.MaxEntries),
+		now:     cfg.Now,
+	}
+	for i := range t.shards {
+		m := map[key]*entry{}
+		t.shards[i].m.Store(&m)
+	}
+	flood := map[VNI][]netip.AddrPort{}
+	t.flood.Store(&flood)
+	return t
+}
+
+// nanotime returns the time in nanoseconds since t.epoch.
+func (t *Table) nanotime() int64 {
+	if t.now == nil {
+		return int64(time.Since(t.epoch)) // monotonic clock only
+	}
+	return int64(t.now().Sub(t.epoch))
+}
+
+// shardOf picks a shard by Fibonacci hashing of the VNI and the MAC: the top
+// bits of the product depend on every input bit.
+func (t *Table) shardOf(k key) *shard {
+	m := k.mac
+	x := uint64(m[0])<<40 | uint64(m[1])<<32 | uint64(m[2])<<24 |
+		uint64(m[3])<<16 | uint64(m[4])<<8 | uint64(m[5])
+	x ^= uint64(k.vni) << 40
+	return &t.shards[(x*0x9e3779b97f4a7c15)>>(64-shardBits)]
+}
+
+// load returns the shard's current map. The caller must not modify it.
+func (s *shard) load() map[key]*entry { return *s.m.Load() }
+
+// putLocked publishes a copy of the shard's map with k set to e.
+// s.mu must be held.
+func (s *shard) putLocked(k key, e *entry) {
+	m := maps.Clone(s.load())
+	m[k] = e
+	s.m.Store(&m)
+}
+
+// reserve takes one slot under the cap; it reports false when the table is
+// full.
+func (t *Table) reserve() bool {
+	for {
+		n := t.count.Load()
+		if n >= t.max {
+			return false
+		}
+		if t.count.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// normVTEP unmaps IPv4-mapped IPv6 addresses so that one VTEP has one name.
+func normVTEP(v netip.AddrPort) netip.AddrPort {
+	if v.Addr().Is4In6() {
+		return netip.AddrPortFrom(v.Addr().Unmap(), v.Port())
+	}
+	return v
+}
+
+// validate checks a would-be entry. vtep must be normalised already.
+func validate(vni VNI, mac MAC, vtep netip.AddrPort) error {
+	switch {
+	case !vni.Valid():
+		return errBadVNI
+	case mac.IsZero() || mac.IsMulticast():
+		return errBadMAC
+	case !validVTEP(vtep):
+		return errBadVTEP
+	}
+	return nil
+}
+
+func validVTEP(v netip.AddrPort) bool {
+	return v.Addr().IsValid() && !v.Addr().IsUnspecified() && v.Port() != 0
+}
+
+// Lookup returns the VTEP for (vni, mac). It is lock-free, does not allocate
+// and never waits on writers; it is safe for concurrent use.
+func (t *Table) Lookup(vni VNI, mac MAC) (netip.AddrPort, bool) {
+	k := key{vni, mac}
+	e, ok := t.shardOf(k).load()[k]
+	if !ok {
+		return netip.AddrPort{}, false
+	}
+	return e.vtep, true
+}
+
+// LearnResult says what Learn did.
+type LearnResult uint8
+
+const (
+	// LearnRefreshed: the entry existed with the same VTEP; only its
+	// last-seen time was updated.
+	LearnRefreshed LearnResult = iota
+	// LearnAdded: a new learned entry.
+	LearnAdded
+	// LearnMoved: the learned MAC is now behind another VTEP.
+	LearnMoved
+	// LearnRefusedStatic: a static or local entry exists for this key;
+	// learning never overwrites those. Nothing changed.
+	LearnRefusedStatic
+	// LearnRefusedFull: the table holds MaxEntries entries. Nothing changed.
+	LearnRefusedFull
+	// LearnRefusedInvalid: invalid VNI, zero or multicast MAC, or unusable
+	// VTEP (invalid or unspecified address, port 0). Nothing changed.
+	LearnRefusedInvalid
+)
+
+// String returns a short lower-case name, usable as a metric label.
+func (r LearnResult) String() string {
+	switch r {
+	case LearnRefreshed:
+		return "refreshed"
+	case LearnAdded:
+		return "added"
+	case LearnMoved:
+		return "moved"
+	case LearnRefusedStatic:
+		return "refused_static"
+	case LearnRefusedFull:
+		return "refused_full"
+	case LearnRefusedInvalid:
+		return "refused_invalid"
+	}
+	return fmt.Sprintf("learnresult(%d)", uint8(r))
+}
+
+// Learn records that mac was seen as a source behind vtep. It is safe for
+// concurrent use. When the entry already exists with the same VTEP (the
+// common case), when a static or local entry exists, and when the table is
+// full, it takes no lock and does not allocate. Adds and moves take the
+// shard's writer mutex briefly; they never make readers wait.
+func (t *Table) Learn(vni VNI, mac MAC, vtep netip.AddrPort) LearnResult {
+	k := key{vni, mac}
+	vtep = normVTEP(vtep)
+	s := t.shardOf(k)
+	e, ok := s.load()[k]
+	switch {
+	case ok && e.origin != OriginLearned:
+		return LearnRefusedStatic
+	case ok && e.vtep == vtep: // only valid entries are stored: no checks
+		t.touch(e)
+		return LearnRefreshed
+	case validate(vni, mac, vtep) != nil:
+		return LearnRefusedInvalid
+	case !ok && t.count.Load() >= t.max:
+		return LearnRefusedFull
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return t.learnLocked(s, k, vtep)
+}
+
+// touch updates a learned entry's last-seen time, at most once per granule.
+func (t *Table) touch(e *entry) {
+	now := t.nanotime()
+	if now-e.seen.Load() >= t.granule {
+		e.seen.Store(now)
+	}
+}
+
+// learnLocked is Learn's slow path; the key and VTEP are valid and s.mu is
+// held. The map is read again: another writer may have changed it since the
+// lock-free look.
+func (t *Table) learnLocked(s *shard, k key, vtep netip.AddrPort) LearnResult {
+	now := t.nanotime()
+	if e, ok := s.load()[k]; ok {
+		switch {
+		case e.origin != OriginLearned:
+			return LearnRefusedStatic
+		case e.vtep == vtep:
+			e.seen.Store(now)
+			return LearnRefreshed
+		}
+		s.putLocked(k, newEntry(vtep, OriginLearned, now))
+		return LearnMoved
+	}
+	if !t.reserve() {
+		return LearnRefusedFull
+	}
+	s.putLocked(k, newEntry(vtep, OriginLearned, now))
+	return LearnAdded
+}
+
+// Set adds or replaces an entry with origin e.Origin. A local or static
+// entry replaces whatever is there, a learned one included; OriginLearned is
+// allowed too and behaves like Learn (it fails if a local or static entry
+// exists). e.Updated is ignored: the time of the call is recorded.
+//
+// Set returns an error for an invalid VNI, a zero or multicast MAC, an
+// unusable VTEP (invalid or unspecified address, port 0) or an unknown
+// origin, and ErrFull (wrapped) when the table is full and the key is new.
+// It is safe for concurrent use and never makes readers wait.
+func (t *Table) Set(e Entry) error {
+	k := key{e.VNI, e.MAC}
+	vtep := normVTEP(e.VTEP)
+	fail := func(err error) error {
+		return fmt.Errorf("fdb set vni %d mac %s vtep %s: %w", e.VNI, e.MAC, e.VTEP, err)
+	}
+	if err := validate(e.VNI, e.MAC, vtep); err != nil {
+		return fail(err)
+	}
+	switch e.Origin {
+	case OriginLocal, OriginStatic, OriginLearned:
+	default:
+		return fail(errBadOrigin)
+	}
+
+	s := t.shardOf(k)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e.Origin == OriginLearned {
+		switch t.learnLocked(s, k, vtep) {
+		case LearnRefusedStatic:
+			return fail(errors.New("a local or static entry exists"))
+		case LearnRefusedFull:
+			return fail(ErrFull)
+		}
+		return nil
+	}
+	if _, ok := s.load()[k]; !ok && !t.reserve() {
+		return fail(ErrFull)
+	}
+	s.putLocked(k, newEntry(vtep, e.Origin, t.nanotime()))
+	return nil
+}
+
+// Delete removes the entry for (vni, mac) whatever its origin, and reports
+// whether it existed. It is safe for concurrent use and never makes readers
+// wait.
+func (t *Table) Delete(vni VNI, mac MAC) bool {
+	k := key{vni, mac}
+	s := t.shardOf(k)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.load()[k]; !ok {
+		return false
+	}
+	m := maps.Clone(s.load())
+	delete(m, k)
+	s.m.Store(&m)
+	t.count.Add(-1)
+	return true
+}
+
+// Expire removes the learned entries whose last-seen time is older than
+// Ageing and returns how many it removed. Local and static entries are never
+// touched. It is safe for concurrent use; it locks one shard at a time and
+// never makes readers wait.
+func (t *Table) Expire() int {
+	cutoff := t.nanotime() - t.ageing
+	removed := 0
+	for i := range t.shards {
+		removed += t.expireShard(&t.shards[i], cutoff)
+	}
+	return removed
+}
+
+func (t *Table) expireShard(s *shard, cutoff int64) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var m map[key]*entry // the copy, made at the first expired entry
+	for k, e := range s.load() {
+		if e.origin != OriginLearned || e.seen.Load() >= cutoff {
+			continue
+		}
+		if m == nil {
+			m = maps.Clone(s.load())
+		}
+		delete(m, k)
+	}
+	if m == nil {
+		return 0
+	}
+	n := len(s.load()) - len(m)
+	s.m.Store(&m)
+	t.count.Add(-int64(n))
+	return n
+}
+
+// expireInterval is how often Run calls Expire: Ageing/10, between one
+// second and 30 seconds.
+func expireInterval(ageing time.Duration) time.Duration {
+	return min(max(ageing/10, time.Second), 30*time.Second)
+}
+
+// Run calls Expire every Ageing/10 (at least every 30s, at most every
+// second) until ctx is done. It blocks; run it in its own goroutine.
+func (t *Table) Run(ctx context.Context) {
+	tick := time.NewTicker(expireInterval(time.Duration(t.ageing)))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			t.Expire()
+		}
+	}
+}
+
+// Entries returns a snapshot of the table, sorted by VNI then MAC. The slice
+// is the caller's. Entry.Updated is the last-seen time for learned entries
+// and the time of Set for the others. It is safe for concurrent use; each
+// shard is read atomically, the table as a whole is not.
+func (t *Table) Entries() []Entry {
+	out := make([]Entry, 0, t.Len())
+	for i := range t.shards {
+		for k, e := range t.shards[i].load() {
+			out = append(out, Entry{
+				VNI:     k.vni,
+				MAC:     k.mac,
+				VTEP:    e.vtep,
+				Origin:  e.origin,
+				Updated: t.epoch.Add(time.Duration(e.seen.Load())).Round(0),
+			})
+		}
+	}
+	slices.SortFunc(out, func(a, b Entry) int {
+		if c := cmp.Compare(a.VNI, b.VNI); c != 0 {
+			return c
+		}
+		return bytes.Compare(a.MAC[:], b.MAC[:])
+	})
+	return out
+}
+
+// Len returns the number of entries. It is safe for concurrent use.
+func (t *Table) Len() int { return int(t.count.Load()) }
+
+// SetFlood replaces the flood list (head-end replication targets) of vni.
+// The list is copied; duplicates and unusable addresses (invalid or
+// unspecified address, port 0) are dropped, the order is otherwise kept. An
+// empty result removes the VNI's list. An invalid VNI is ignored. It is safe
+// for concurrent use and never makes Flood wait.
+func (t *Table) SetFlood(vni VNI, vteps []netip.AddrPort) {
+	if !vni.Valid() {
+		return
+	}
+	var list []netip.AddrPort
+	for _, v := range vteps {
+		v = normVTEP(v)
+		if validVTEP(v) && !slices.Contains(list, v) {
+			list = append(list, v)
+		}
+	}
+	list = slices.Clip(list) // appending by a caller cannot write into our array
+
+	t.floodMu.Lock()
+	defer t.floodMu.Unlock()
+	m := maps.Clone(*t.flood.Load())
+	if len(list) == 0 {
+		delete(m, vni)
+	} else {
+		m[vni] = list
+	}
+	t.flood.Store(&m)
+}
+
+// Flood returns the flood list of vni, or nil when there is none. The slice is
+// shared and read-only: callers must not modify it. It is lock-free, does not
+// allocate, and is safe for concurrent use.
+func (t *Table) Flood(vni VNI) []netip.AddrPort {
+	return (*t.flood.Load())[vni]
+}

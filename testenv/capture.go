@@ -1,0 +1,103 @@
+// Capture: tcpdump inside a host, writing a pcap file.
+
+package testenv
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+)
+
+// captureStartTimeout bounds the wait for tcpdump to say it is listening.
+const captureStartTimeout = 10 * time.Second
+
+// Capture runs `tcpdump -i iface -n -U -w pcapPath filter` inside host and
+// returns once tcpdump reports it is listening, so nothing sent afterwards is
+// missed. filter is a pcap-filter expression; empty captures everything.
+// stop sends SIGINT, waits for tcpdump to flush and exit (SIGKILL after 5 s),
+// and returns an error if it did not exit cleanly; calling it again returns
+// the same result. tcpdump is killed when ctx is done, and by Down.
+func (tb *Testbed) Capture(ctx context.Context, host *Host, iface, filter, pcapPath string) (stop func() error, err error) {
+	// -Z root: keep root so the file can be written anywhere root can.
+	args := []string{"-i", iface, "-n", "-U", "-Z", "root", "-w", pcapPath}
+	if filter != "" {
+		args = append(args, filter)
+	}
+	cmd := host.Exec(ctx, "tcpdump", args...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, fmt.Errorf("testenv: %s: capture: %w", host.Name, err)
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("testenv: %s: capture %s: %w", host.Name, commandLine(cmd.Args), err)
+	}
+
+	var (
+		mu        sync.Mutex
+		msgs      strings.Builder // tcpdump's stderr, for error messages
+		listening = make(chan struct{})
+		done      = make(chan struct{})
+		waitErr   error
+	)
+	output := func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return strings.TrimSpace(msgs.String())
+	}
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		seen := false
+		for sc.Scan() {
+			mu.Lock()
+			msgs.WriteString(sc.Text() + "\n")
+			mu.Unlock()
+			if !seen && strings.Contains(sc.Text(), "listening on") {
+				seen = true
+				close(listening)
+			}
+		}
+		waitErr = cmd.Wait() // only after stderr is drained
+		close(done)
+	}()
+
+	t := time.NewTimer(captureStartTimeout)
+	defer t.Stop()
+	select {
+	case <-listening:
+	case <-done:
+		return nil, fmt.Errorf("testenv: %s: capture %s exited before listening: %v: %s", host.Name, commandLine(cmd.Args), waitErr, output())
+	case <-t.C:
+		_ = cmd.Process.Kill()
+		<-done
+		return nil, fmt.Errorf("testenv: %s: capture %s: not listening after %v: %s", host.Name, commandLine(cmd.Args), captureStartTimeout, output())
+	}
+
+	var (
+		once    sync.Once
+		stopErr error
+	)
+	stop = func() error {
+		once.Do(func() {
+			_ = cmd.Process.Signal(os.Interrupt)
+			t := time.NewTimer(stopTimeout)
+			defer t.Stop()
+			select {
+			case <-done:
+				if waitErr != nil {
+					stopErr = fmt.Errorf("testenv: %s: capture %s: %w: %s", host.Name, commandLine(cmd.Args), waitErr, output())
+				}
+			case <-t.C:
+				_ = cmd.Process.Kill()
+				<-done
+				stopErr = errors.New("testenv: " + host.Name + ": capture: tcpdump ignored SIGINT; killed")
+			}
+		})
+		return stopErr
+	}
+	return stop, nil
+}

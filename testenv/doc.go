@@ -1,0 +1,19 @@
+// Package testenv builds network-namespace testbeds: an underlay bridge, hosts, agents, kernel VXLAN peers, and their teardown.
+//
+// A testbed with prefix P and N hosts is, once Up:
+//
+//	namespace P-ul   bridge br0 (up), with one port per host named h1 … hN
+//	namespace P-hI   lo (up), and ul0: the other end of the veth hI, carrying
+//	                 the underlay address Underlay+I (198.18.0.I/24 by default)
+//
+// Nothing is created in the root namespace: the veth pairs are made inside the
+// underlay namespace and one end is moved straight into its host. Underlay
+// addresses must come from 198.18.0.0/15 (RFC 2544, set aside for benchmarking).
+//
+// The package drives iproute2, ping, tcpdump and the uvxlan binary as
+// subprocesses; it imports no other package of the project. Every command it
+// runs is bounded by a context with a timeout. Tests get a testbed from
+// NewForTest, which skips (or fails, under UVXLAN_REQUIRE_NETNS=1) when the
+// machine cannot build one and tears it down in t.Cleanup. A crashed run's
+// leftovers go with Cleanup(prefix).
+package testenv

@@ -1,0 +1,133 @@
+// Helpers for tests (Require, NewForTest) and for command-line use (SignalContext).
+
+package testenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// RequireEnv is the environment variable that turns Require's skips into
+// failures. CI sets it to 1.
+const RequireEnv = "UVXLAN_REQUIRE_NETNS"
+
+// Require skips the test, with the reason, when this machine cannot build
+// testbeds: not root, without CAP_SYS_ADMIN and CAP_NET_ADMIN, no
+// /dev/net/tun, or no `ip`. With UVXLAN_REQUIRE_NETNS=1 it fails the test
+// instead of skipping.
+func Require(t testing.TB) {
+	t.Helper()
+	err := checkPrivileges()
+	if err == nil {
+		return
+	}
+	if os.Getenv(RequireEnv) == "1" {
+		t.Fatalf("namespace testbed unavailable: %v (%s=1 forbids skipping)", err, RequireEnv)
+	}
+	t.Skipf("skipping: namespace testbed unavailable: %v (needs root, /dev/net/tun and iproute2; set %s=1 to fail instead)", err, RequireEnv)
+}
+
+func checkPrivileges() error {
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("not root (euid %d)", os.Geteuid())
+	}
+	const capNetAdmin, capSysAdmin = 12, 21
+	eff, err := effectiveCaps()
+	if err != nil {
+		return err
+	}
+	if eff&(1<<capNetAdmin) == 0 || eff&(1<<capSysAdmin) == 0 {
+		return errors.New("root without CAP_NET_ADMIN and CAP_SYS_ADMIN")
+	}
+	if fi, err := os.Stat("/dev/net/tun"); err != nil {
+		return fmt.Errorf("no /dev/net/tun: %w", err)
+	} else if fi.Mode()&os.ModeCharDevice == 0 {
+		return errors.New("/dev/net/tun is not a character device")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		return fmt.Errorf("iproute2 missing: %w", err)
+	}
+	return nil
+}
+
+// effectiveCaps reads the effective capability set from /proc/self/status.
+func effectiveCaps() (uint64, error) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			return strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+		}
+	}
+	return 0, errors.New("no CapEff in /proc/self/status")
+}
+
+// NewForTest calls Require, builds the testbed described by cfg (with a
+// random prefix and a per-test log directory unless cfg sets them) and
+// registers its teardown with t.Cleanup. When the test has failed, the
+// teardown first logs the tail of every process log. Errors are fatal.
+func NewForTest(t testing.TB, cfg Config) *Testbed {
+	t.Helper()
+	Require(t)
+	if cfg.LogDir == "" {
+		cfg.LogDir = t.TempDir() // before Cleanup(Down): removed after Down runs
+	}
+	tb, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			tb.logTails(t)
+		}
+		if err := tb.Down(); err != nil {
+			t.Errorf("testbed teardown: %v", err)
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := tb.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return tb
+}
+
+// logTails logs the last 4 KiB of each process log.
+func (tb *Testbed) logTails(t testing.TB) {
+	tb.mu.Lock()
+	procs := append([]*Proc(nil), tb.procs...)
+	tb.mu.Unlock()
+	for _, p := range procs {
+		log := p.Log()
+		if len(log) > 4096 {
+			log = "…" + log[len(log)-4096:]
+		}
+		t.Logf("%s (%s):\n%s", commandLine(p.cmd.Args), p.logPath, log)
+	}
+}
+
+// SignalContext returns a context canceled on SIGINT or SIGTERM, for command
+// line use: build the testbed under it and tear it down on the way out.
+// Until stop is called, further signals are caught too, so a second Ctrl-C
+// does not cut the teardown short.
+//
+//	ctx, stop := testenv.SignalContext(context.Background())
+//	defer stop()
+//	tb, err := testenv.New(cfg) ...
+//	defer tb.Down()
+//	if err := tb.Up(ctx); err != nil { ... }
+//	<-ctx.Done()
+func SignalContext(parent context.Context) (ctx context.Context, stop context.CancelFunc) {
+	return signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
+}
