@@ -318,17 +318,21 @@ func (c *UDPConn) WriteBatch(msgs []Message) (int, error) {
 		w.n, w.head = 0, 0
 		for len(msgs) > 0 && w.n < c.batch {
 			m := &msgs[0]
-			msgs = msgs[1:]
 			namelen := c.putRawAddrPort(&w.names[w.n], m.Addr)
 			if namelen == 0 {
+				if w.n > 0 {
+					break // send the ones before it first: errors stay in order
+				}
 				if w.err == nil {
 					w.err = fmt.Errorf("encap: write to %s from %s: %w", m.Addr, c.laddr, errAddrFamily)
 				}
+				msgs = msgs[1:]
 				continue
 			}
 			w.hdrs[w.n].Hdr.Namelen = namelen
 			setIovec(&w.iovs[w.n], m.Buf[:m.N])
 			w.n++
+			msgs = msgs[1:]
 		}
 		if w.n == 0 {
 			continue

@@ -16,15 +16,18 @@ import (
 // captureStartTimeout bounds the wait for tcpdump to say it is listening.
 const captureStartTimeout = 10 * time.Second
 
-// Capture runs `tcpdump -i iface -n -U -w pcapPath filter` inside host and
+// Capture runs `tcpdump -i iface -w pcapPath filter` inside host and
 // returns once tcpdump reports it is listening, so nothing sent afterwards is
 // missed. filter is a pcap-filter expression; empty captures everything.
 // stop sends SIGINT, waits for tcpdump to flush and exit (SIGKILL after 5 s),
 // and returns an error if it did not exit cleanly; calling it again returns
 // the same result. tcpdump is killed when ctx is done, and by Down.
 func (tb *Testbed) Capture(ctx context.Context, host *Host, iface, filter, pcapPath string) (stop func() error, err error) {
-	// -Z root: keep root so the file can be written anywhere root can.
-	args := []string{"-i", iface, "-n", "-U", "-Z", "root", "-w", pcapPath}
+	// --immediate-mode: hand each packet over at once; otherwise the kernel
+	// holds them in its ring for up to a second and SIGINT loses them.
+	// -U: write each packet through to the file. -Z root: keep root, so the
+	// file can be written anywhere root can.
+	args := []string{"-i", iface, "-n", "--immediate-mode", "-U", "-Z", "root", "-w", pcapPath}
 	if filter != "" {
 		args = append(args, filter)
 	}

@@ -71,13 +71,13 @@ type Testbed struct {
 
 // Host is one host namespace of a testbed.
 type Host struct {
-	Index    int        // 1-based position in the testbed
-	Name     string     // "h<Index>"
-	Netns    string     // "<prefix>-h<Index>"
-	Iface    string     // underlay interface inside Netns: UnderlayIface
-	Underlay netip.Addr // address of Iface
-	Prefix   netip.Prefix
-	MTU      int // MTU of Iface
+	Index    int          // 1-based position in the testbed
+	Name     string       // "h<Index>"
+	Netns    string       // "<prefix>-h<Index>"
+	Iface    string       // underlay interface inside Netns: UnderlayIface
+	Underlay netip.Addr   // address of Iface
+	Prefix   netip.Prefix // Underlay with the underlay subnet's length, as on Iface
+	MTU      int          // MTU of Iface
 
 	tb *Testbed
 }
@@ -258,9 +258,7 @@ func (tb *Testbed) Down() error {
 
 	var errs []error
 	for _, p := range procs {
-		if err := p.Kill(); err != nil && !errors.As(err, new(*exec.ExitError)) {
-			errs = append(errs, err) // an agent's own exit status is not a teardown error
-		}
+		_ = p.Kill() // how an agent exited is for its test to judge, not a teardown error
 	}
 	existing, err := listNetns(ctx)
 	if err != nil {
