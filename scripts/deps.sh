@@ -10,6 +10,7 @@ command -v ping    >/dev/null 2>&1 || need+=(iputils-ping)
 command -v iperf3  >/dev/null 2>&1 || need+=(iperf3)
 command -v tcpdump >/dev/null 2>&1 || need+=(tcpdump)
 command -v tshark  >/dev/null 2>&1 || need+=(tshark)
+command -v ethtool >/dev/null 2>&1 || need+=(ethtool)
 [ ${#need[@]} -eq 0 ] && exit 0
 
 if [ "$(id -u)" -ne 0 ]; then

@@ -76,9 +76,16 @@ func Open(cfg Config) (*TAP, error) {
 	if _, err := os.Stat("/dev/net/tun"); err != nil {
 		return nil, fmt.Errorf("tap: %w", ErrNoTUN)
 	}
+	// water sets TUNSETPERSIST from Config.Persist: opening an existing
+	// persistent TAP with Persist false would make it vanish on Close.
+	link, lerr := netlink.LinkByName(cfg.Name)
+	existed := lerr == nil
+	if existed && link.Type() != "tuntap" {
+		return nil, fmt.Errorf("tap: %s exists and is a %s device, not a TAP; choose another --dev", cfg.Name, link.Type())
+	}
 	ifce, err := water.New(water.Config{
 		DeviceType:             water.TAP,
-		PlatformSpecificParams: water.PlatformSpecificParams{Name: cfg.Name},
+		PlatformSpecificParams: water.PlatformSpecificParams{Name: cfg.Name, Persist: existed},
 	})
 	if err != nil {
 		if errors.Is(err, unix.EPERM) || errors.Is(err, os.ErrPermission) {

@@ -157,7 +157,7 @@ func namespacesWith(t *testing.T, prefix string) []string {
 
 func TestPingMesh(t *testing.T) {
 	t.Parallel()
-	tb := NewForTest(t, Config{Hosts: 3})
+	tb := NewForTest(t, Config{Hosts: 3, MTU: 9000})
 	ctx := t.Context()
 	for _, src := range tb.Hosts() {
 		for _, dst := range tb.Hosts() {
@@ -173,12 +173,20 @@ func TestPingMesh(t *testing.T) {
 			}
 		}
 	}
+	// Both ends of each veth carry the configured MTU.
 	out, err := tb.Host(1).Run(ctx, "ip", "-o", "link", "show", "ul0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out, "mtu 1500") {
-		t.Errorf("ul0: want mtu 1500, got %s", out)
+	if !strings.Contains(out, "mtu 9000") {
+		t.Errorf("ul0: want mtu 9000, got %s", out)
+	}
+	out, err = run(ctx, "ip", "-n", tb.UnderlayNetns(), "-o", "link", "show", "master", "br0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(out, "mtu 9000"); n != 3 {
+		t.Errorf("bridge ports: want 3 with mtu 9000, got %d:\n%s", n, out)
 	}
 }
 

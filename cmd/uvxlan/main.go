@@ -56,7 +56,7 @@ func run(args []string, stdout, stderr *os.File) int {
 type usageError struct{ error }
 
 func newApp() *cli.App {
-	return &cli.App{
+	app := &cli.App{
 		Name:  "uvxlan",
 		Usage: "a userspace VXLAN overlay: TAP in, RFC 7348 VXLAN over batched UDP out",
 		Description: `uvxlan runs one agent per host. The agent owns a TAP device, encapsulates and
@@ -82,6 +82,16 @@ vxlan kernel module.
 			testbedCommand(),
 			demoCommand(),
 		},
+	}
+	setUsageErrors(app.Commands, app.OnUsageError)
+	return app
+}
+
+// setUsageErrors makes a bad flag of any (sub)command a usage error (exit 2).
+func setUsageErrors(cmds []*cli.Command, f cli.OnUsageErrorFunc) {
+	for _, c := range cmds {
+		c.OnUsageError = f
+		setUsageErrors(c.Subcommands, f)
 	}
 }
 

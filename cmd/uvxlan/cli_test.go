@@ -1,0 +1,144 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// runBinary runs the built uvxlan with args and extra environment and
+// returns its exit status and stderr.
+func runBinary(t *testing.T, env []string, args ...string) (int, string) {
+	t.Helper()
+	cmd := exec.Command(uvxlanBin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, stderr.String()
+	case errors.As(err, &ee):
+		return ee.ExitCode(), stderr.String()
+	}
+	t.Fatalf("uvxlan %v: %v", args, err)
+	return 0, ""
+}
+
+// Every bad flag value is a one-line error naming the flag, exit status 2,
+// and nothing is created. All cases bind to loopback only, and each has one
+// bad value, so no agent ever starts in the root namespace.
+func TestBadFlagsExit2(t *testing.T) {
+	// A UDP port that is taken, for the "port in use" case.
+	busy, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.MustParseAddrPort("127.0.0.1:0")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	busyPort := strconv.Itoa(busy.LocalAddr().(*net.UDPAddr).Port)
+
+	base := []string{"run", "--local", "127.0.0.1", "--mtu", "1400", "--control", t.TempDir() + "/c.sock", "--dev", "uvxbadflag"}
+	tests := []struct {
+		desc string
+		args []string
+		env  []string
+		flag string
+	}{
+		{"VNI zero", []string{"--vni", "0"}, nil, "--vni"},
+		{"VNI over 24 bits", []string{"--vni", "16777216"}, nil, "--vni"},
+		{"VNI not a number", []string{"--vni", "ten"}, nil, "vni"},
+		{"VNI from the environment", nil, []string{"UVXLAN_VNI=0"}, "--vni"},
+		{"port zero", []string{"--port", "0"}, nil, "--port"},
+		{"port too big", []string{"--port", "70000"}, nil, "--port"},
+		{"port in use", []string{"--port", busyPort}, nil, "--port"},
+		{"address without prefix length", []string{"--address", "10.42.0.1"}, nil, "--address"},
+		{"MAC malformed", []string{"--mac", "zz:00:00:00:00:01"}, nil, "--mac"},
+		{"MAC multicast", []string{"--mac", "01:00:5e:00:00:01"}, nil, "--mac"},
+		{"peer not an address", []string{"--peer", "host-b"}, nil, "--peer"},
+		{"peer port zero", []string{"--peer", "198.18.0.2:0"}, nil, "--peer"},
+		{"MTU too small", []string{"--mtu", "10"}, nil, "--mtu"},
+		{"source port range reversed", []string{"--src-port-range", "50000-49000"}, nil, "--src-port-range"},
+		{"source port range too wide", []string{"--src-port-range", "40000-50000"}, nil, "--src-port-range"},
+		{"ageing zero", []string{"--ageing", "0s"}, nil, "--ageing"},
+		{"fdb-max zero", []string{"--fdb-max", "0"}, nil, "--fdb-max"},
+		{"device name too long", []string{"--dev", "averyveryverylongname"}, nil, "--dev"},
+		{"local not on this host", []string{"--local", "198.19.255.254"}, nil, "--local"},
+		{"unknown flag", []string{"--bogus"}, nil, "bogus"},
+		{"stray argument", []string{"extra"}, nil, "no arguments"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			code, stderr := runBinary(t, tc.env, append(append([]string(nil), base...), tc.args...)...)
+			if code != exitUsage {
+				t.Errorf("exit status %d, want %d; stderr:\n%s", code, exitUsage, stderr)
+			}
+			if !strings.Contains(stderr, tc.flag) {
+				t.Errorf("stderr does not name %s:\n%s", tc.flag, stderr)
+			}
+			if _, err := net.InterfaceByName("uvxbadflag"); err == nil {
+				t.Errorf("a TAP was created despite the bad flag")
+			}
+		})
+	}
+}
+
+func TestClientWithoutAgent(t *testing.T) {
+	code, stderr := runBinary(t, nil, "stats", "--control", t.TempDir()+"/none.sock")
+	if code != exitError || !strings.Contains(stderr, "no agent answers") {
+		t.Errorf("exit %d, stderr %q: want 1 and a message that no agent answers", code, stderr)
+	}
+}
+
+func TestParsePeer(t *testing.T) {
+	tests := []struct {
+		in   string
+		want string
+		ok   bool
+	}{
+		{"198.18.0.2", "198.18.0.2:4789", true},
+		{"198.18.0.2:8472", "198.18.0.2:8472", true},
+		{"[2001:db8::1]:4789", "[2001:db8::1]:4789", true},
+		{"2001:db8::1", "[2001:db8::1]:4789", true},
+		{"::ffff:198.18.0.2", "198.18.0.2:4789", true},
+		{"0.0.0.0", "", false},
+		{"224.0.0.1", "", false},
+		{"198.18.0.2:0", "", false},
+		{"host", "", false},
+		{"", "", false},
+	}
+	for _, tc := range tests {
+		got, err := parsePeer(tc.in, 4789)
+		if (err == nil) != tc.ok || (tc.ok && got.String() != tc.want) {
+			t.Errorf("parsePeer(%q) = %v, %v; want %q ok=%v", tc.in, got, err, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestParsePortRange(t *testing.T) {
+	tests := []struct {
+		in     string
+		lo, hi uint16
+		ok     bool
+	}{
+		{"49152-49159", 49152, 49159, true},
+		{"5000", 5000, 5000, true},
+		{"1-64", 1, 64, true},
+		{"1-65", 0, 0, false},
+		{"9-8", 0, 0, false},
+		{"0-5", 0, 0, false},
+		{"a-b", 0, 0, false},
+	}
+	for _, tc := range tests {
+		lo, hi, err := parsePortRange(tc.in)
+		if (err == nil) != tc.ok || lo != tc.lo || hi != tc.hi {
+			t.Errorf("parsePortRange(%q) = %d, %d, %v; want %d, %d ok=%v", tc.in, lo, hi, err, tc.lo, tc.hi, tc.ok)
+		}
+	}
+}

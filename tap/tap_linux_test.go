@@ -1,0 +1,171 @@
+package tap_test
+
+import (
+	"bytes"
+	"errors"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/gopacket"
+	"github.com/google/gopacket/layers"
+	"github.com/vishvananda/netlink"
+
+	"github.com/uvxlan/uvxlan/tap"
+	"github.com/uvxlan/uvxlan/testenv"
+)
+
+// arpRequest asks who has target, from (mac, ip).
+func arpRequest(t *testing.T, mac net.HardwareAddr, ip, target netip.Addr) []byte {
+	t.Helper()
+	eth := layers.Ethernet{SrcMAC: mac, DstMAC: layers.EthernetBroadcast, EthernetType: layers.EthernetTypeARP}
+	arp := layers.ARP{AddrType: layers.LinkTypeEthernet, Protocol: layers.EthernetTypeIPv4, HwAddressSize: 6, ProtAddressSize: 4,
+		Operation: layers.ARPRequest, SourceHwAddress: mac, SourceProtAddress: ip.AsSlice(),
+		DstHwAddress: make([]byte, 6), DstProtAddress: target.AsSlice()}
+	buf := gopacket.NewSerializeBuffer()
+	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{}, &eth, &arp); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// A real TAP in a test namespace: configured as asked, frames written in
+// reach the kernel, its answers come back out through Read at the offset,
+// and Close removes the device.
+func TestTAPRoundTrip(t *testing.T) {
+	tb := testenv.NewForTest(t, testenv.Config{Hosts: 1})
+	h := tb.Host(1)
+	mac := net.HardwareAddr{0x02, 0x54, 0, 0, 0, 1}
+	addr := netip.MustParsePrefix("10.77.0.1/24")
+	var dev *tap.TAP
+	err := h.Do(func() (err error) {
+		dev, err = tap.Open(tap.Config{Name: "uvxt0", MAC: mac, MTU: 1400, Addrs: []netip.Prefix{addr}, BatchSize: 4})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	if dev.Name() != "uvxt0" || !bytes.Equal(dev.MAC(), mac) || dev.MTU() != 1400 || dev.BatchSize() != 4 {
+		t.Fatalf("device %s mac %s mtu %d batch %d; want uvxt0 %s 1400 4", dev.Name(), dev.MAC(), dev.MTU(), dev.BatchSize(), mac)
+	}
+	out, err := h.Run(t.Context(), "ip", "-br", "addr", "show", "uvxt0")
+	if err != nil || !bytes.Contains([]byte(out), []byte(addr.String())) {
+		t.Fatalf("address %s not on the TAP (%v):\n%s", addr, err, out)
+	}
+
+	// Write three ARP requests for the TAP's address from a fake
+	// neighbour; the kernel answers each through the TAP.
+	peer := net.HardwareAddr{0x02, 0x54, 0, 0, 0, 2}
+	const off = 8
+	var frames [][]byte
+	for range 3 {
+		frames = append(frames, append(make([]byte, off), arpRequest(t, peer, netip.MustParseAddr("10.77.0.2"), addr.Addr())...))
+	}
+	if n, err := dev.Write(frames, off); n != 3 || err != nil {
+		t.Fatalf("Write = %d, %v; want 3, nil", n, err)
+	}
+
+	bufs := make([][]byte, 4)
+	for i := range bufs {
+		bufs[i] = make([]byte, off+1500)
+	}
+	sizes := make([]int, 4)
+	replies := 0
+	deadline := time.Now().Add(5 * time.Second)
+	for replies < 1 && time.Now().Before(deadline) {
+		n, err := dev.Read(bufs, sizes, off)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range n {
+			p := gopacket.NewPacket(bufs[i][off:off+sizes[i]], layers.LayerTypeEthernet, gopacket.Default)
+			if a, ok := p.Layer(layers.LayerTypeARP).(*layers.ARP); ok && a.Operation == layers.ARPReply {
+				if !bytes.Equal(a.SourceHwAddress, mac) || !bytes.Equal(a.DstHwAddress, peer) {
+					t.Errorf("ARP reply from %s to %s, want from %s to %s", net.HardwareAddr(a.SourceHwAddress), net.HardwareAddr(a.DstHwAddress), mac, peer)
+				}
+				replies++
+			}
+		}
+	}
+	if replies == 0 {
+		t.Fatal("no ARP reply came out of the TAP")
+	}
+
+	// Close unblocks a pending Read with os.ErrClosed and removes the link.
+	readErr := make(chan error, 1)
+	go func() {
+		for {
+			if _, err := dev.Read(bufs, sizes, off); err != nil {
+				readErr <- err
+				return
+			}
+		}
+	}()
+	time.Sleep(50 * time.Millisecond)
+	dev.Close()
+	select {
+	case err := <-readErr:
+		if !errors.Is(err, os.ErrClosed) {
+			t.Errorf("Read after Close: %v, want os.ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not unblock Read")
+	}
+	err = h.Do(func() error {
+		_, err := netlink.LinkByName("uvxt0")
+		return err
+	})
+	if err == nil {
+		t.Error("the TAP is still there after Close")
+	}
+}
+
+// An existing persistent TAP is attached to and left in place by Close.
+func TestTAPAttachExisting(t *testing.T) {
+	tb := testenv.NewForTest(t, testenv.Config{Hosts: 1})
+	h := tb.Host(1)
+	if out, err := h.Run(t.Context(), "ip", "tuntap", "add", "dev", "keep0", "mode", "tap"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	err := h.Do(func() error {
+		dev, err := tap.Open(tap.Config{Name: "keep0"})
+		if err != nil {
+			return err
+		}
+		return dev.Close()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := h.Run(t.Context(), "ip", "link", "show", "keep0"); err != nil {
+		t.Fatalf("persistent TAP removed by Close: %v\n%s", err, out)
+	}
+}
+
+// A name held by a device that is not a TAP is refused with a clear error.
+func TestOpenNotATAP(t *testing.T) {
+	tb := testenv.NewForTest(t, testenv.Config{Hosts: 1})
+	h := tb.Host(1)
+	err := h.Do(func() error {
+		_, err := tap.Open(tap.Config{Name: "ul0"})
+		return err
+	})
+	if err == nil || !strings.Contains(err.Error(), "not a TAP") {
+		t.Fatalf("Open(ul0) = %v, want an error saying it is not a TAP", err)
+	}
+	if _, err := h.Run(t.Context(), "ip", "link", "show", "ul0"); err != nil {
+		t.Fatalf("ul0 gone after the refused Open: %v", err)
+	}
+}
+
+func TestOpenBadName(t *testing.T) {
+	for _, name := range []string{"", "a-name-longer-than-15"} {
+		if _, err := tap.Open(tap.Config{Name: name}); err == nil {
+			t.Errorf("Open(%q) succeeded", name)
+		}
+	}
+}
