@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -258,7 +259,9 @@ func (tb *Testbed) Down() error {
 
 	var errs []error
 	for _, p := range procs {
-		_ = p.Kill() // how an agent exited is for its test to judge, not a teardown error
+		// SIGTERM first so agents remove their TAPs and sockets; how an
+		// agent exited is for its test to judge, not a teardown error.
+		_ = p.Stop()
 	}
 	existing, err := listNetns(ctx)
 	if err != nil {
@@ -325,24 +328,59 @@ func listNetns(ctx context.Context) (map[string]bool, error) {
 	return set, nil
 }
 
-// deleteNetns SIGKILLs every process in the namespace, then deletes it.
-// The namespace itself, with its interfaces, goes when its last process does.
+// deleteNetns stops every process in the namespace (SIGTERM, then SIGKILL
+// for those still there after termGrace), then deletes it. The namespace
+// itself, with its interfaces, goes when its last process does.
 func deleteNetns(ctx context.Context, name string) error {
 	out, err := run(ctx, "ip", "netns", "pids", name)
 	if err != nil {
 		return err
 	}
+	var pids []int
 	for _, f := range strings.Fields(out) {
-		pid, err := strconv.Atoi(f)
-		if err != nil || pid <= 1 {
-			continue
+		if pid, err := strconv.Atoi(f); err == nil && pid > 1 {
+			pids = append(pids, pid)
 		}
-		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && err != syscall.ESRCH {
-			return fmt.Errorf("kill %d in %s: %w", pid, name, err)
+	}
+	signalAll := func(sig syscall.Signal) error {
+		for _, pid := range pids {
+			if err := syscall.Kill(pid, sig); err != nil && err != syscall.ESRCH {
+				return fmt.Errorf("kill %d in %s: %w", pid, name, err)
+			}
 		}
+		return nil
+	}
+	if err := signalAll(syscall.SIGTERM); err != nil {
+		return err
+	}
+	for deadline := time.Now().Add(termGrace); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if !anyAlive(pids) {
+			break
+		}
+	}
+	if err := signalAll(syscall.SIGKILL); err != nil {
+		return err
 	}
 	_, err = run(ctx, "ip", "netns", "del", name)
 	return err
+}
+
+// termGrace is how long teardown waits after SIGTERM before SIGKILL.
+const termGrace = 3 * time.Second
+
+// anyAlive reports whether any of pids still runs (zombies count as gone).
+func anyAlive(pids []int) bool {
+	for _, pid := range pids {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			continue
+		}
+		// "pid (comm) S ...": the state follows the last ')'.
+		if i := strings.LastIndexByte(string(b), ')'); i >= 0 && i+2 < len(b) && b[i+2] != 'Z' {
+			return true
+		}
+	}
+	return false
 }
 
 // runIPs runs `ip` once per argument list, stopping at the first error.

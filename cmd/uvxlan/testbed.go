@@ -81,7 +81,14 @@ address 198.18.0.I/24, MTU 1500. Nothing is added to the root namespace.
 						return usageError{fmt.Errorf("exec wants HOST -- COMMAND [ARGS...]")}
 					}
 					ns := c.String("prefix") + "-" + args[0]
-					cmd := exec.CommandContext(c.Context, "ip", append([]string{"netns", "exec", ns}, args[1:]...)...)
+					command := args[1:]
+					if command[0] == "--" {
+						command = command[1:]
+					}
+					if len(command) == 0 {
+						return usageError{fmt.Errorf("exec wants HOST -- COMMAND [ARGS...]")}
+					}
+					cmd := exec.CommandContext(c.Context, "ip", append([]string{"netns", "exec", ns}, command...)...)
 					cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, c.App.Writer, c.App.ErrWriter
 					if err := cmd.Run(); err != nil {
 						if ee, ok := err.(*exec.ExitError); ok {
