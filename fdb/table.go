@@ -44,6 +44,13 @@ package fdb
 //     (LearnRefusedStatic). Set with a local or static origin replaces
 //     whatever is there, learned entries included.
 //
+//   - Gossip entries (announced by the node that owns the MAC) outrank
+//     learned ones and are outranked by local and static ones: Set with
+//     OriginGossip replaces a learned entry, is refused (ErrOutranked) over
+//     a local or static one, and learning never overwrites it. The gossip
+//     layer withdraws with DeleteOrigin, so it never removes an entry it
+//     does not own.
+//
 //   - Moves: a learned MAC seen behind a different VTEP is moved there at
 //     once (LearnMoved), as a Linux bridge does; the newest sighting wins.
 //
@@ -99,6 +106,10 @@ const (
 // ErrFull is returned by Set when the table holds MaxEntries entries and the
 // key is new.
 var ErrFull = errors.New("fdb table full")
+
+// ErrOutranked is returned by Set with OriginGossip when a local or static
+// entry holds the key.
+var ErrOutranked = errors.New("a local or static entry holds this key")
 
 var (
 	errBadVNI    = errors.New("invalid VNI")
@@ -388,7 +399,7 @@ func (t *Table) Set(e Entry) error {
 		return fail(err)
 	}
 	switch e.Origin {
-	case OriginLocal, OriginStatic, OriginLearned:
+	case OriginLocal, OriginStatic, OriginLearned, OriginGossip:
 	default:
 		return fail(errBadOrigin)
 	}
@@ -396,6 +407,9 @@ func (t *Table) Set(e Entry) error {
 	s := t.shardOf(k)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if old, ok := s.load()[k]; ok && e.Origin == OriginGossip && (old.origin == OriginLocal || old.origin == OriginStatic) {
+		return fail(ErrOutranked)
+	}
 	if e.Origin == OriginLearned {
 		switch t.learnLocked(s, k, vtep) {
 		case LearnRefusedStatic:
@@ -415,12 +429,19 @@ func (t *Table) Set(e Entry) error {
 // Delete removes the entry for (vni, mac) whatever its origin, and reports
 // whether it existed. It is safe for concurrent use and never makes readers
 // wait.
-func (t *Table) Delete(vni VNI, mac MAC) bool {
-	k := key{vni, mac}
+func (t *Table) Delete(vni VNI, mac MAC) bool { return t.deleteIf(key{vni, mac}, 0) }
+
+// DeleteOrigin removes the entry only if it has origin o, and reports whether
+// it did. The gossip layer withdraws with it, so that a withdrawal never
+// removes a static or local entry that holds the same key.
+func (t *Table) DeleteOrigin(vni VNI, mac MAC, o Origin) bool { return t.deleteIf(key{vni, mac}, o) }
+
+// deleteIf removes k if it exists and has origin o (any origin when o is 0).
+func (t *Table) deleteIf(k key, o Origin) bool {
 	s := t.shardOf(k)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.load()[k]; !ok {
+	if e, ok := s.load()[k]; !ok || (o != 0 && e.origin != o) {
 		return false
 	}
 	m := maps.Clone(s.load())

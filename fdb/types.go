@@ -68,9 +68,12 @@ const (
 	OriginStatic
 	// OriginLearned was learned from the outer source of a received frame.
 	OriginLearned
+	// OriginGossip was announced by the node that owns it, through gossip.
+	OriginGossip
 )
 
-// String returns the name used in `fdb show` and JSON: local, static, learned.
+// String returns the name used in `fdb show` and JSON: local, static,
+// learned, gossip.
 func (o Origin) String() string {
 	switch o {
 	case OriginLocal:
@@ -79,6 +82,8 @@ func (o Origin) String() string {
 		return "static"
 	case OriginLearned:
 		return "learned"
+	case OriginGossip:
+		return "gossip"
 	}
 	return fmt.Sprintf("origin(%d)", uint8(o))
 }
@@ -88,7 +93,7 @@ func (o Origin) MarshalText() ([]byte, error) { return []byte(o.String()), nil }
 
 // UnmarshalText implements encoding.TextUnmarshaler.
 func (o *Origin) UnmarshalText(b []byte) error {
-	for _, c := range []Origin{OriginLocal, OriginStatic, OriginLearned} {
+	for _, c := range []Origin{OriginLocal, OriginStatic, OriginLearned, OriginGossip} {
 		if c.String() == string(b) {
 			*o = c
 			return nil

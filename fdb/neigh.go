@@ -1,0 +1,149 @@
+package fdb
+
+// The neighbour table maps (VNI, IP) → MAC: who answers ARP (and later ND)
+// for an overlay address. The engine reads it for every ARP request it reads
+// from the TAP, to answer locally instead of flooding (ARP suppression), so
+// Lookup is lock-free and allocation-free: the table is one atomic.Pointer to
+// an immutable map, replaced whole (copy-on-write) by writers under a mutex.
+// Neighbour tables are small (one or a few addresses per endpoint) and change
+// when endpoints come and go, not per packet, so one copy per change is fine.
+//
+// Origins rank as in the FDB: static and local entries (configured, or
+// snooped from our own TAP) are never replaced by gossip; gossip entries
+// replace learned ones. Withdrawals go through DeleteOrigin.
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Neigh is one (VNI, IP) → MAC binding as shown to users.
+type Neigh struct {
+	VNI     VNI        `json:"vni"`
+	IP      netip.Addr `json:"ip"`
+	MAC     MAC        `json:"mac"`
+	Origin  Origin     `json:"origin"`
+	Updated time.Time  `json:"updated"`
+}
+
+type neighKey struct {
+	vni VNI
+	ip  netip.Addr
+}
+
+type neighVal struct {
+	mac     MAC
+	origin  Origin
+	updated time.Time
+}
+
+// Neighbors is the neighbour table. The zero value is not usable; create it
+// with NewNeighbors. All methods are safe for concurrent use; Lookup never
+// blocks and never allocates.
+type Neighbors struct {
+	max int
+	mu  sync.Mutex // serialises writers
+	m   atomic.Pointer[map[neighKey]neighVal]
+}
+
+// NewNeighbors returns an empty table holding at most max bindings
+// (DefaultMaxEntries when max <= 0).
+func NewNeighbors(max int) *Neighbors {
+	if max <= 0 {
+		max = DefaultMaxEntries
+	}
+	n := &Neighbors{max: max}
+	m := map[neighKey]neighVal{}
+	n.m.Store(&m)
+	return n
+}
+
+// Lookup returns the MAC bound to ip in vni.
+func (n *Neighbors) Lookup(vni VNI, ip netip.Addr) (MAC, bool) {
+	v, ok := (*n.m.Load())[neighKey{vni, ip.Unmap()}]
+	return v.mac, ok
+}
+
+// Set binds e.IP to e.MAC in e.VNI. It refuses an invalid VNI, IP or MAC,
+// a gossip binding over a local or static one (ErrOutranked), and a new key
+// when the table is full (ErrFull). It reports whether anything changed.
+func (n *Neighbors) Set(e Neigh) (changed bool, err error) {
+	ip := e.IP.Unmap()
+	if !e.VNI.Valid() {
+		return false, fmt.Errorf("neigh set vni %d ip %s: %w", e.VNI, e.IP, errBadVNI)
+	}
+	if !ip.IsValid() || ip.IsUnspecified() || ip.IsMulticast() || ip.Zone() != "" {
+		return false, fmt.Errorf("neigh set vni %d ip %s: invalid unicast address", e.VNI, e.IP)
+	}
+	if e.MAC.IsZero() || e.MAC.IsMulticast() {
+		return false, fmt.Errorf("neigh set vni %d ip %s mac %s: %w", e.VNI, e.IP, e.MAC, errBadMAC)
+	}
+	switch e.Origin {
+	case OriginLocal, OriginStatic, OriginLearned, OriginGossip:
+	default:
+		return false, fmt.Errorf("neigh set vni %d ip %s: %w", e.VNI, e.IP, errBadOrigin)
+	}
+	k := neighKey{e.VNI, ip}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	cur := *n.m.Load()
+	old, exists := cur[k]
+	switch {
+	case exists && old.mac == e.MAC && old.origin == e.Origin:
+		return false, nil
+	case exists && e.Origin == OriginGossip && (old.origin == OriginLocal || old.origin == OriginStatic):
+		return false, fmt.Errorf("neigh set vni %d ip %s: %w", e.VNI, e.IP, ErrOutranked)
+	case exists && e.Origin == OriginLearned && old.origin != OriginLearned:
+		return false, fmt.Errorf("neigh set vni %d ip %s: %w", e.VNI, e.IP, ErrOutranked)
+	case !exists && len(cur) >= n.max:
+		return false, fmt.Errorf("neigh set vni %d ip %s: %w", e.VNI, e.IP, ErrFull)
+	}
+	m := maps.Clone(cur)
+	m[k] = neighVal{mac: e.MAC, origin: e.Origin, updated: time.Now()}
+	n.m.Store(&m)
+	return true, nil
+}
+
+// Delete removes the binding of ip in vni whatever its origin.
+func (n *Neighbors) Delete(vni VNI, ip netip.Addr) bool { return n.deleteIf(vni, ip, 0) }
+
+// DeleteOrigin removes the binding only if it has origin o.
+func (n *Neighbors) DeleteOrigin(vni VNI, ip netip.Addr, o Origin) bool {
+	return n.deleteIf(vni, ip, o)
+}
+
+func (n *Neighbors) deleteIf(vni VNI, ip netip.Addr, o Origin) bool {
+	k := neighKey{vni, ip.Unmap()}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	cur := *n.m.Load()
+	if v, ok := cur[k]; !ok || (o != 0 && v.origin != o) {
+		return false
+	}
+	m := maps.Clone(cur)
+	delete(m, k)
+	n.m.Store(&m)
+	return true
+}
+
+// Entries returns a copy of the table sorted by VNI, then IP.
+func (n *Neighbors) Entries() []Neigh {
+	cur := *n.m.Load()
+	out := make([]Neigh, 0, len(cur))
+	for k, v := range cur {
+		out = append(out, Neigh{VNI: k.vni, IP: k.ip, MAC: v.mac, Origin: v.origin, Updated: v.updated})
+	}
+	slices.SortFunc(out, func(a, b Neigh) int {
+		return cmp.Or(cmp.Compare(a.VNI, b.VNI), a.IP.Compare(b.IP))
+	})
+	return out
+}
+
+// Len is the number of bindings.
+func (n *Neighbors) Len() int { return len(*n.m.Load()) }
