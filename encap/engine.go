@@ -4,13 +4,18 @@ package encap
 //
 // Transmit (TAP → underlay), one batch at a time:
 //  1. read a batch of frames from the TAP at offset Headroom;
-//  2. write the VXLAN header in place in front of each frame;
-//  3. look up (VNI, destination MAC) in the FDB: a known unicast MAC goes to
+//  2. snoop: a source MAC not yet known as ours, and the sender binding of
+//     an ARP packet not yet in the neighbour table, are reported on the
+//     Snoop channel (without blocking) so the node can announce them;
+//  3. ARP suppression: an ARP request for an address in the neighbour table
+//     is answered with a reply written back into the TAP, and not sent;
+//  4. write the VXLAN header in place in front of each frame;
+//  5. look up (VNI, destination MAC) in the FDB: a known unicast MAC goes to
 //     its VTEP; broadcast, multicast and unknown unicast are replicated to
 //     every VTEP of the VNI's flood list (head-end replication);
-//  4. pick the sending socket from a hash of the inner flow, so the outer
+//  6. pick the sending socket from a hash of the inner flow, so the outer
 //     UDP source port spreads flows over the underlay's ECMP paths;
-//  5. one WriteBatch (sendmmsg) per socket.
+//  7. one WriteBatch (sendmmsg) per socket, one TAP write for the replies.
 //
 // Receive (underlay → TAP), one batch at a time:
 //  1. one ReadBatch (recvmmsg);
@@ -64,7 +69,23 @@ type EngineConfig struct {
 	PeerPorts map[netip.Addr]uint16
 	// Learning turns source-MAC learning from received frames on.
 	Learning bool
-	Logger   *slog.Logger
+	// Neigh, when set, turns ARP suppression on: requests for its
+	// addresses are answered locally.
+	Neigh *fdb.Neighbors
+	// Snoop, when set, receives what the engine sees behind its own TAP:
+	// source MACs not yet in the FDB as ours (Local), and ARP sender
+	// bindings not yet in Neigh. Sends never block; when the channel is
+	// full the sighting is dropped and counted (it recurs with the next
+	// frame).
+	Snoop  chan<- Sighting
+	Logger *slog.Logger
+}
+
+// Sighting is an endpoint seen behind this node's TAP: a MAC, and with IP
+// valid, an IP → MAC binding from an ARP packet.
+type Sighting struct {
+	MAC fdb.MAC
+	IP  netip.Addr
 }
 
 // Engine forwards frames between one TAP and the underlay for one VNI.
@@ -78,6 +99,9 @@ type Engine struct {
 	fdb     *fdb.Table
 	log     *slog.Logger
 	c       counters
+	// tapMu serialises TAP writes: the receive loop writes frames, the
+	// transmit loop writes ARP replies.
+	tapMu sync.Mutex
 }
 
 // NewEngine builds an engine. rx receives from the underlay; senders send to
@@ -140,6 +164,36 @@ func (e *Engine) Run(ctx context.Context) error {
 	return firstErr
 }
 
+// txBatch is the transmit loop's scratch, allocated once.
+type txBatch struct {
+	// out holds the datagrams to send, one list per sender; flooding
+	// appends one message per VTEP, so the lists grow to the largest
+	// batch seen and stay there.
+	out [][]Message
+	// replies are ARP replies to write back into the TAP: replies[:n]
+	// point into replyBufs.
+	replies   [][]byte
+	replyBufs [][]byte
+}
+
+func (e *Engine) newTxBatch(batch int) *txBatch {
+	b := &txBatch{out: make([][]Message, len(e.senders)), replies: make([][]byte, 0, batch), replyBufs: make([][]byte, batch)}
+	for i := range b.out {
+		b.out[i] = make([]Message, 0, batch)
+	}
+	for i := range b.replyBufs {
+		b.replyBufs[i] = make([]byte, arpFrameLen)
+	}
+	return b
+}
+
+func (b *txBatch) reset() {
+	for i := range b.out {
+		b.out[i] = b.out[i][:0]
+	}
+	b.replies = b.replies[:0]
+}
+
 // transmitLoop reads frames from the TAP and sends them to the underlay.
 func (e *Engine) transmitLoop() error {
 	batch := e.dev.BatchSize()
@@ -149,12 +203,7 @@ func (e *Engine) transmitLoop() error {
 		bufs[i] = make([]byte, frameCap)
 	}
 	sizes := make([]int, batch)
-	// One outgoing message list per sender; flooding appends one message
-	// per VTEP, so the lists grow to the largest batch seen and stay there.
-	out := make([][]Message, len(e.senders))
-	for i := range out {
-		out[i] = make([]Message, 0, batch)
-	}
+	tb := e.newTxBatch(batch)
 
 	for {
 		n, err := e.dev.Read(bufs, sizes, Headroom)
@@ -164,13 +213,11 @@ func (e *Engine) transmitLoop() error {
 			}
 			return err
 		}
-		for i := range out {
-			out[i] = out[i][:0]
-		}
+		tb.reset()
 		for i := 0; i < n; i++ {
-			e.route(bufs[i][:Headroom+sizes[i]], out)
+			e.route(bufs[i][:Headroom+sizes[i]], tb)
 		}
-		for i, msgs := range out {
+		for i, msgs := range tb.out {
 			if len(msgs) == 0 {
 				continue
 			}
@@ -186,23 +233,60 @@ func (e *Engine) transmitLoop() error {
 				e.c.drops[DropSendError].Add(uint64(len(msgs) - sent))
 			}
 		}
+		if len(tb.replies) > 0 {
+			if err := e.writeTAP(tb.replies, 0); err != nil && isClosed(err) {
+				return nil
+			}
+		}
 	}
 }
 
-// route encapsulates one frame (pkt[Headroom:]) in place and appends the
-// datagrams to send to out, indexed by sender.
-func (e *Engine) route(pkt []byte, out [][]Message) {
+// writeTAP writes frames (at offset) to the TAP under tapMu, and counts the
+// frames it refused.
+func (e *Engine) writeTAP(frames [][]byte, offset int) error {
+	e.tapMu.Lock()
+	w, err := e.dev.Write(frames, offset)
+	e.tapMu.Unlock()
+	if err != nil && !isClosed(err) {
+		// The TAP refused one frame (too big, say); the rest of the
+		// batch is dropped with it rather than retried.
+		e.c.drops[DropTAPWrite].Add(uint64(len(frames) - w))
+	}
+	return err
+}
+
+// route handles one frame (pkt[Headroom:]) read from the TAP: it snoops it,
+// answers it if it is a suppressible ARP request, or encapsulates it in place
+// and appends the datagrams to send to tb.
+func (e *Engine) route(pkt []byte, tb *txBatch) {
 	frame := pkt[Headroom:]
 	if len(frame) < ethHeaderLen {
 		e.c.drop(DropTxShortFrame)
 		return
 	}
+	dst := fdb.MAC(frame[0:6])
+	arp, isARP := parseARP(frame)
+	if e.cfg.Snoop != nil {
+		e.snoop(fdb.MAC(frame[6:12]), arp, isARP)
+	}
+	if isARP && arp.op == arpRequest && e.cfg.Neigh != nil {
+		if mac, ok := e.cfg.Neigh.Lookup(e.cfg.VNI, arp.targetIP); ok && len(tb.replies) < len(tb.replyBufs) {
+			b := tb.replyBufs[len(tb.replies)]
+			tb.replies = append(tb.replies, b[:putARPReply(b, arp, mac)])
+			e.c.arpSuppressed.Add(1)
+			return
+		}
+		if dst.IsMulticast() {
+			e.c.arpFlooded.Add(1)
+		}
+	}
+
 	PutHeader(pkt, e.cfg.VNI)
 	s := 0
 	if len(e.senders) > 1 {
 		s = int(flowHash(frame) % uint32(len(e.senders)))
 	}
-	dst := fdb.MAC(frame[0:6])
+	out := tb.out
 	if !dst.IsMulticast() {
 		if vtep, ok := e.fdb.Lookup(e.cfg.VNI, dst); ok {
 			if vtep.Addr() != e.cfg.Local {
@@ -225,6 +309,31 @@ func (e *Engine) route(pkt []byte, out [][]Message) {
 		return
 	}
 	e.c.floods.Add(1)
+}
+
+// snoop reports src, and the sender binding of an ARP packet, when they are
+// not yet known as living behind this node.
+func (e *Engine) snoop(src fdb.MAC, arp arpPacket, isARP bool) {
+	if src.IsMulticast() || src.IsZero() {
+		return
+	}
+	if vtep, ok := e.fdb.Lookup(e.cfg.VNI, src); !ok || vtep.Addr() != e.cfg.Local {
+		e.report(Sighting{MAC: src})
+	}
+	if !isARP || e.cfg.Neigh == nil || arp.senderIP.IsUnspecified() || arp.senderMAC != src {
+		return
+	}
+	if mac, ok := e.cfg.Neigh.Lookup(e.cfg.VNI, arp.senderIP); !ok || mac != src {
+		e.report(Sighting{MAC: src, IP: arp.senderIP})
+	}
+}
+
+func (e *Engine) report(s Sighting) {
+	select {
+	case e.cfg.Snoop <- s:
+	default:
+		e.c.snoopDropped.Add(1)
+	}
 }
 
 // receiveLoop reads datagrams from the underlay and writes their frames to
@@ -254,7 +363,9 @@ func (e *Engine) receiveLoop() error {
 		if len(frames) == 0 {
 			continue
 		}
+		e.tapMu.Lock()
 		w, err := e.dev.Write(frames, HeaderLen)
+		e.tapMu.Unlock()
 		for _, f := range frames[:w] {
 			e.c.rxPackets.Add(1)
 			e.c.rxBytes.Add(uint64(len(f) - HeaderLen))

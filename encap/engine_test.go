@@ -197,25 +197,35 @@ func TestEngineReceiveDrops(t *testing.T) {
 	eventually(t, "good frame delivered", func() bool { return len(a.dev.written()) == 1 })
 }
 
-// The per-packet work of both directions allocates nothing.
+// The per-packet work of both directions allocates nothing, ARP
+// suppression and snooping included.
 func TestEngineHotPathAllocs(t *testing.T) {
 	var n fakeNet
 	dev, conn := newFakeDev(macA), n.listen(vtepA)
 	table := fdb.New(fdb.Config{})
 	table.SetFlood(testVNI, []netip.AddrPort{vtepB, vtepC})
 	table.Learn(testVNI, macB, vtepB)
-	e, err := NewEngine(EngineConfig{VNI: testVNI, MAC: macA, Local: vtepA.Addr(), Port: 4789, Learning: true},
+	table.Set(fdb.Entry{VNI: testVNI, MAC: macA, VTEP: vtepA, Origin: fdb.OriginLocal})
+	neigh := fdb.NewNeighbors(0)
+	neigh.Set(fdb.Neigh{VNI: testVNI, IP: netip.MustParseAddr("10.42.0.2"), MAC: macB, Origin: fdb.OriginGossip})
+	neigh.Set(fdb.Neigh{VNI: testVNI, IP: netip.MustParseAddr("10.42.0.1"), MAC: macA, Origin: fdb.OriginLocal})
+	snoop := make(chan Sighting, 1)
+	e, err := NewEngine(EngineConfig{VNI: testVNI, MAC: macA, Local: vtepA.Addr(), Port: 4789, Learning: true, Neigh: neigh, Snoop: snoop},
 		dev, conn, []Transport{conn, conn}, table)
 	if err != nil {
 		t.Fatal(err)
 	}
 	uni := append(make([]byte, Headroom), ethFrame(macB, macA, 1000)...)
 	flood := append(make([]byte, Headroom), ethFrame(bcast, macA, 60)...)
-	out := [][]Message{make([]Message, 0, 8), make([]Message, 0, 8)}
+	arp := append(make([]byte, Headroom), gopacketARP(t, 1, macA, netip.MustParseAddr("10.42.0.1"), fdb.MAC{}, netip.MustParseAddr("10.42.0.2"))...)
+	unknownSrc := append(make([]byte, Headroom), ethFrame(macB, macC, 60)...)
+	tb := e.newTxBatch(8)
 	if allocs := testing.AllocsPerRun(1000, func() {
-		out[0], out[1] = out[0][:0], out[1][:0]
-		e.route(uni, out)
-		e.route(flood, out)
+		tb.reset()
+		e.route(uni, tb)
+		e.route(flood, tb)
+		e.route(arp, tb)
+		e.route(unknownSrc, tb) // a sighting, reported or dropped
 	}); allocs != 0 {
 		t.Errorf("transmit path: %v allocs per run, want 0", allocs)
 	}
@@ -231,6 +241,76 @@ func TestEngineHotPathAllocs(t *testing.T) {
 	}
 }
 
+// An ARP request for a known address is answered into the TAP and never
+// reaches the underlay; an unknown one is flooded.
+func TestEngineARPSuppression(t *testing.T) {
+	var n fakeNet
+	neigh := fdb.NewNeighbors(0)
+	known, unknown := netip.MustParseAddr("10.42.0.2"), netip.MustParseAddr("10.42.0.9")
+	neigh.Set(fdb.Neigh{VNI: testVNI, IP: known, MAC: macB, Origin: fdb.OriginGossip})
+	a := &testNode{dev: newFakeDev(macA), conn: n.listen(vtepA), table: fdb.New(fdb.Config{})}
+	a.table.SetFlood(testVNI, []netip.AddrPort{vtepB})
+	var err error
+	a.eng, err = NewEngine(EngineConfig{VNI: testVNI, MAC: macA, Local: vtepA.Addr(), Port: 4789, Neigh: neigh}, a.dev, a.conn, []Transport{a.conn}, a.table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := startNode(t, &n, macB, vtepB, nil, true)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.eng.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	askerIP := netip.MustParseAddr("10.42.0.1")
+	a.dev.inject(gopacketARP(t, 1, macA, askerIP, fdb.MAC{}, known))
+	eventually(t, "ARP reply in the TAP", func() bool { return len(a.dev.written()) == 1 })
+	rep, ok := parseARP(a.dev.written()[0])
+	if !ok || rep.op != arpReply || rep.senderMAC != macB || rep.senderIP != known || rep.targetMAC != macA || rep.targetIP != askerIP {
+		t.Fatalf("reply %+v, want %s is-at %s to %s", rep, known, macB, macA)
+	}
+	a.dev.inject(gopacketARP(t, 1, macA, askerIP, fdb.MAC{}, unknown))
+	eventually(t, "unknown ARP flooded to B", func() bool { return len(b.dev.written()) == 1 })
+	if st := a.eng.Stats(); st.ARPSuppressed != 1 || st.ARPFlooded != 1 || st.TxPackets != 1 {
+		t.Errorf("stats %+v: want 1 suppressed, 1 flooded, 1 datagram sent", st)
+	}
+}
+
+// Source MACs and ARP bindings seen behind the TAP are reported once they
+// are not known as ours; known ones are not.
+func TestEngineSnoop(t *testing.T) {
+	var n fakeNet
+	table := fdb.New(fdb.Config{})
+	table.Set(fdb.Entry{VNI: testVNI, MAC: macA, VTEP: vtepA, Origin: fdb.OriginLocal})
+	neigh := fdb.NewNeighbors(0)
+	snoop := make(chan Sighting, 8)
+	conn := n.listen(vtepA)
+	e, err := NewEngine(EngineConfig{VNI: testVNI, MAC: macA, Local: vtepA.Addr(), Port: 4789, Neigh: neigh, Snoop: snoop},
+		newFakeDev(macA), conn, []Transport{conn}, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb := e.newTxBatch(4)
+	route := func(frame []byte) { tb.reset(); e.route(append(make([]byte, Headroom), frame...), tb) }
+	route(ethFrame(bcast, macA, 20)) // our own MAC, known: nothing
+	ip := netip.MustParseAddr("10.42.0.3")
+	route(gopacketARP(t, 1, macC, ip, fdb.MAC{}, netip.MustParseAddr("10.42.0.1")))
+	var got []Sighting
+	for len(snoop) > 0 {
+		got = append(got, <-snoop)
+	}
+	want := []Sighting{{MAC: macC}, {MAC: macC, IP: ip}}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("sightings %+v, want %+v", got, want)
+	}
+	// Once the node records them, they are no longer reported.
+	table.Set(fdb.Entry{VNI: testVNI, MAC: macC, VTEP: vtepA, Origin: fdb.OriginLocal})
+	neigh.Set(fdb.Neigh{VNI: testVNI, IP: ip, MAC: macC, Origin: fdb.OriginLocal})
+	route(gopacketARP(t, 1, macC, ip, fdb.MAC{}, netip.MustParseAddr("10.42.0.1")))
+	if len(snoop) != 0 {
+		t.Errorf("known endpoint reported again: %+v", <-snoop)
+	}
+}
+
 func BenchmarkEngineRoute(b *testing.B) {
 	var n fakeNet
 	conn := n.listen(vtepA)
@@ -239,12 +319,12 @@ func BenchmarkEngineRoute(b *testing.B) {
 	e, _ := NewEngine(EngineConfig{VNI: testVNI, MAC: macA, Local: vtepA.Addr(), Port: 4789},
 		newFakeDev(macA), conn, []Transport{conn}, table)
 	pkt := append(make([]byte, Headroom), ethFrame(macB, macA, 1400)...)
-	out := [][]Message{make([]Message, 0, 1)}
+	tb := e.newTxBatch(1)
 	b.ReportAllocs()
 	b.SetBytes(int64(len(pkt) - Headroom))
 	for b.Loop() {
-		out[0] = out[0][:0]
-		e.route(pkt, out)
+		tb.reset()
+		e.route(pkt, tb)
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pkts/s")
 }

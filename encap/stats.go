@@ -64,6 +64,9 @@ type counters struct {
 	learned            atomic.Uint64 // new learned entries
 	moved              atomic.Uint64 // learned entries that moved to another VTEP
 	learnFull          atomic.Uint64 // learning refused: table full
+	arpSuppressed      atomic.Uint64 // ARP requests answered from the neighbour table
+	arpFlooded         atomic.Uint64 // broadcast ARP requests for unknown addresses, flooded
+	snoopDropped       atomic.Uint64 // sightings lost because the Snoop channel was full
 	drops              [numDropReasons]atomic.Uint64
 }
 
@@ -73,28 +76,36 @@ func (c *counters) drop(r DropReason) { c.drops[r].Add(1) }
 // Ethernet frames: rx are frames written to the TAP, tx are VXLAN datagrams
 // sent to the underlay (a flooded frame counts once per VTEP).
 type Stats struct {
-	RxPackets uint64            `json:"rx_packets"`
-	RxBytes   uint64            `json:"rx_bytes"`
-	TxPackets uint64            `json:"tx_packets"`
-	TxBytes   uint64            `json:"tx_bytes"`
-	Floods    uint64            `json:"floods"`
-	Learned   uint64            `json:"learned"`
-	Moved     uint64            `json:"moved"`
-	LearnFull uint64            `json:"learn_refused_full"`
-	Drops     map[string]uint64 `json:"drops"`
+	RxPackets uint64 `json:"rx_packets"`
+	RxBytes   uint64 `json:"rx_bytes"`
+	TxPackets uint64 `json:"tx_packets"`
+	TxBytes   uint64 `json:"tx_bytes"`
+	Floods    uint64 `json:"floods"`
+	Learned   uint64 `json:"learned"`
+	Moved     uint64 `json:"moved"`
+	LearnFull uint64 `json:"learn_refused_full"`
+	// ARPSuppressed counts ARP requests answered locally from the
+	// neighbour table; ARPFlooded broadcast requests for unknown targets.
+	ARPSuppressed uint64            `json:"arp_suppressed"`
+	ARPFlooded    uint64            `json:"arp_flooded"`
+	SnoopDropped  uint64            `json:"snoop_dropped"`
+	Drops         map[string]uint64 `json:"drops"`
 }
 
 func (c *counters) snapshot() Stats {
 	s := Stats{
-		RxPackets: c.rxPackets.Load(),
-		RxBytes:   c.rxBytes.Load(),
-		TxPackets: c.txPackets.Load(),
-		TxBytes:   c.txBytes.Load(),
-		Floods:    c.floods.Load(),
-		Learned:   c.learned.Load(),
-		Moved:     c.moved.Load(),
-		LearnFull: c.learnFull.Load(),
-		Drops:     make(map[string]uint64, numDropReasons),
+		RxPackets:     c.rxPackets.Load(),
+		RxBytes:       c.rxBytes.Load(),
+		TxPackets:     c.txPackets.Load(),
+		TxBytes:       c.txBytes.Load(),
+		Floods:        c.floods.Load(),
+		Learned:       c.learned.Load(),
+		Moved:         c.moved.Load(),
+		LearnFull:     c.learnFull.Load(),
+		ARPSuppressed: c.arpSuppressed.Load(),
+		ARPFlooded:    c.arpFlooded.Load(),
+		SnoopDropped:  c.snoopDropped.Load(),
+		Drops:         make(map[string]uint64, numDropReasons),
 	}
 	for i := range c.drops {
 		s.Drops[DropReason(i).String()] = c.drops[i].Load()

@@ -1,0 +1,79 @@
+package encap
+
+import (
+	"encoding/binary"
+	"net/netip"
+
+	"github.com/uvxlan/uvxlan/fdb"
+)
+
+// ARP over Ethernet for IPv4 (RFC 826), as the engine reads and writes it:
+//
+//	 0                   1                   2                   3
+//	 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1
+//	+-------------------------------+-------------------------------+
+//	|    hardware type (1)          |    protocol type (0x0800)     |
+//	+---------------+---------------+-------------------------------+
+//	| hw len (6)    | proto len (4) |    operation (1 req, 2 reply) |
+//	+---------------+---------------+-------------------------------+
+//	|    sender hardware address (6), sender protocol address (4)   |
+//	|    target hardware address (6), target protocol address (4)   |
+//	+---------------------------------------------------------------+
+const (
+	etherTypeARP = 0x0806
+	arpLen       = 28
+	arpRequest   = 1
+	arpReply     = 2
+	// arpFrameLen is the shortest Ethernet frame carrying ARP, without
+	// padding.
+	arpFrameLen = ethHeaderLen + arpLen
+)
+
+// arpPacket is a decoded Ethernet/IPv4 ARP packet. Decoding copies nothing
+// out of the frame but the fields.
+type arpPacket struct {
+	op        uint16
+	senderMAC fdb.MAC
+	senderIP  netip.Addr
+	targetMAC fdb.MAC
+	targetIP  netip.Addr
+}
+
+// parseARP decodes frame as Ethernet/IPv4 ARP. It reports false for anything
+// else, including ARP for other hardware or protocol types.
+func parseARP(frame []byte) (arpPacket, bool) {
+	if len(frame) < arpFrameLen || binary.BigEndian.Uint16(frame[12:14]) != etherTypeARP {
+		return arpPacket{}, false
+	}
+	a := frame[ethHeaderLen:]
+	if binary.BigEndian.Uint16(a[0:2]) != 1 || binary.BigEndian.Uint16(a[2:4]) != 0x0800 || a[4] != 6 || a[5] != 4 {
+		return arpPacket{}, false
+	}
+	return arpPacket{
+		op:        binary.BigEndian.Uint16(a[6:8]),
+		senderMAC: fdb.MAC(a[8:14]),
+		senderIP:  netip.AddrFrom4([4]byte(a[14:18])),
+		targetMAC: fdb.MAC(a[18:24]),
+		targetIP:  netip.AddrFrom4([4]byte(a[24:28])),
+	}, true
+}
+
+// putARPReply writes into b (at least arpFrameLen bytes) the reply to req
+// saying that req.targetIP is at mac, and returns the frame's length.
+func putARPReply(b []byte, req arpPacket, mac fdb.MAC) int {
+	copy(b[0:6], req.senderMAC[:])
+	copy(b[6:12], mac[:])
+	binary.BigEndian.PutUint16(b[12:14], etherTypeARP)
+	a := b[ethHeaderLen:]
+	binary.BigEndian.PutUint16(a[0:2], 1)
+	binary.BigEndian.PutUint16(a[2:4], 0x0800)
+	a[4], a[5] = 6, 4
+	binary.BigEndian.PutUint16(a[6:8], arpReply)
+	copy(a[8:14], mac[:])
+	t := req.targetIP.As4()
+	copy(a[14:18], t[:])
+	copy(a[18:24], req.senderMAC[:])
+	s := req.senderIP.As4()
+	copy(a[24:28], s[:])
+	return arpFrameLen
+}
