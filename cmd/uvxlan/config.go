@@ -1,6 +1,8 @@
 package main
 
 import (
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -36,6 +38,12 @@ type Config struct {
 	// SrcPortMin..SrcPortMax is the outer UDP source port range; 0..0
 	// sends from Port.
 	SrcPortMin, SrcPortMax uint16
+
+	Join       []string   // gossip seeds, HOST[:PORT]
+	GossipAddr netip.Addr // default Local
+	GossipPort int
+	GossipKeys [][]byte // AES keys; the first encrypts; none: no encryption
+	Metrics    string   // listen address for /metrics; empty: off
 }
 
 // flagError is a bad flag value. main prints it on one line and exits 2.
@@ -138,6 +146,11 @@ func configFromCLI(c *cli.Context) (Config, error) {
 		}
 		cfg.Peers = append(cfg.Peers, p)
 	}
+
+	if err := gossipConfig(c, &cfg); err != nil {
+		return cfg, err
+	}
+	cfg.Metrics = c.String("metrics")
 
 	if cfg.Ageing <= 0 {
 		return cfg, badFlag("ageing", c.String("ageing"), "must be a positive duration such as 300s")
@@ -276,4 +289,95 @@ func underlayMTU(addr netip.Addr) (int, error) {
 		}
 	}
 	return 0, fmt.Errorf("no interface of this host has address %s", addr)
+}
+
+// gossipConfig reads and checks the gossip flags.
+func gossipConfig(c *cli.Context, cfg *Config) error {
+	cfg.GossipAddr = cfg.Local
+	if s := c.String("gossip-addr"); s != "" {
+		a, err := netip.ParseAddr(s)
+		if err != nil || a.IsMulticast() || a.Zone() != "" {
+			return badFlag("gossip-addr", s, "must be an IP address of this host")
+		}
+		cfg.GossipAddr = a.Unmap()
+	}
+	cfg.GossipPort = c.Int("gossip-port")
+	if cfg.GossipPort < 1 || cfg.GossipPort > 65535 {
+		return badFlag("gossip-port", strconv.Itoa(cfg.GossipPort), "must be between 1 and 65535")
+	}
+	for _, j := range c.StringSlice("join") {
+		if err := checkSeed(j); err != nil {
+			return badFlag("join", j, "%v", err)
+		}
+		cfg.Join = append(cfg.Join, j)
+	}
+	if s := c.String("gossip-key"); s != "" {
+		k, err := decodeKey(s)
+		if err != nil {
+			return badFlag("gossip-key", "…", "%v", err)
+		}
+		cfg.GossipKeys = append(cfg.GossipKeys, k)
+	}
+	if path := c.String("gossip-keyring"); path != "" {
+		keys, err := readKeyring(path)
+		if err != nil {
+			return badFlag("gossip-keyring", path, "%v", err)
+		}
+		cfg.GossipKeys = append(cfg.GossipKeys, keys...)
+	}
+	return nil
+}
+
+// checkSeed accepts HOST or HOST:PORT (a name, an IPv4 or a bracketed IPv6).
+func checkSeed(s string) error {
+	host, port := s, ""
+	if h, p, err := net.SplitHostPort(s); err == nil {
+		host, port = h, p
+	}
+	if host == "" || strings.ContainsAny(host, " /") {
+		return errors.New("want HOST[:PORT], such as 198.18.0.1 or node1:7946")
+	}
+	if port != "" {
+		if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+			return errors.New("port must be between 1 and 65535")
+		}
+	}
+	return nil
+}
+
+// decodeKey decodes a base64 AES key of 16, 24 or 32 bytes. The error never
+// repeats the key.
+func decodeKey(s string) ([]byte, error) {
+	k, err := base64.StdEncoding.DecodeString(strings.TrimSpace(s))
+	if err != nil {
+		return nil, errors.New("not valid base64 (make one with: head -c 32 /dev/urandom | base64)")
+	}
+	switch len(k) {
+	case 16, 24, 32:
+		return k, nil
+	}
+	return nil, fmt.Errorf("decodes to %d bytes; an AES key has 16, 24 or 32", len(k))
+}
+
+// readKeyring reads a JSON array of base64 keys, primary first (the format
+// of Consul's and Serf's keyring files).
+func readKeyring(path string) ([][]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var encoded []string
+	if err := json.Unmarshal(b, &encoded); err != nil {
+		return nil, fmt.Errorf("want a JSON array of base64 keys: %v", err)
+	}
+	if len(encoded) == 0 {
+		return nil, errors.New("holds no key")
+	}
+	keys := make([][]byte, len(encoded))
+	for i, e := range encoded {
+		if keys[i], err = decodeKey(e); err != nil {
+			return nil, fmt.Errorf("key %d: %v", i+1, err)
+		}
+	}
+	return keys, nil
 }

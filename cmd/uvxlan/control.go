@@ -4,7 +4,9 @@ package main
 //
 //	GET /v1/status  the node's identity and settings
 //	GET /v1/fdb     []fdb.Entry
-//	GET /v1/stats   encap.Stats
+//	GET /v1/stats   statsView: encap.Stats and the gossip counters
+//	GET /v1/neigh   []neighRow
+//	GET /v1/members []memberRow
 //
 // The client commands (`uvxlan fdb show`, `uvxlan stats`) print these as
 // tables, or as they are with --json.
@@ -59,7 +61,9 @@ func (s *controlServer) Serve(n *Node) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, n.status()) })
 	mux.HandleFunc("GET /v1/fdb", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, fdbRows(n.table.Entries(), time.Now())) })
-	mux.HandleFunc("GET /v1/stats", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, n.engine.Stats()) })
+	mux.HandleFunc("GET /v1/stats", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, n.stats()) })
+	mux.HandleFunc("GET /v1/neigh", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, neighRows(n.neigh.Entries())) })
+	mux.HandleFunc("GET /v1/members", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, n.gossip.Members()) })
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	if err := s.srv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
 		return fmt.Errorf("control socket: %w", err)
@@ -78,6 +82,13 @@ func (s *controlServer) Close() error {
 	return nil
 }
 
+// statsView is `uvxlan stats --json`: the engine's counters at the top
+// level, gossip's under "gossip".
+type statsView struct {
+	encap.Stats
+	Gossip map[string]uint64 `json:"gossip,omitempty"`
+}
+
 // fdbRow is one FDB entry as the control socket shows it (the JSON of
 // `uvxlan fdb show --json`): vtep is the underlay address alone, as in
 // `bridge fdb`, with the UDP port beside it.
@@ -90,6 +101,34 @@ type fdbRow struct {
 	// AgeSeconds is the time since the entry was added, moved or (learned
 	// entries) last seen.
 	AgeSeconds float64 `json:"age_seconds"`
+}
+
+// neighRow is one neighbour binding (`uvxlan neigh show --json`).
+type neighRow struct {
+	VNI    fdb.VNI    `json:"vni"`
+	IP     netip.Addr `json:"ip"`
+	MAC    fdb.MAC    `json:"mac"`
+	Origin fdb.Origin `json:"origin"`
+}
+
+func neighRows(ns []fdb.Neigh) []neighRow {
+	rows := make([]neighRow, len(ns))
+	for i, n := range ns {
+		rows[i] = neighRow{VNI: n.VNI, IP: n.IP, MAC: n.MAC, Origin: n.Origin}
+	}
+	return rows
+}
+
+// memberRow is one cluster member (`uvxlan members --json`).
+type memberRow struct {
+	Name    string         `json:"name"`
+	Address netip.AddrPort `json:"address"` // gossip address
+	VTEP    netip.AddrPort `json:"vtep"`
+	State   string         `json:"state"` // alive, suspect, dead, left
+	VNIs    []fdb.VNI      `json:"vnis"`
+	MAC     fdb.MAC        `json:"mac"`
+	Entries int            `json:"entries"` // entries it owns that this node holds
+	Self    bool           `json:"self"`
 }
 
 func fdbRows(es []fdb.Entry, now time.Time) []fdbRow {
@@ -155,8 +194,20 @@ func (c *controlClient) fdb() ([]fdbRow, []byte, error) {
 	return v, raw, err
 }
 
-func (c *controlClient) stats() (encap.Stats, []byte, error) {
-	var v encap.Stats
+func (c *controlClient) neigh() ([]neighRow, []byte, error) {
+	var v []neighRow
+	raw, err := c.getInto("neigh", &v)
+	return v, raw, err
+}
+
+func (c *controlClient) members() ([]memberRow, []byte, error) {
+	var v []memberRow
+	raw, err := c.getInto("members", &v)
+	return v, raw, err
+}
+
+func (c *controlClient) stats() (statsView, []byte, error) {
+	var v statsView
 	raw, err := c.getInto("stats", &v)
 	return v, raw, err
 }

@@ -114,7 +114,7 @@ func (a *agent) stats(t *testing.T) encap.Stats {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return st
+	return st.Stats
 }
 
 // cli runs the uvxlan binary in the root namespace (for the client commands)

@@ -78,6 +78,8 @@ vxlan kernel module.
 		Commands: []*cli.Command{
 			runCommand(),
 			fdbCommand(),
+			neighCommand(),
+			membersCommand(),
 			statsCommand(),
 			testbedCommand(),
 			demoCommand(),
@@ -140,7 +142,14 @@ Example, two hosts:
 			&cli.IntFlag{Name: "fdb-max", Value: 16384, Usage: "most FDB entries; learning stops (and is counted) beyond", EnvVars: env("fdb-max")},
 			&cli.StringFlag{Name: "state-dir", Usage: "`DIR` to keep state across restarts (the TAP MAC)", EnvVars: env("state-dir")},
 			&cli.StringFlag{Name: "control", Usage: "control socket `PATH` (default: /run/uvxlan/<dev>.sock)", EnvVars: env("control")},
-			&cli.StringFlag{Name: "name", Usage: "node name (default: the hostname)", EnvVars: env("name")},
+			&cli.StringFlag{Name: "name", Usage: "node name, unique in the cluster (default: the hostname)", EnvVars: env("name")},
+			&cli.StringSliceFlag{Name: "join", Usage: "gossip seed `HOST[:PORT]` to join, repeatable; retried until one answers, and re-joined periodically", EnvVars: env("join")},
+			&cli.StringFlag{Name: "gossip-addr", Usage: "`IP` for gossip (TCP and UDP) (default: --local)", EnvVars: env("gossip-addr")},
+			&cli.IntFlag{Name: "gossip-port", Value: 7946, Usage: "gossip `PORT`", EnvVars: env("gossip-port")},
+			&cli.StringFlag{Name: "gossip-key", Usage: "base64 AES `KEY` (16, 24 or 32 bytes) encrypting gossip; nodes with different keys never merge", EnvVars: env("gossip-key")},
+			&cli.StringFlag{Name: "gossip-keyring", Usage: "`FILE` with a JSON array of base64 keys, primary first (key rotation)", EnvVars: env("gossip-keyring")},
+			&cli.StringFlag{Name: "metrics", Usage: "serve Prometheus metrics at http://`ADDR`/metrics, e.g. 127.0.0.1:9464 (default: off)", EnvVars: env("metrics")},
+			&cli.StringFlag{Name: "config", Usage: "YAML `FILE` with the same keys as these flags; flags and UVXLAN_* variables win over it", EnvVars: env("config")},
 		},
 		Action: func(c *cli.Context) error {
 			if c.Args().Present() {
@@ -149,6 +158,11 @@ Example, two hosts:
 			log, err := logger(c)
 			if err != nil {
 				return err
+			}
+			if path := c.String("config"); path != "" {
+				if err := applyConfigFile(c, path); err != nil {
+					return err
+				}
 			}
 			cfg, err := configFromCLI(c)
 			if err != nil {
@@ -195,6 +209,48 @@ func fdbCommand() *cli.Command {
 				return printFDB(c.App.Writer, rows)
 			},
 		}},
+	}
+}
+
+func neighCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "neigh",
+		Usage: "show the neighbour table (IP -> MAC) of a running agent, used for ARP suppression",
+		Subcommands: []*cli.Command{{
+			Name:  "show",
+			Usage: "list (VNI, IP) -> MAC bindings with their origin: local, static, gossip",
+			Flags: controlFlags(),
+			Action: func(c *cli.Context) error {
+				rows, raw, err := newControlClient(c.String("control")).neigh()
+				if err != nil {
+					return err
+				}
+				if c.Bool("json") {
+					_, err = c.App.Writer.Write(raw)
+					return err
+				}
+				return printNeigh(c.App.Writer, rows)
+			},
+		}},
+	}
+}
+
+func membersCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "members",
+		Usage: "show the gossip cluster as a running agent sees it: name, address, VTEP, state, VNIs, entries owned",
+		Flags: controlFlags(),
+		Action: func(c *cli.Context) error {
+			rows, raw, err := newControlClient(c.String("control")).members()
+			if err != nil {
+				return err
+			}
+			if c.Bool("json") {
+				_, err = c.App.Writer.Write(raw)
+				return err
+			}
+			return printMembers(c.App.Writer, rows)
+		},
 	}
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,24 +11,40 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/uvxlan/uvxlan/encap"
 	"github.com/uvxlan/uvxlan/fdb"
+	"github.com/uvxlan/uvxlan/gossip"
 	"github.com/uvxlan/uvxlan/tap"
 )
 
-// Node is one running uvxlan agent: a TAP, the underlay sockets, the FDB,
-// the forwarding engine and the control socket.
+// Node is one running uvxlan agent: a TAP, the underlay sockets, the FDB
+// and neighbour tables, the forwarding engine, the gossip member, the
+// control socket and (optionally) the metrics server.
+//
+// What each part writes into the tables:
+//   - the node: its TAP MAC (origin local) and, with --address, the TAP's
+//     IP → MAC binding; then every endpoint the engine snoops behind the
+//     TAP (source MACs, ARP sender bindings), as local entries, each also
+//     announced through gossip;
+//   - gossip: the entries other nodes announce (origin gossip), and the
+//     flood list (live members of the VNI plus --peer);
+//   - the engine: learned entries from received frames (--learning).
 type Node struct {
-	cfg    Config
-	log    *slog.Logger
-	dev    *tap.TAP
-	table  *fdb.Table
-	engine *encap.Engine
-	ctl    *controlServer
-	mac    fdb.MAC
+	cfg     Config
+	log     *slog.Logger
+	dev     *tap.TAP
+	table   *fdb.Table
+	neigh   *fdb.Neighbors
+	engine  *encap.Engine
+	gossip  *gossip.Node
+	ctl     *controlServer
+	metrics *metricsServer // nil without --metrics
+	snoop   chan encap.Sighting
+	mac     fdb.MAC
 }
 
 // NewNode opens everything a node needs. On error, whatever was opened is
@@ -66,6 +83,12 @@ func NewNode(cfg Config, log *slog.Logger) (n *Node, err error) {
 	}
 	closers = append(closers, ctl.Close)
 	n.ctl = ctl
+	if cfg.Metrics != "" {
+		if n.metrics, err = listenMetrics(cfg.Metrics, n.metricsSnapshot); err != nil {
+			return nil, err
+		}
+		closers = append(closers, n.metrics.Close)
+	}
 
 	mac, err := n.chooseMAC()
 	if err != nil {
@@ -89,12 +112,38 @@ func NewNode(cfg Config, log *slog.Logger) (n *Node, err error) {
 		return nil, err
 	}
 
+	vtep := netip.AddrPortFrom(cfg.Local, cfg.Port)
 	n.table = fdb.New(fdb.Config{Ageing: cfg.Ageing, MaxEntries: cfg.FDBMax})
-	if err := n.table.Set(fdb.Entry{VNI: cfg.VNI, MAC: n.mac, VTEP: netip.AddrPortFrom(cfg.Local, cfg.Port), Origin: fdb.OriginLocal}); err != nil {
+	n.neigh = fdb.NewNeighbors(cfg.FDBMax)
+	if err := n.table.Set(fdb.Entry{VNI: cfg.VNI, MAC: n.mac, VTEP: vtep, Origin: fdb.OriginLocal}); err != nil {
 		return nil, fmt.Errorf("fdb: add own MAC: %w", err)
 	}
-	n.table.SetFlood(cfg.VNI, cfg.Peers)
+	n.gossip, err = gossip.New(gossip.Config{
+		Name:        cfg.Name,
+		BindAddr:    cfg.GossipAddr,
+		BindPort:    cfg.GossipPort,
+		VTEP:        vtep,
+		VNIs:        []fdb.VNI{cfg.VNI},
+		MAC:         n.mac,
+		Seeds:       cfg.Join,
+		SecretKeys:  cfg.GossipKeys,
+		StaticPeers: cfg.Peers,
+		FDB:         n.table,
+		Neigh:       n.neigh,
+		Logger:      log,
+	})
+	if err != nil {
+		if strings.Contains(err.Error(), "address already in use") {
+			return nil, badFlag("gossip-port", fmt.Sprint(cfg.GossipPort), "address already in use (another agent on this host?)")
+		}
+		return nil, fmt.Errorf("gossip: %w", err)
+	}
+	closers = append(closers, n.gossip.Close)
+	if cfg.Address.IsValid() {
+		n.addLocalNeigh(cfg.Address.Addr(), n.mac)
+	}
 
+	n.snoop = make(chan encap.Sighting, 256)
 	peerPorts := make(map[netip.Addr]uint16, len(cfg.Peers))
 	for _, p := range cfg.Peers {
 		peerPorts[p.Addr()] = p.Port()
@@ -106,6 +155,8 @@ func NewNode(cfg Config, log *slog.Logger) (n *Node, err error) {
 		Port:      cfg.Port,
 		PeerPorts: peerPorts,
 		Learning:  cfg.Learning,
+		Neigh:     n.neigh,
+		Snoop:     n.snoop,
 		Logger:    log,
 	}, dev, rx, senders, n.table)
 	if err != nil {
@@ -210,35 +261,114 @@ func (n *Node) saveMAC() error {
 	return nil
 }
 
-// Run forwards and serves the control socket until ctx is done or something
-// fails; it then closes everything (the TAP disappears) and returns the
-// first error, or nil after a cancellation.
+// Run forwards, gossips and serves the control socket (and metrics) until
+// ctx is done or something fails; it then leaves the cluster, closes
+// everything (the TAP disappears) and returns the first error, or nil after a
+// cancellation.
 func (n *Node) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
+	errs := make(chan error, 4)
+	var wg sync.WaitGroup
+	spawn := func(f func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(); err != nil {
+				errs <- err
+			}
+			cancel()
+		}()
+	}
 	go n.table.Run(ctx)
-	ctlErr := make(chan error, 1)
-	go func() { ctlErr <- n.ctl.Serve(n) }()
-
+	go n.consumeSightings(ctx)
+	spawn(func() error { return n.engine.Run(ctx) })
+	spawn(func() error { return n.gossip.Run(ctx) })
+	spawn(func() error { return n.ctl.Serve(n) })
+	if n.metrics != nil {
+		spawn(n.metrics.Serve)
+	}
 	n.log.Info("uvxlan running", "name", n.cfg.Name, "dev", n.dev.Name(), "mac", n.mac,
 		"vni", n.cfg.VNI, "local", n.cfg.Local, "port", n.cfg.Port, "mtu", n.dev.MTU(),
-		"peers", len(n.cfg.Peers), "control", n.cfg.Control)
+		"peers", len(n.cfg.Peers), "gossip", n.gossip.Addr(), "join", strings.Join(n.cfg.Join, ","),
+		"control", n.cfg.Control, "metrics", n.cfg.Metrics)
 
-	engErr := make(chan error, 1)
-	go func() { engErr <- n.engine.Run(ctx) }()
-
-	var err error
-	select {
-	case err = <-engErr:
-	case err = <-ctlErr:
-		cancel()
-		<-engErr
-	case <-ctx.Done():
-		err = <-engErr
-	}
+	<-ctx.Done()
 	n.ctl.Close()
-	return err
+	if n.metrics != nil {
+		n.metrics.Close()
+	}
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return err
+	default:
+		return nil
+	}
+}
+
+// consumeSightings records what the engine saw behind the TAP as local
+// entries and announces them.
+func (n *Node) consumeSightings(ctx context.Context) {
+	vtep := netip.AddrPortFrom(n.cfg.Local, n.cfg.Port)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case s := <-n.snoop:
+			if s.IP.IsValid() {
+				n.addLocalNeigh(s.IP, s.MAC)
+				continue
+			}
+			if err := n.table.Set(fdb.Entry{VNI: n.cfg.VNI, MAC: s.MAC, VTEP: vtep, Origin: fdb.OriginLocal}); err != nil {
+				n.log.Debug("local MAC not recorded", "mac", s.MAC, "err", err)
+				continue
+			}
+			if err := n.gossip.AnnounceMAC(n.cfg.VNI, s.MAC); err != nil {
+				n.log.Debug("local MAC not announced", "mac", s.MAC, "err", err)
+			}
+		}
+	}
+}
+
+// addLocalNeigh records and announces an IP → MAC binding behind our TAP.
+func (n *Node) addLocalNeigh(ip netip.Addr, mac fdb.MAC) {
+	if _, err := n.neigh.Set(fdb.Neigh{VNI: n.cfg.VNI, IP: ip, MAC: mac, Origin: fdb.OriginLocal}); err != nil {
+		n.log.Debug("local binding not recorded", "ip", ip, "mac", mac, "err", err)
+		return
+	}
+	if err := n.gossip.AnnounceNeigh(n.cfg.VNI, ip, mac); err != nil {
+		n.log.Debug("local binding not announced", "ip", ip, "mac", mac, "err", err)
+	}
+}
+
+// stats is what /v1/stats serves.
+func (n *Node) stats() statsView {
+	return statsView{Stats: n.engine.Stats(), Gossip: counterMap(n.gossip.Stats())}
+}
+
+// counterMap turns a struct of uint64 counters with JSON tags into a map.
+func counterMap(v any) map[string]uint64 {
+	b, _ := json.Marshal(v)
+	m := map[string]uint64{}
+	json.Unmarshal(b, &m)
+	return m
+}
+
+func (n *Node) metricsSnapshot() metricsSnapshot {
+	s := metricsSnapshot{stats: n.engine.Stats(), gossip: counterMap(n.gossip.Stats()),
+		fdb: map[string]int{}, neigh: map[string]int{}, members: map[string]int{}}
+	for _, e := range n.table.Entries() {
+		s.fdb[e.Origin.String()]++
+	}
+	for _, e := range n.neigh.Entries() {
+		s.neigh[e.Origin.String()]++
+	}
+	for _, m := range n.gossip.Members() {
+		s.members[m.State]++
+	}
+	return s
 }
 
 // status is what `uvxlan status` (and the start of every show) reports.

@@ -3,10 +3,11 @@ package main
 import (
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"sort"
+	"strings"
 	"text/tabwriter"
-
-	"github.com/uvxlan/uvxlan/encap"
 )
 
 func printFDB(w io.Writer, rows []fdbRow) error {
@@ -18,7 +19,34 @@ func printFDB(w io.Writer, rows []fdbRow) error {
 	return tw.Flush()
 }
 
-func printStats(w io.Writer, s encap.Stats) error {
+func printNeigh(w io.Writer, rows []neighRow) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "VNI\tIP\tMAC\tORIGIN")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", r.VNI, r.IP, r.MAC, r.Origin)
+	}
+	return tw.Flush()
+}
+
+func printMembers(w io.Writer, rows []memberRow) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tADDRESS\tVTEP\tSTATE\tVNIS\tENTRIES")
+	for _, r := range rows {
+		name := r.Name
+		if r.Self {
+			name += " (self)"
+		}
+		vnis := make([]string, len(r.VNIs))
+		for i, v := range r.VNIs {
+			vnis[i] = fmt.Sprint(v)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", name, r.Address, r.VTEP, r.State, strings.Join(vnis, ","), r.Entries)
+	}
+	return tw.Flush()
+}
+
+func printStats(w io.Writer, v statsView) error {
+	s := v.Stats
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for _, kv := range []struct {
 		k string
@@ -28,6 +56,8 @@ func printStats(w io.Writer, s encap.Stats) error {
 		{"tx_packets", s.TxPackets}, {"tx_bytes", s.TxBytes},
 		{"floods", s.Floods}, {"learned", s.Learned}, {"moved", s.Moved},
 		{"learn_refused_full", s.LearnFull},
+		{"arp_suppressed", s.ARPSuppressed}, {"arp_flooded", s.ARPFlooded},
+		{"snoop_dropped", s.SnoopDropped},
 	} {
 		fmt.Fprintf(tw, "%s\t%d\n", kv.k, kv.v)
 	}
@@ -39,6 +69,12 @@ func printStats(w io.Writer, s encap.Stats) error {
 	fmt.Fprintln(tw, "drops:\t")
 	for _, r := range reasons {
 		fmt.Fprintf(tw, "  %s\t%d\n", r, s.Drops[r])
+	}
+	if len(v.Gossip) > 0 {
+		fmt.Fprintln(tw, "gossip:\t")
+		for _, k := range slices.Sorted(maps.Keys(v.Gossip)) {
+			fmt.Fprintf(tw, "  %s\t%d\n", k, v.Gossip[k])
+		}
 	}
 	return tw.Flush()
 }

@@ -1,0 +1,192 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/uvxlan/uvxlan/fdb"
+	"github.com/uvxlan/uvxlan/testenv"
+)
+
+// startGossipCluster runs an agent on every host of tb with no --peer: host 1
+// founds the cluster, the others --join it. extra is added to every agent.
+func startGossipCluster(t *testing.T, tb *testenv.Testbed, extra ...string) []*agent {
+	t.Helper()
+	seed := tb.Host(1).Underlay.String()
+	var agents []*agent
+	for _, h := range tb.Hosts() {
+		args := append([]string{"--join", seed}, extra...)
+		agents = append(agents, startAgent(t, h, args...))
+	}
+	return agents
+}
+
+func (a *agent) members(t *testing.T) []memberRow {
+	t.Helper()
+	rows, _, err := newControlClient(a.control).members()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows
+}
+
+// fdbHas reports whether a's FDB maps mac to vtep with origin o.
+func (a *agent) fdbHas(t *testing.T, mac fdb.MAC, want *agent, o fdb.Origin) bool {
+	for _, r := range a.fdb(t) {
+		if r.MAC == mac {
+			return r.VTEP == want.host.Underlay && r.Origin == o
+		}
+	}
+	return false
+}
+
+func (a *agent) fdbLacks(t *testing.T, mac fdb.MAC) bool {
+	for _, r := range a.fdb(t) {
+		if r.MAC == mac {
+			return false
+		}
+	}
+	return true
+}
+
+func eventuallyT(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	if err := testenv.Eventually(context.Background(), timeout, cond); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// Three hosts that only know a seed: every pair pings, every FDB holds the
+// others' TAP MACs from gossip, and ARP for gossiped addresses never crosses
+// the underlay.
+func TestGossipCluster(t *testing.T) {
+	tb := testenv.NewForTest(t, testenv.Config{Hosts: 3})
+	agents := startGossipCluster(t, tb, "--learning=false")
+	h1, h2, h3 := agents[0], agents[1], agents[2]
+
+	eventuallyT(t, 30*time.Second, "h3 learns h1's and h2's TAP MACs from gossip", func() bool {
+		return h3.fdbHas(t, h1.mac, h1, fdb.OriginGossip) && h3.fdbHas(t, h2.mac, h2, fdb.OriginGossip)
+	})
+	for _, a := range agents {
+		eventuallyT(t, 30*time.Second, a.host.Name+" sees 3 alive members", func() bool {
+			alive := 0
+			for _, m := range a.members(t) {
+				if m.State == "alive" {
+					alive++
+				}
+			}
+			return alive == 3
+		})
+	}
+
+	t.Run("ping every pair with learning off", func(t *testing.T) {
+		for _, a := range agents {
+			for _, b := range agents {
+				if a != b {
+					ping(t, a.host, b.overlay)
+				}
+			}
+		}
+	})
+
+	t.Run("neigh show holds every TAP address", func(t *testing.T) {
+		rows, _, err := newControlClient(h1.control).neigh()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]string{}
+		for _, r := range rows {
+			got[r.IP.String()] = r.MAC.String()
+		}
+		for _, b := range agents {
+			if got[b.overlay.String()] != b.mac.String() {
+				t.Errorf("h1 neigh for %s = %q, want %s; table %+v", b.overlay, got[b.overlay.String()], b.mac, rows)
+			}
+		}
+	})
+
+	t.Run("ARP for a gossiped address is answered locally", func(t *testing.T) {
+		// Forget h3's address on h1 so its kernel has to ask again.
+		if out, err := h1.host.Run(context.Background(), "ip", "neigh", "flush", "dev", "uvx0"); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		pcap := filepath.Join(t.TempDir(), "underlay.pcap")
+		// Inner EtherType at UDP payload offset 8 (VXLAN) + 12.
+		stop, err := tb.Capture(context.Background(), h1.host, "ul0", "udp port 4789 and udp[28:2] = 0x0806", pcap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := h1.stats(t).ARPSuppressed
+		ping(t, h1.host, h3.overlay)
+		// Control: ARP for an address nobody announced is flooded, and
+		// must show up in the same capture.
+		ghost := overlayAddr(99)
+		h1.host.Run(context.Background(), "ping", "-c", "1", "-W", "1", ghost.String())
+		stop()
+		// The inner ARP target address sits at UDP payload offset
+		// 8 (VXLAN) + 14 (Ethernet) + 24.
+		targets := func(a netip.Addr) string {
+			return fmt.Sprintf("udp[54:4] = %#x", binary.BigEndian.Uint32(a.AsSlice()))
+		}
+		if n := countPackets(t, pcap, targets(h3.overlay)); n != 0 {
+			t.Errorf("%d encapsulated ARP requests for %s crossed the underlay, want 0", n, h3.overlay)
+		}
+		if n := countPackets(t, pcap, targets(ghost)); n == 0 {
+			t.Errorf("the capture saw no ARP for the unknown %s either: the capture is blind", ghost)
+		}
+		if after := h1.stats(t).ARPSuppressed; after <= before {
+			t.Errorf("arp_suppressed %d -> %d, want growth", before, after)
+		}
+	})
+
+	t.Run("kill -9 withdraws, restart restores", func(t *testing.T) {
+		if err := h2.proc.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		for _, a := range []*agent{h1, h3} {
+			eventuallyT(t, 60*time.Second, a.host.Name+" withdraws h2's MAC", func() bool { return a.fdbLacks(t, h2.mac) })
+		}
+		t.Logf("h2's entries withdrawn on h1 and h3 %v after kill -9", time.Since(start).Round(100*time.Millisecond))
+		restarted := startAgent(t, h2.host, "--join", h1.host.Underlay.String(), "--learning=false")
+		for _, a := range []*agent{h1, h3} {
+			eventuallyT(t, 30*time.Second, a.host.Name+" gets h2's MAC back", func() bool { return a.fdbHas(t, h2.mac, restarted, fdb.OriginGossip) })
+		}
+		ping(t, h1.host, restarted.overlay)
+	})
+}
+
+// Agents with different gossip keys never merge; a malformed key is a flag
+// error.
+func TestGossipKeys(t *testing.T) {
+	tb := testenv.NewForTest(t, testenv.Config{Hosts: 2})
+	keyA := base64.StdEncoding.EncodeToString([]byte("0123456789abcdef"))
+	keyB := base64.StdEncoding.EncodeToString([]byte("fedcba9876543210"))
+	a := startAgent(t, tb.Host(1), "--gossip-key", keyA)
+	b := startAgent(t, tb.Host(2), "--gossip-key", keyB, "--join", tb.Host(1).Underlay.String())
+	time.Sleep(5 * time.Second)
+	for _, x := range []*agent{a, b} {
+		if ms := x.members(t); len(ms) != 1 {
+			t.Errorf("%s sees %d members %+v, want only itself", x.host.Name, len(ms), ms)
+		}
+	}
+	if !a.fdbLacks(t, b.mac) || !b.fdbLacks(t, a.mac) {
+		t.Error("entries crossed between clusters with different keys")
+	}
+
+	code, stderr := runBinary(t, nil, "run", "--local", "127.0.0.1", "--mtu", "1400", "--gossip-key", base64.StdEncoding.EncodeToString([]byte("short")))
+	if code != exitUsage || !strings.Contains(stderr, "--gossip-key") {
+		t.Errorf("bad key: exit %d, stderr %q; want 2 naming --gossip-key", code, stderr)
+	}
+	code, stderr = runBinary(t, nil, "run", "--local", "127.0.0.1", "--mtu", "1400", "--gossip-key", "!!!")
+	if code != exitUsage || !strings.Contains(stderr, "--gossip-key") {
+		t.Errorf("non-base64 key: exit %d, stderr %q; want 2 naming --gossip-key", code, stderr)
+	}
+}

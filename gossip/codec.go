@@ -1,0 +1,304 @@
+package gossip
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"strings"
+
+	"github.com/uvxlan/uvxlan/fdb"
+)
+
+// The wire format of entry messages. Every message that uvxlan sends
+// through memberlist (broadcasts, and the user state of a push/pull) is one
+// of these. All integers are big endian.
+//
+//	message:  type (1) = msgEntries | count (4) | entry × count
+//
+//	entry:    kind (1) | flags (1) | VNI (4) | version (8) | owner length (1) | owner
+//	          | FDB body or neighbour body
+//
+//	FDB body (kind 1):        MAC (6) | address length (1) = 4 or 16 | VTEP address | VTEP port (2)
+//	neighbour body (kind 2):  address length (1) = 4 or 16 | IP | MAC (6)
+//
+//	flags:    bit 0 = deleted (a tombstone); the other bits must be 0.
+//
+// The decoder is strict: anything it accepts is a valid entry (valid VNI,
+// unicast non-zero MACs, usable addresses, a valid owner name), IPv4
+// addresses take 4 bytes (IPv4-mapped IPv6 ones are refused), and trailing
+// bytes are an error. So the encoding is canonical: whatever decodes
+// re-encodes to the same bytes.
+
+// Message types: the first byte of every message.
+const (
+	msgEntries byte = 1
+)
+
+const (
+	// maxNameLen bounds node names, in Config and on the wire.
+	maxNameLen = 128
+	// maxBatch bounds the entries of one message. A push/pull state holds
+	// at most maxRecords entries, so it always fits.
+	maxBatch = maxRecords
+	// minEntryLen is the smallest encoded entry: an FDB or neighbour entry
+	// with a one-byte owner and IPv4 addresses.
+	minEntryLen = 1 + 1 + 4 + 8 + 1 + 1 + 6 + 1 + 4
+)
+
+const flagDeleted = 1 << 0
+
+// errDecode is wrapped by every decoding error.
+var errDecode = errors.New("bad gossip message")
+
+// kind says what an entry maps.
+type kind uint8
+
+const (
+	kindFDB   kind = 1 // (VNI, MAC) → VTEP
+	kindNeigh kind = 2 // (VNI, IP) → MAC
+)
+
+func (k kind) String() string {
+	switch k {
+	case kindFDB:
+		return "fdb"
+	case kindNeigh:
+		return "neigh"
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// key identifies an entry: (VNI, MAC) for kindFDB, (VNI, IP) for kindNeigh;
+// the other field is zero.
+type key struct {
+	kind kind
+	vni  fdb.VNI
+	mac  fdb.MAC    // kindFDB
+	ip   netip.Addr // kindNeigh
+}
+
+func (k key) String() string {
+	if k.kind == kindFDB {
+		return fmt.Sprintf("fdb/%d/%s", k.vni, k.mac)
+	}
+	return fmt.Sprintf("neigh/%d/%s", k.vni, k.ip)
+}
+
+// record is one owner's claim on a key: the unit of gossip. Its value is
+// vtep for kindFDB and lladdr for kindNeigh; a deleted record (a tombstone)
+// still carries the value it withdraws.
+type record struct {
+	key
+	owner   string
+	version uint64
+	deleted bool
+	vtep    netip.AddrPort // kindFDB: the VTEP the MAC is behind
+	lladdr  fdb.MAC        // kindNeigh: the MAC bound to the IP
+}
+
+// id names the (key, owner) pair: the broadcast name, so that a newer claim
+// replaces an older one still queued.
+func (r *record) id() string { return r.key.String() + "/" + r.owner }
+
+// sameValue reports whether r and o map their key to the same thing.
+func (r *record) sameValue(o *record) bool { return r.vtep == o.vtep && r.lladdr == o.lladdr }
+
+// newer reports whether r supersedes o, two claims by the same owner on the
+// same key: a higher version wins; at equal versions a tombstone beats a live
+// record, and then the greater value wins, so that every node picks the same
+// one whatever order they arrive in. Equal records are not newer.
+func (r *record) newer(o *record) bool {
+	if r.version != o.version {
+		return r.version > o.version
+	}
+	if r.deleted != o.deleted {
+		return r.deleted
+	}
+	if c := r.vtep.Compare(o.vtep); c != 0 {
+		return c > 0
+	}
+	return string(r.lladdr[:]) > string(o.lladdr[:])
+}
+
+// appendEntries appends a message carrying recs to b. The records must be
+// valid (as the decoder would accept them) and at most maxBatch.
+func appendEntries(b []byte, recs []record) []byte {
+	b = append(b, msgEntries)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(recs)))
+	for i := range recs {
+		b = appendRecord(b, &recs[i])
+	}
+	return b
+}
+
+func appendRecord(b []byte, r *record) []byte {
+	var flags byte
+	if r.deleted {
+		flags |= flagDeleted
+	}
+	b = append(b, byte(r.kind), flags)
+	b = binary.BigEndian.AppendUint32(b, uint32(r.vni))
+	b = binary.BigEndian.AppendUint64(b, r.version)
+	b = append(b, byte(len(r.owner)))
+	b = append(b, r.owner...)
+	switch r.kind {
+	case kindFDB:
+		b = append(b, r.mac[:]...)
+		b = appendAddr(b, r.vtep.Addr())
+		b = binary.BigEndian.AppendUint16(b, r.vtep.Port())
+	case kindNeigh:
+		b = appendAddr(b, r.ip)
+		b = append(b, r.lladdr[:]...)
+	}
+	return b
+}
+
+func appendAddr(b []byte, a netip.Addr) []byte {
+	raw := a.AsSlice()
+	b = append(b, byte(len(raw)))
+	return append(b, raw...)
+}
+
+// decodeEntries decodes a message made by appendEntries. The records own
+// their memory (nothing refers to b). Errors wrap errDecode.
+func decodeEntries(b []byte) ([]record, error) {
+	if len(b) < 5 {
+		return nil, fmt.Errorf("%w: %w", errDecode, io.ErrUnexpectedEOF)
+	}
+	if b[0] != msgEntries {
+		return nil, fmt.Errorf("%w: unknown message type %d", errDecode, b[0])
+	}
+	n := binary.BigEndian.Uint32(b[1:5])
+	b = b[5:]
+	if n > maxBatch || int(n) > len(b)/minEntryLen {
+		return nil, fmt.Errorf("%w: %d entries in %d bytes", errDecode, n, len(b))
+	}
+	recs := make([]record, n)
+	for i := range recs {
+		var err error
+		if b, err = decodeRecord(b, &recs[i]); err != nil {
+			return nil, fmt.Errorf("%w: entry %d: %w", errDecode, i, err)
+		}
+	}
+	if len(b) != 0 {
+		return nil, fmt.Errorf("%w: %d trailing bytes", errDecode, len(b))
+	}
+	return recs, nil
+}
+
+// reader consumes a byte slice; after the first short read every read
+// returns zeros and err is io.ErrUnexpectedEOF.
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) next(n int) []byte {
+	if r.err != nil || len(r.b) < n {
+		r.err = io.ErrUnexpectedEOF
+		return make([]byte, n)
+	}
+	v := r.b[:n]
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) u8() byte     { return r.next(1)[0] }
+func (r *reader) u16() uint16  { return binary.BigEndian.Uint16(r.next(2)) }
+func (r *reader) u32() uint32  { return binary.BigEndian.Uint32(r.next(4)) }
+func (r *reader) u64() uint64  { return binary.BigEndian.Uint64(r.next(8)) }
+func (r *reader) mac() fdb.MAC { return fdb.MAC(r.next(6)) }
+func (r *reader) addr() netip.Addr {
+	n := int(r.u8())
+	if n != 4 && n != 16 {
+		if r.err == nil {
+			r.err = fmt.Errorf("address length %d", n)
+		}
+		return netip.Addr{}
+	}
+	a, _ := netip.AddrFromSlice(r.next(n))
+	if a.Is4In6() && r.err == nil {
+		r.err = errors.New("IPv4-mapped IPv6 address")
+	}
+	return a
+}
+
+func decodeRecord(b []byte, rec *record) ([]byte, error) {
+	r := reader{b: b}
+	rec.kind = kind(r.u8())
+	flags := r.u8()
+	rec.vni = fdb.VNI(r.u32())
+	rec.version = r.u64()
+	rec.owner = string(r.next(int(r.u8())))
+	rec.deleted = flags&flagDeleted != 0
+	switch rec.kind {
+	case kindFDB:
+		rec.mac = r.mac()
+		a := r.addr()
+		rec.vtep = netip.AddrPortFrom(a, r.u16())
+	case kindNeigh:
+		rec.ip = r.addr()
+		rec.lladdr = r.mac()
+	default:
+		return nil, fmt.Errorf("unknown kind %d", rec.kind)
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	if flags&^flagDeleted != 0 {
+		return nil, fmt.Errorf("unknown flags %#x", flags)
+	}
+	if err := rec.validate(); err != nil {
+		return nil, err
+	}
+	return r.b, nil
+}
+
+// validate checks what the decoder promises; the announcing side checks the
+// same before it creates a record.
+func (r *record) validate() error {
+	switch {
+	case !r.vni.Valid():
+		return fmt.Errorf("invalid VNI %d", r.vni)
+	case !validName(r.owner):
+		return fmt.Errorf("bad owner name %q", r.owner)
+	}
+	switch r.kind {
+	case kindFDB:
+		if !validMAC(r.mac) {
+			return fmt.Errorf("MAC %s is zero or multicast", r.mac)
+		}
+		if !validVTEP(r.vtep) {
+			return fmt.Errorf("unusable VTEP %s", r.vtep)
+		}
+	case kindNeigh:
+		if !validIP(r.ip) {
+			return fmt.Errorf("IP %s is not a unicast address", r.ip)
+		}
+		if !validMAC(r.lladdr) {
+			return fmt.Errorf("MAC %s is zero or multicast", r.lladdr)
+		}
+	default:
+		return fmt.Errorf("unknown kind %d", r.kind)
+	}
+	return nil
+}
+
+func validMAC(m fdb.MAC) bool { return !m.IsZero() && !m.IsMulticast() }
+
+func validVTEP(v netip.AddrPort) bool {
+	a := v.Addr()
+	return a.IsValid() && !a.Is4In6() && !a.IsUnspecified() && !a.IsMulticast() && a.Zone() == "" && v.Port() != 0
+}
+
+func validIP(a netip.Addr) bool {
+	return a.IsValid() && !a.Is4In6() && !a.IsUnspecified() && !a.IsMulticast() && a.Zone() == ""
+}
+
+// validName reports whether s can be a node name: 1..maxNameLen bytes
+// without control characters (it ends up in logs and in `members`).
+func validName(s string) bool {
+	return s != "" && len(s) <= maxNameLen && !strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f })
+}

@@ -1,0 +1,175 @@
+package gossip
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// delegate is how memberlist calls the Node: it implements memberlist's
+// delegate interfaces, which are kept off Node's exported method set.
+// memberlist calls them from its own goroutines, concurrently; each takes
+// n.mu briefly and never does network I/O.
+type delegate struct{ n *Node }
+
+var (
+	_ memberlist.Delegate      = (*delegate)(nil)
+	_ memberlist.EventDelegate = (*delegate)(nil)
+	_ memberlist.AliveDelegate = (*delegate)(nil)
+	_ memberlist.MergeDelegate = (*delegate)(nil)
+)
+
+// NodeMeta returns our metadata; New checked that it fits the limit.
+func (d *delegate) NodeMeta(limit int) []byte {
+	if len(d.n.meta) > limit {
+		return nil
+	}
+	return d.n.meta
+}
+
+// NotifyMsg handles a message from a peer (a broadcast). The decoder copies
+// what it keeps, so b is not retained; an undecodable message is counted and
+// dropped. It never waits on the network.
+func (d *delegate) NotifyMsg(b []byte) {
+	recs, err := decodeEntries(b)
+	if err != nil {
+		d.n.stats.decodeErrors.Add(1)
+		return
+	}
+	d.n.merge(recs, true)
+}
+
+// GetBroadcasts returns queued broadcasts that fit limit.
+func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
+	return d.n.queue.GetBroadcasts(overhead, limit)
+}
+
+// LocalState returns every record of alive owners, for a push/pull.
+func (d *delegate) LocalState(join bool) []byte { return d.n.localState() }
+
+// MergeRemoteState merges a peer's LocalState with the usual rules. The
+// records are not broadcast again: the push/pull of others carries them.
+func (d *delegate) MergeRemoteState(buf []byte, join bool) {
+	recs, err := decodeEntries(buf)
+	if err != nil {
+		d.n.stats.decodeErrors.Add(1)
+		return
+	}
+	d.n.merge(recs, false)
+}
+
+// NotifyJoin: a member joined (or came back). memberlist holds its node lock.
+func (d *delegate) NotifyJoin(node *memberlist.Node) {
+	d.n.mu.Lock()
+	defer d.n.mu.Unlock()
+	d.n.memberUpLocked(node)
+}
+
+// NotifyUpdate: a member's metadata changed (a restart, usually).
+func (d *delegate) NotifyUpdate(node *memberlist.Node) {
+	d.n.mu.Lock()
+	defer d.n.mu.Unlock()
+	d.n.memberUpLocked(node)
+}
+
+// NotifyLeave: memberlist declared a member dead or left; its entries are
+// withdrawn from the tables and its VTEP from the flood lists.
+func (d *delegate) NotifyLeave(node *memberlist.Node) {
+	d.n.mu.Lock()
+	defer d.n.mu.Unlock()
+	d.n.memberDownLocked(node.Name, node.State == memberlist.StateLeft)
+}
+
+// NotifyAlive refuses a node whose metadata we cannot use (another protocol
+// version, not a uvxlan node, garbage): it never becomes a member.
+func (d *delegate) NotifyAlive(peer *memberlist.Node) error {
+	if peer.Name == d.n.name {
+		return nil
+	}
+	if _, err := decodeMeta(peer.Meta); err != nil {
+		d.n.refuse(peer.Name, err)
+		return fmt.Errorf("refusing node %q: %w", peer.Name, err)
+	}
+	return nil
+}
+
+// NotifyMerge cancels a join (either way) with a cluster that holds a node we
+// would refuse, so the joiner gets a clear error.
+func (d *delegate) NotifyMerge(peers []*memberlist.Node) error {
+	for _, p := range peers {
+		if p.Name == d.n.name || p.State != memberlist.StateAlive {
+			continue
+		}
+		if _, err := decodeMeta(p.Meta); err != nil {
+			d.n.refuse(p.Name, err)
+			return fmt.Errorf("refusing to merge with node %q: %w", p.Name, err)
+		}
+	}
+	return nil
+}
+
+// refuse counts a refused node and logs why, once per node and reason.
+func (n *Node) refuse(name string, err error) {
+	n.stats.refused.Add(1)
+	n.refusedMu.Lock()
+	defer n.refusedMu.Unlock()
+	if n.refused[name] == err.Error() {
+		return
+	}
+	if len(n.refused) > 1024 { // bound the memory of a stream of bad names
+		clear(n.refused)
+	}
+	n.refused[name] = err.Error()
+	n.log.Warn("refusing gossip node", "node", name, "err", err)
+}
+
+// broadcast is one queued record, named by its key and owner so that a
+// newer record replaces an older one still in the queue.
+type broadcast struct {
+	name string
+	msg  []byte
+}
+
+var _ memberlist.NamedBroadcast = (*broadcast)(nil)
+
+func (b *broadcast) Invalidates(other memberlist.Broadcast) bool {
+	o, ok := other.(memberlist.NamedBroadcast)
+	return ok && o.Name() == b.name
+}
+func (b *broadcast) Name() string    { return b.name }
+func (b *broadcast) Message() []byte { return b.msg }
+func (b *broadcast) Finished()       {}
+
+// logWriter turns memberlist's log lines ("[WARN] memberlist: ...") into
+// slog records at the matching level.
+type logWriter struct{ log *slog.Logger }
+
+var logLevels = []struct {
+	tag   string
+	level slog.Level
+}{
+	{"[DEBUG] ", slog.LevelDebug},
+	{"[INFO] ", slog.LevelInfo},
+	{"[WARN] ", slog.LevelWarn},
+	{"[ERR] ", slog.LevelError},
+	{"[ERROR] ", slog.LevelError},
+}
+
+func (w logWriter) Write(p []byte) (int, error) {
+	line := strings.TrimRight(string(p), "\r\n")
+	level := slog.LevelInfo
+	for _, l := range logLevels {
+		if rest, ok := strings.CutPrefix(line, l.tag); ok {
+			line, level = rest, l.level
+			break
+		}
+	}
+	ctx := context.Background()
+	if w.log.Enabled(ctx, level) {
+		w.log.Log(ctx, level, strings.TrimPrefix(line, "memberlist: "), "from", "memberlist")
+	}
+	return len(p), nil
+}

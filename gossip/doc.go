@@ -1,0 +1,11 @@
+// Package gossip implements uvxlan's control plane on hashicorp/memberlist:
+// membership with node metadata (VTEP, VNIs, TAP MAC, protocol version),
+// broadcast and anti-entropy of the FDB and neighbour entries each node
+// owns, their application to the local fdb.Table and fdb.Neighbors (origin
+// gossip), the per-VNI flood lists, and the withdrawal of a node's entries
+// when it fails or leaves.
+//
+// A Node is created with New and driven by Run; its methods are safe for
+// concurrent use. The rules (who may announce what, versions, moves,
+// tombstones) are explained at the top of node.go.
+package gossip

@@ -1,0 +1,403 @@
+package gossip
+
+import (
+	"errors"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+
+	"github.com/uvxlan/uvxlan/fdb"
+)
+
+// The merge rules, membership and the tables. The comment at the top of
+// node.go explains them; every function here expects n.mu held.
+
+// mergeBatchSize bounds how many records are merged per hold of n.mu, so a
+// large push/pull does not hold up broadcasts.
+const mergeBatchSize = 512
+
+// merge merges records received from a peer. With relay, the records that
+// were new to us are queued for broadcast (an epidemic: each node passes on
+// what it learned once).
+func (n *Node) merge(recs []record, relay bool) {
+	for len(recs) > 0 {
+		batch := recs[:min(len(recs), mergeBatchSize)]
+		recs = recs[len(batch):]
+		now := time.Now()
+		n.mu.Lock()
+		for i := range batch {
+			if n.mergeLocked(&batch[i], now) && relay {
+				n.broadcastLocked(&batch[i])
+			}
+		}
+		n.mu.Unlock()
+	}
+}
+
+// mergeLocked merges one record received from a peer and reports whether it
+// was new to us.
+func (n *Node) mergeLocked(r *record, now time.Time) bool {
+	n.stats.received.Add(1)
+	if r.owner == n.name {
+		n.mergeOwnLocked(r, now)
+		return false
+	}
+	n.clock.observe(r.version)
+	cur := n.store.get(r.key, r.owner)
+	if cur != nil && !r.newer(&cur.record) {
+		n.countOld(r, &cur.record)
+		return false
+	}
+	m := n.members[r.owner]
+	if m == nil || !m.alive {
+		return n.holdLocked(r, now)
+	}
+	if !n.admissibleLocked(r, m) {
+		return false
+	}
+	if cur == nil && n.store.n >= maxRecords {
+		n.stats.tableErrors.Add(1)
+		return false
+	}
+	n.putLocked(r, now)
+	n.stats.applied.Add(1)
+	return true
+}
+
+// countOld counts a received record that is not newer than ours.
+func (n *Node) countOld(r, cur *record) {
+	if *r == *cur {
+		n.stats.duplicate.Add(1)
+	} else {
+		n.stats.stale.Add(1)
+	}
+}
+
+// admissibleLocked checks a record of an alive member against its
+// metadata, and counts it if it is refused.
+func (n *Node) admissibleLocked(r *record, m *member) bool {
+	switch {
+	case r.version < m.meta.boot:
+		n.stats.stale.Add(1) // from a previous run of the owner
+		return false
+	case r.kind == kindFDB && r.vtep != m.meta.vtep:
+		n.stats.foreignVTEP.Add(1)
+		return false
+	}
+	return true
+}
+
+// holdLocked keeps a record whose owner is not an alive member in the
+// pending set, and reports whether it was new.
+func (n *Node) holdLocked(r *record, now time.Time) bool {
+	pk := pendingKey{r.key, r.owner}
+	if p := n.pending[pk]; p != nil {
+		if !r.newer(&p.record) {
+			n.countOld(r, &p.record)
+			return false
+		}
+	} else if len(n.pending) >= maxPending {
+		n.stats.unknownOwner.Add(1)
+		return false
+	}
+	n.pending[pk] = &stored{*r, now}
+	return true
+}
+
+// mergeOwnLocked handles a record in our own name coming back from a peer.
+// We are the authority on our records: if the peer's is newer than ours, or
+// live while we hold none, we publish what we hold (or a tombstone) at a
+// version above it.
+func (n *Node) mergeOwnLocked(r *record, now time.Time) {
+	n.clock.observe(r.version)
+	cur := n.store.get(r.key, n.name)
+	switch {
+	case cur != nil && !r.newer(&cur.record):
+		n.countOld(r, &cur.record)
+		return
+	case cur == nil && r.deleted:
+		n.stats.stale.Add(1) // a withdrawal of ours that we forgot: nothing to undo
+		return
+	}
+	fix := *r
+	if cur != nil {
+		fix = cur.record
+	} else {
+		fix.deleted = true
+	}
+	fix.version = n.clock.next()
+	n.putLocked(&fix, now)
+	n.broadcastLocked(&fix)
+	n.stats.reannounced.Add(1)
+	n.warnLocked("own:"+r.key.String(), now, "a peer held a newer record in our name; published ours again",
+		"key", r.key.String(), "their_version", r.version, "their_deleted", r.deleted)
+}
+
+// putLocked stores r (replacing the owner's previous record on the key) and
+// brings the tables up to date.
+func (n *Node) putLocked(r *record, now time.Time) {
+	old := n.winnerLocked(r.key)
+	n.store.put(&stored{*r, now})
+	if p := n.pending[pendingKey{r.key, r.owner}]; p != nil && !p.newer(r) {
+		delete(n.pending, pendingKey{r.key, r.owner})
+	}
+	n.applyLocked(r.key, old, n.winnerLocked(r.key))
+}
+
+// effectiveLocked reports whether r may win its key: its owner is alive
+// and r is from the owner's current run and names the owner's VTEP.
+func (n *Node) effectiveLocked(r *stored) bool {
+	if r.deleted {
+		return false
+	}
+	if r.owner == n.name {
+		return true
+	}
+	m := n.members[r.owner]
+	return m != nil && m.alive && r.version >= m.meta.boot && (r.kind != kindFDB || r.vtep == m.meta.vtep)
+}
+
+// winnerLocked returns the record that the tables should reflect for k, or
+// nil: the effective record with the highest version, ties broken by the
+// greater owner name.
+func (n *Node) winnerLocked(k key) *stored {
+	var best *stored
+	for _, r := range n.store.byKey[k] {
+		if !n.effectiveLocked(r) {
+			continue
+		}
+		if best == nil || r.version > best.version || (r.version == best.version && r.owner > best.owner) {
+			best = r
+		}
+	}
+	return best
+}
+
+// applyLocked changes the tables for k whose winner went from old to new
+// (either may be nil).
+func (n *Node) applyLocked(k key, old, new *stored) {
+	if !n.self.serves(k.vni) || old == new {
+		return
+	}
+	if old != nil && new != nil && old.owner == new.owner && old.sameValue(&new.record) {
+		return
+	}
+	switch {
+	case new != nil && new.owner != n.name:
+		n.setLocked(new)
+	case old != nil && old.owner != n.name:
+		n.unsetLocked(old)
+	}
+}
+
+// setLocked writes r to its table with origin gossip.
+func (n *Node) setLocked(r *stored) {
+	var err error
+	switch r.kind {
+	case kindFDB:
+		err = n.cfg.FDB.Set(fdb.Entry{VNI: r.vni, MAC: r.mac, VTEP: r.vtep, Origin: fdb.OriginGossip})
+	case kindNeigh:
+		_, err = n.cfg.Neigh.Set(fdb.Neigh{VNI: r.vni, IP: r.ip, MAC: r.lladdr, Origin: fdb.OriginGossip})
+	}
+	switch {
+	case errors.Is(err, fdb.ErrOutranked):
+		n.stats.outranked.Add(1)
+	case err != nil:
+		n.stats.tableErrors.Add(1)
+		n.warnLocked("table", time.Now(), "a table refused a gossip entry", "err", err)
+	}
+}
+
+// unsetLocked removes r's gossip entry from its table if the entry still
+// holds r's value: a MAC that moved, or was learned elsewhere since, stays.
+func (n *Node) unsetLocked(r *stored) {
+	var removed bool
+	switch r.kind {
+	case kindFDB:
+		if v, ok := n.cfg.FDB.Lookup(r.vni, r.mac); ok && v == r.vtep {
+			removed = n.cfg.FDB.DeleteOrigin(r.vni, r.mac, fdb.OriginGossip)
+		}
+	case kindNeigh:
+		if m, ok := n.cfg.Neigh.Lookup(r.vni, r.ip); ok && m == r.lladdr {
+			removed = n.cfg.Neigh.DeleteOrigin(r.vni, r.ip, fdb.OriginGossip)
+		}
+	}
+	if removed {
+		n.stats.withdrawn.Add(1)
+	}
+}
+
+// broadcastLocked queues r for gossip. A queued older record of the same
+// key and owner is dropped.
+func (n *Node) broadcastLocked(r *record) {
+	n.queue.QueueBroadcast(&broadcast{name: r.id(), msg: appendEntries(nil, []record{*r})})
+}
+
+// memberUpLocked handles a join or an update of node (self included).
+func (n *Node) memberUpLocked(node *memberlist.Node) {
+	md, err := decodeMeta(node.Meta)
+	if err != nil { // NotifyAlive refuses those; this is a safety net
+		n.refuse(node.Name, err)
+		return
+	}
+	now := time.Now()
+	m := n.members[node.Name]
+	if m == nil {
+		m = &member{name: node.Name}
+		n.members[node.Name] = m
+	}
+	keys := n.affectedKeysLocked(node.Name)
+	olds := make([]*stored, len(keys))
+	for i, k := range keys {
+		olds[i] = n.winnerLocked(k)
+	}
+
+	addr, _ := netip.AddrFromSlice(node.Addr)
+	m.addr = netip.AddrPortFrom(addr.Unmap(), node.Port)
+	if !m.alive {
+		m.alive, m.left, m.since = true, false, now
+	}
+	if m.meta.boot != md.boot { // a new run: drop the records of the old one
+		for _, r := range n.store.byOwner[node.Name] {
+			if r.version < md.boot {
+				n.store.del(r.key, r.owner)
+			}
+		}
+	}
+	m.meta = md
+	// Records that waited for this owner.
+	for pk, p := range n.pending {
+		if pk.owner != node.Name {
+			continue
+		}
+		delete(n.pending, pk)
+		cur := n.store.get(p.key, p.owner)
+		switch {
+		case cur != nil && !p.newer(&cur.record):
+			n.countOld(&p.record, &cur.record)
+		case !n.admissibleLocked(&p.record, m):
+		case cur == nil && n.store.n >= maxRecords:
+			n.stats.tableErrors.Add(1)
+		default:
+			n.store.put(&stored{p.record, now})
+			n.stats.applied.Add(1)
+		}
+	}
+	for i, k := range keys {
+		n.applyLocked(k, olds[i], n.winnerLocked(k))
+	}
+	n.setFloodLocked()
+}
+
+// memberDownLocked handles memberlist declaring a member dead or left.
+func (n *Node) memberDownLocked(name string, left bool) {
+	m := n.members[name]
+	if m == nil || !m.alive || name == n.name {
+		return
+	}
+	keys := n.store.keysOf(name)
+	olds := make([]*stored, len(keys))
+	for i, k := range keys {
+		olds[i] = n.winnerLocked(k)
+	}
+	m.alive, m.left, m.since = false, left, time.Now()
+	for i, k := range keys {
+		n.applyLocked(k, olds[i], n.winnerLocked(k))
+	}
+	n.setFloodLocked()
+}
+
+// affectedKeysLocked returns the keys of the owner's stored and pending
+// records.
+func (n *Node) affectedKeysLocked(owner string) []key {
+	keys := n.store.keysOf(owner)
+	for pk := range n.pending {
+		if pk.owner == owner && n.store.get(pk.key, owner) == nil {
+			keys = append(keys, pk.key)
+		}
+	}
+	return keys
+}
+
+// setFloodLocked sets the flood list of every served VNI: the static peers,
+// then the VTEPs of the alive members serving it, sorted.
+func (n *Node) setFloodLocked() {
+	alive := 1 // self
+	for _, m := range n.members {
+		if m.alive && m.name != n.name {
+			alive++
+		}
+	}
+	n.numAlive.Store(int32(alive))
+	for _, vni := range n.self.vnis {
+		var vteps []netip.AddrPort
+		for _, m := range n.members {
+			if m.alive && m.name != n.name && m.meta.serves(vni) && m.meta.vtep != n.self.vtep {
+				vteps = append(vteps, m.meta.vtep)
+			}
+		}
+		slices.SortFunc(vteps, netip.AddrPort.Compare)
+		n.cfg.FDB.SetFlood(vni, append(slices.Clone(n.cfg.StaticPeers), vteps...))
+	}
+}
+
+// gc drops tombstones, and the records of members departed, older than
+// tombstoneTTL, and pending records older than pendingTTL.
+func (n *Node) gc(now time.Time) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for owner, recs := range n.store.byOwner {
+		m := n.members[owner]
+		gone := owner != n.name && (m == nil || !m.alive && now.Sub(m.since) > n.tombstoneTTL)
+		for k, r := range recs {
+			if gone || r.deleted && now.Sub(r.at) > n.tombstoneTTL {
+				n.store.del(k, owner)
+			}
+		}
+	}
+	for name, m := range n.members {
+		if !m.alive && now.Sub(m.since) > n.tombstoneTTL {
+			delete(n.members, name)
+		}
+	}
+	for pk, p := range n.pending {
+		if now.Sub(p.at) > pendingTTL {
+			delete(n.pending, pk)
+			n.stats.unknownOwner.Add(1)
+		}
+	}
+	for s, t := range n.warned {
+		if now.Sub(t) > time.Minute {
+			delete(n.warned, s)
+		}
+	}
+}
+
+// localState encodes the records of alive owners (ours included), live and
+// tombstones, for a push/pull. Dormant and pending records stay here: their
+// owners are not members of the cluster.
+func (n *Node) localState() []byte {
+	n.mu.Lock()
+	recs := make([]record, 0, n.store.n)
+	for owner, byKey := range n.store.byOwner {
+		if m := n.members[owner]; owner != n.name && (m == nil || !m.alive) {
+			continue
+		}
+		for _, r := range byKey {
+			recs = append(recs, r.record)
+		}
+	}
+	n.mu.Unlock()
+	return appendEntries(nil, recs)
+}
+
+// warnLocked logs a warning at most once a minute per subject.
+func (n *Node) warnLocked(subject string, now time.Time, msg string, args ...any) {
+	if t, ok := n.warned[subject]; ok && now.Sub(t) < time.Minute {
+		return
+	}
+	n.warned[subject] = now
+	n.log.Warn(msg, args...)
+}

@@ -1,0 +1,116 @@
+package gossip
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"slices"
+
+	"github.com/uvxlan/uvxlan/fdb"
+)
+
+// Node metadata: what every member tells the others about itself in
+// memberlist's NodeMeta (at most memberlist.MetaMaxSize, 512 bytes).
+//
+//	version (1) | boot (8) | address length (1) = 4 or 16 | VTEP address | VTEP port (2)
+//	| TAP MAC (6) | VNI count (1) | VNI (4) × count
+//
+// version is protoVersion; a node speaking another version is refused before
+// anything else is read, since the rest may mean something else to it. boot
+// is the node's clock when it started (see clock): every record it creates
+// has a higher version, so records older than boot are from an earlier run
+// of the node and are dropped. The TAP MAC is zero when the node has none.
+
+// protoVersion is the version of the gossip protocol (entry messages and
+// metadata) this package speaks. Nodes speaking another one are refused.
+const protoVersion = 1
+
+// maxVNIs bounds Config.VNIs, so that the metadata always fits.
+const maxVNIs = 64
+
+// errIncompatible is wrapped by decodeMeta for a node that speaks another
+// protocol version.
+var errIncompatible = errors.New("incompatible gossip protocol version")
+
+// meta is a node's metadata, decoded.
+type meta struct {
+	version uint8
+	boot    uint64
+	vtep    netip.AddrPort
+	mac     fdb.MAC
+	vnis    []fdb.VNI
+}
+
+func (m *meta) serves(vni fdb.VNI) bool { return slices.Contains(m.vnis, vni) }
+
+func (m *meta) encode() []byte {
+	b := make([]byte, 0, 1+8+1+16+2+6+1+4*len(m.vnis))
+	b = append(b, m.version)
+	b = binary.BigEndian.AppendUint64(b, m.boot)
+	b = appendAddr(b, m.vtep.Addr())
+	b = binary.BigEndian.AppendUint16(b, m.vtep.Port())
+	b = append(b, m.mac[:]...)
+	b = append(b, byte(len(m.vnis)))
+	for _, v := range m.vnis {
+		b = binary.BigEndian.AppendUint32(b, uint32(v))
+	}
+	return b
+}
+
+// decodeMeta decodes and checks a node's metadata. A version other than
+// protoVersion is an error wrapping errIncompatible.
+func decodeMeta(b []byte) (meta, error) {
+	var m meta
+	if len(b) == 0 {
+		return m, fmt.Errorf("no node metadata (not a uvxlan node?): %w", io.ErrUnexpectedEOF)
+	}
+	if b[0] != protoVersion {
+		return m, fmt.Errorf("%w: it speaks version %d, we speak %d", errIncompatible, b[0], protoVersion)
+	}
+	r := reader{b: b[1:]}
+	m.version = b[0]
+	m.boot = r.u64()
+	a := r.addr()
+	m.vtep = netip.AddrPortFrom(a, r.u16())
+	m.mac = r.mac()
+	n := int(r.u8())
+	if n > maxVNIs {
+		return meta{}, fmt.Errorf("bad node metadata: %d VNIs", n)
+	}
+	for range n {
+		m.vnis = append(m.vnis, fdb.VNI(r.u32()))
+	}
+	if r.err != nil {
+		return meta{}, fmt.Errorf("bad node metadata: %w", r.err)
+	}
+	if len(r.b) != 0 {
+		return meta{}, fmt.Errorf("bad node metadata: %d trailing bytes", len(r.b))
+	}
+	if err := m.validate(); err != nil {
+		return meta{}, fmt.Errorf("bad node metadata: %w", err)
+	}
+	return m, nil
+}
+
+func (m *meta) validate() error {
+	if !validVTEP(m.vtep) {
+		return fmt.Errorf("unusable VTEP %s", m.vtep)
+	}
+	if m.mac.IsMulticast() {
+		return fmt.Errorf("multicast TAP MAC %s", m.mac)
+	}
+	if len(m.vnis) == 0 || len(m.vnis) > maxVNIs {
+		return fmt.Errorf("%d VNIs, want 1 to %d", len(m.vnis), maxVNIs)
+	}
+	for i, v := range m.vnis {
+		if !v.Valid() {
+			return fmt.Errorf("invalid VNI %d", v)
+		}
+		if slices.Contains(m.vnis[:i], v) {
+			return fmt.Errorf("VNI %d twice", v)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,687 @@
+package gossip
+
+// How the control plane keeps the tables of every node in step.
+//
+// Entries. Two kinds of entries travel through gossip:
+//
+//   - FDB entries, (VNI, MAC) → VTEP: "this MAC is behind my VTEP". Every
+//     node announces its TAP MAC in each VNI it serves (Config.MAC), and the
+//     MACs of endpoints behind its TAP (AnnounceMAC).
+//   - Neighbour entries, (VNI, IP) → MAC: "this IP is at this MAC", so that
+//     the engine can answer ARP requests locally (AnnounceNeigh).
+//
+// Records. An announcement is a record: the key, the owner (the announcing
+// node's name), the value (the VTEP, or the MAC), a version and a deleted
+// flag. Each owner has at most one record per key. A node keeps the records
+// of every owner, not only the winning one, and gossips them all: changes
+// as broadcasts (one record per broadcast, named by key and owner, so a
+// newer claim replaces an older one still queued; a node relays every record
+// that was new to it), and the whole set in memberlist's periodic push/pull,
+// which repairs whatever a lost broadcast missed.
+//
+// Who may announce what. Only the owner creates or changes its records;
+// everyone else relays them unchanged. An FDB record must name its owner's
+// VTEP, as the owner's metadata says, or it is rejected
+// (Stats.RejectedForeignVTEP): a node can only draw traffic to itself. A
+// node is the authority on its own records: when a record in its name comes
+// back from a peer newer than the one it holds, or live while it holds none
+// (a leftover of a previous run, a stale peer), it answers with what it
+// holds, or a tombstone, at a newer version (Stats.Reannounced).
+//
+// Versions. A version is a hybrid logical clock reading (see clock):
+// nanoseconds of wall-clock time, but always above every version the node
+// has seen. So a restarted node announces above its previous run, and a node
+// that announces after hearing of another's claim announces above it. A
+// record replaces the same owner's record on the same key only if it is
+// newer (a higher version; at equal versions a tombstone beats a live record,
+// then the greater value wins, so every node picks the same). Anything else
+// is counted (Stale, Duplicate) and ignored, so merging the same records
+// twice, or in any order, leaves the same state.
+//
+// Winners and the tables. For each key the winner is the live record with
+// the highest version among those whose owner is an alive member (equal
+// versions: the greater owner name). A move (the MAC or IP now behind
+// another node) is a newer record by another owner: it wins everywhere; the
+// old owner's record stays but loses. The tables (Config.FDB and
+// Config.Neigh, origin gossip, only for the VNIs this node serves) hold the
+// winners owned by other nodes. When a key's winner changes the table entry
+// is replaced; when a key has no winner any more the gossip entry is
+// removed, but only if it still holds the value of the record that lost it
+// (a MAC learned or moved since is left alone; so an old owner's withdrawal
+// never removes the new owner's entry). Local and static entries outrank
+// gossip ones and are never touched (Stats.Outranked). Our own records are
+// not written to our tables: the MACs behind our TAP are not reached through
+// the underlay.
+//
+// Withdrawals and tombstones. WithdrawMAC and WithdrawNeigh publish a
+// tombstone: the record with the deleted flag, at a new version. It travels
+// like an announcement and beats the announcement it withdraws, so a stale
+// peer replaying the announcement changes nothing. Tombstones are kept for
+// ten minutes and then dropped; a peer that was away longer and brings the
+// announcement back is answered by the owner (authority, above).
+//
+// Departed members. When memberlist declares a member dead or left, its
+// records stop counting: every entry it won is withdrawn from the tables at
+// once (unless another alive owner claims the key, which then wins) and its
+// VTEP leaves the flood lists. Its records are kept, dormant, for ten
+// minutes: if it comes back (a refuted suspicion, a healed partition) its
+// entries return at once without being announced again. A member restarted
+// under the same name carries a new boot time in its metadata: its records
+// with older versions are from its previous run and are dropped; the new run
+// announces afresh. Records of owners we do not see alive (a broadcast that
+// overtook its owner's join) are held in a small pending set (4096 records,
+// one minute) and merged when the owner joins (Stats.Pending; those that
+// expire or do not fit count in RejectedUnknownOwner).
+//
+// Flood lists. Each served VNI's flood list (head-end replication targets)
+// is the static peers plus the VTEPs of the alive members that serve the
+// VNI, except ours. It is recomputed on every join, update and departure.
+//
+// Protocol versions. The metadata starts with protoVersion. A node speaking
+// another version is refused (memberlist's AliveDelegate and MergeDelegate),
+// with one warning per node: it never becomes a member, so it never enters
+// a flood list and its records stay pending until they expire.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+
+	"github.com/uvxlan/uvxlan/fdb"
+)
+
+// Defaults for zero Config fields.
+const (
+	DefaultPort           = 7946
+	DefaultRejoinInterval = 30 * time.Second
+)
+
+const (
+	// leaveTimeout bounds how long Close waits for the leave message to go
+	// out.
+	leaveTimeout = 2 * time.Second
+	// joinBackoffMin and joinBackoffMax bound the wait between failed
+	// attempts to join the seeds.
+	joinBackoffMin = time.Second
+	joinBackoffMax = 30 * time.Second
+	// maxRejoin bounds how many departed members are tried per rejoin.
+	maxRejoin = 8
+)
+
+// Config of a Node. Fields without a default are required unless they say
+// otherwise.
+type Config struct {
+	// Name is the node's unique name in the cluster (memberlist's node
+	// name): 1 to 128 bytes, no control characters.
+	Name string
+	// BindAddr is the address gossip listens on (TCP and UDP) and announces
+	// to peers; it must be a specific address, not 0.0.0.0 or ::.
+	BindAddr netip.Addr
+	// BindPort is the gossip port. Default 7946.
+	BindPort int
+	// VTEP is this node's VXLAN endpoint: underlay address and VXLAN UDP
+	// port. Other nodes send to it the frames for the MACs we announce.
+	VTEP netip.AddrPort
+	// VNIs are the VNIs this node serves: 1 to 64 of them. Only their
+	// entries are written to the tables, and the node is in the flood lists
+	// of these VNIs only.
+	VNIs []fdb.VNI
+	// MAC is the TAP's MAC. When not zero it is announced automatically in
+	// every VNI, as an FDB entry owned by this node.
+	MAC fdb.MAC
+	// Seeds are nodes to join, "HOST[:PORT]" (port default 7946). Empty:
+	// this node starts a new cluster and others join it.
+	Seeds []string
+	// SecretKeys, when given, encrypt gossip (AES-GCM; 16, 24 or 32 bytes
+	// each). The first one encrypts, all of them decrypt, so keys can be
+	// rotated. Nodes with different keys never merge.
+	SecretKeys [][]byte
+	// StaticPeers are VTEPs that are always in every served VNI's flood
+	// list (the --peer flag: kernel VXLAN devices, switches). A zero port
+	// means VTEP's port.
+	StaticPeers []netip.AddrPort
+	// FDB receives the gossiped FDB entries (origin gossip) and the flood
+	// lists of the served VNIs, which this node owns: do not SetFlood them
+	// elsewhere.
+	FDB *fdb.Table
+	// Neigh receives the gossiped neighbour entries (origin gossip).
+	Neigh *fdb.Neighbors
+	// Logger receives the node's log lines, with "subsystem"="gossip", and
+	// memberlist's own ([DEBUG] at Debug, [INFO] at Info, [WARN] at Warn,
+	// [ERR] at Error). Default slog.Default().
+	Logger *slog.Logger
+	// RejoinInterval is how often seeds and departed members that are not
+	// alive are joined again, so that a healed partition merges. Default
+	// 30s.
+	RejoinInterval time.Duration
+	// Tune, when set, is called last on the memberlist configuration, for
+	// tests (faster timings, port 0 for any free port) and experiments.
+	Tune func(*memberlist.Config)
+}
+
+// Node is one agent's member of the gossip cluster. Create it with New and
+// drive it with Run. All its methods are safe for concurrent use.
+type Node struct {
+	cfg   Config
+	log   *slog.Logger
+	name  string
+	self  meta
+	meta  []byte         // self, encoded: NodeMeta
+	addr  netip.AddrPort // gossip address actually bound
+	clock clock
+	ml    *memberlist.Memberlist
+	queue *memberlist.TransmitLimitedQueue
+	stats counters
+
+	// tombstoneTTL is how long tombstones and departed members' records
+	// are kept (defaultTombstoneTTL; tests shorten it).
+	tombstoneTTL time.Duration
+	numAlive     atomic.Int32 // alive members, self included: the queue's NumNodes
+
+	mu      sync.Mutex // guards the fields below; never held across network I/O or memberlist calls
+	store   *store
+	pending map[pendingKey]*stored
+	members map[string]*member
+	warned  map[string]time.Time // rate limit for warnings, by subject
+
+	refusedMu sync.Mutex
+	refused   map[string]string // node name → why it was refused (logged once)
+
+	closeOnce sync.Once
+	closed    chan struct{}
+	closeErr  error
+}
+
+// member is what we know of a node of the cluster (self included).
+type member struct {
+	name  string
+	addr  netip.AddrPort // gossip address
+	meta  meta
+	alive bool // alive or suspect: memberlist has not declared it dead or left
+	left  bool // when not alive: it left (rather than failed)
+	since time.Time
+}
+
+type pendingKey struct {
+	key
+	owner string
+}
+
+// Member describes a node of the cluster as this node sees it.
+type Member struct {
+	Name string         `json:"name"`
+	Addr netip.AddrPort `json:"address"` // gossip address
+	VTEP netip.AddrPort `json:"vtep"`
+	VNIs []fdb.VNI      `json:"vnis"`
+	MAC  fdb.MAC        `json:"mac"` // TAP MAC; zero if none
+	// State is "alive", "suspect", "dead" or "left".
+	State string `json:"state"`
+	// Entries counts the live entries it owns that we hold.
+	Entries int  `json:"entries"`
+	Self    bool `json:"self"`
+}
+
+// Stats are the node's counters. The counts are of records (one entry's
+// claim by one owner), received in broadcasts and push/pull.
+type Stats struct {
+	// Received counts records received from peers.
+	Received uint64 `json:"received"`
+	// Applied counts received records that were newer than what we held and
+	// were stored.
+	Applied uint64 `json:"applied"`
+	// Stale counts received records older than the one we held (or from a
+	// previous run of their owner): ignored.
+	Stale uint64 `json:"stale"`
+	// Duplicate counts received records equal to the one we held: ignored.
+	Duplicate uint64 `json:"duplicate"`
+	// RejectedForeignVTEP counts FDB records naming a VTEP other than their
+	// owner's.
+	RejectedForeignVTEP uint64 `json:"rejected_foreign_vtep"`
+	// RejectedUnknownOwner counts records of owners that are not alive
+	// members, dropped because the pending set was full or because the owner
+	// did not join within a minute.
+	RejectedUnknownOwner uint64 `json:"rejected_unknown_owner"`
+	// DecodeErrors counts undecodable messages, dropped whole.
+	DecodeErrors uint64 `json:"decode_errors"`
+	// Withdrawn counts gossip entries removed from our tables, by
+	// withdrawals and departures of their owners.
+	Withdrawn uint64 `json:"withdrawn"`
+	// Outranked counts winners not written because a local or static entry
+	// holds the key.
+	Outranked uint64 `json:"outranked"`
+	// TableErrors counts winners the tables refused otherwise (full).
+	TableErrors uint64 `json:"table_errors"`
+	// Reannounced counts our own records published again because a peer held
+	// a newer one in our name.
+	Reannounced uint64 `json:"reannounced"`
+	// RefusedNodes counts refusals of nodes with incompatible or bad
+	// metadata (alive messages and joins).
+	RefusedNodes uint64 `json:"refused_nodes"`
+	// Pending is the number of records now held for owners that are not
+	// alive members.
+	Pending uint64 `json:"pending"`
+	// Records is the number of records now held (all owners, tombstones
+	// included).
+	Records uint64 `json:"records"`
+}
+
+type counters struct {
+	received, applied, stale, duplicate, foreignVTEP, unknownOwner, decodeErrors,
+	withdrawn, outranked, tableErrors, reannounced, refused atomic.Uint64
+}
+
+// New checks cfg, binds the gossip sockets (memberlist starts) and
+// announces the TAP MAC. It does not join anyone yet: Run does. The caller
+// must eventually cancel Run's context or call Close.
+func New(cfg Config) (*Node, error) {
+	if err := cfg.check(); err != nil {
+		return nil, fmt.Errorf("gossip: %w", err)
+	}
+	n := &Node{
+		cfg:          cfg,
+		log:          cfg.Logger.With("subsystem", "gossip"),
+		name:         cfg.Name,
+		tombstoneTTL: defaultTombstoneTTL,
+		store:        newStore(),
+		pending:      map[pendingKey]*stored{},
+		members:      map[string]*member{},
+		warned:       map[string]time.Time{},
+		refused:      map[string]string{},
+		closed:       make(chan struct{}),
+	}
+	n.self = meta{version: protoVersion, boot: n.clock.next(), vtep: cfg.VTEP, mac: cfg.MAC, vnis: slices.Clone(cfg.VNIs)}
+	n.meta = n.self.encode()
+	if len(n.meta) > memberlist.MetaMaxSize {
+		return nil, fmt.Errorf("gossip: node metadata is %d bytes, more than %d", len(n.meta), memberlist.MetaMaxSize)
+	}
+
+	mc := memberlist.DefaultLANConfig()
+	mc.Name = cfg.Name
+	mc.BindAddr = cfg.BindAddr.String()
+	mc.BindPort = cfg.BindPort
+	mc.AdvertisePort = cfg.BindPort
+	d := &delegate{n}
+	mc.Delegate, mc.Events, mc.Alive, mc.Merge = d, d, d, d
+	mc.Logger = log.New(logWriter{n.log}, "", 0)
+	if len(cfg.SecretKeys) > 0 {
+		kr, err := memberlist.NewKeyring(cfg.SecretKeys, cfg.SecretKeys[0])
+		if err != nil {
+			return nil, fmt.Errorf("gossip: keyring: %w", err)
+		}
+		mc.Keyring = kr
+	}
+	if cfg.Tune != nil {
+		cfg.Tune(mc)
+	}
+	n.queue = &memberlist.TransmitLimitedQueue{
+		NumNodes:       func() int { return max(1, int(n.numAlive.Load())) },
+		RetransmitMult: mc.RetransmitMult,
+	}
+	n.mu.Lock()
+	n.setFloodLocked() // static peers, before anyone joins
+	n.mu.Unlock()
+
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		return nil, fmt.Errorf("gossip: listen on %s: %w", net.JoinHostPort(mc.BindAddr, strconv.Itoa(mc.BindPort)), err)
+	}
+	n.ml = ml
+	n.addr = netip.AddrPortFrom(cfg.BindAddr, ml.LocalNode().Port)
+	if !cfg.MAC.IsZero() {
+		for _, vni := range cfg.VNIs {
+			if err := n.AnnounceMAC(vni, cfg.MAC); err != nil {
+				ml.Shutdown()
+				return nil, err
+			}
+		}
+	}
+	return n, nil
+}
+
+// check validates c and fills in defaults and normal forms.
+func (c *Config) check() error {
+	c.Seeds, c.VNIs, c.SecretKeys = slices.Clone(c.Seeds), slices.Clone(c.VNIs), slices.Clone(c.SecretKeys)
+	if !validName(c.Name) {
+		return fmt.Errorf("config Name %q: want 1 to %d bytes without control characters", c.Name, maxNameLen)
+	}
+	c.BindAddr = c.BindAddr.Unmap()
+	if !c.BindAddr.IsValid() || c.BindAddr.IsUnspecified() || c.BindAddr.IsMulticast() {
+		return fmt.Errorf("config BindAddr %q: want a specific unicast address of this host", c.BindAddr)
+	}
+	if c.BindPort == 0 {
+		c.BindPort = DefaultPort
+	}
+	if c.BindPort < 1 || c.BindPort > 65535 {
+		return fmt.Errorf("config BindPort %d: want 1 to 65535", c.BindPort)
+	}
+	c.VTEP = netip.AddrPortFrom(c.VTEP.Addr().Unmap(), c.VTEP.Port())
+	if !validVTEP(c.VTEP) {
+		return fmt.Errorf("config VTEP %q: want a unicast address and a port", c.VTEP)
+	}
+	if len(c.VNIs) == 0 || len(c.VNIs) > maxVNIs {
+		return fmt.Errorf("config VNIs: %d of them, want 1 to %d", len(c.VNIs), maxVNIs)
+	}
+	for i, v := range c.VNIs {
+		if !v.Valid() {
+			return fmt.Errorf("config VNIs: %d is not a valid VNI (1 to %d)", v, fdb.MaxVNI)
+		}
+		if slices.Contains(c.VNIs[:i], v) {
+			return fmt.Errorf("config VNIs: %d twice", v)
+		}
+	}
+	if c.MAC.IsMulticast() {
+		return fmt.Errorf("config MAC %s is a multicast address", c.MAC)
+	}
+	for i, s := range c.Seeds {
+		seed, err := normSeed(s)
+		if err != nil {
+			return fmt.Errorf("config Seeds: %w", err)
+		}
+		c.Seeds[i] = seed
+	}
+	for i, k := range c.SecretKeys {
+		if l := len(k); l != 16 && l != 24 && l != 32 {
+			return fmt.Errorf("gossip key %d is %d bytes; want 16, 24 or 32", i+1, l)
+		}
+	}
+	peers := make([]netip.AddrPort, 0, len(c.StaticPeers))
+	for _, p := range c.StaticPeers {
+		if p.Port() == 0 {
+			p = netip.AddrPortFrom(p.Addr(), c.VTEP.Port())
+		}
+		p = netip.AddrPortFrom(p.Addr().Unmap(), p.Port())
+		if !validVTEP(p) {
+			return fmt.Errorf("config StaticPeers: %q is not a usable VTEP", p)
+		}
+		peers = append(peers, p)
+	}
+	c.StaticPeers = peers
+	if c.FDB == nil {
+		return errors.New("config FDB is nil")
+	}
+	if c.Neigh == nil {
+		return errors.New("config Neigh is nil")
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.RejoinInterval == 0 {
+		c.RejoinInterval = DefaultRejoinInterval
+	}
+	if c.RejoinInterval < 0 {
+		return fmt.Errorf("config RejoinInterval %v is negative", c.RejoinInterval)
+	}
+	return nil
+}
+
+// normSeed checks "HOST[:PORT]" and adds the default port.
+func normSeed(s string) (string, error) {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil { // no port (a bare IPv6 address has colons too)
+		host, port = strings.TrimSuffix(strings.TrimPrefix(s, "["), "]"), strconv.Itoa(DefaultPort)
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+		return "", fmt.Errorf("%q: bad port %q", s, port)
+	}
+	if host == "" || strings.ContainsAny(host, " /[]") {
+		return "", fmt.Errorf("%q: want HOST[:PORT]", s)
+	}
+	return net.JoinHostPort(host, port), nil
+}
+
+// Run joins the seeds, retrying with exponential backoff (1s to 30s) while
+// none answers, then every RejoinInterval joins again the seeds and departed
+// members that are not alive, and drops expired tombstones. It blocks until
+// ctx is done or Close is called; then it leaves the cluster (waiting at
+// most about two seconds for the leave message to go out), shuts memberlist
+// down and returns nil. Call it once.
+func (n *Node) Run(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		n.loop(ctx)
+	}()
+	select {
+	case <-ctx.Done():
+	case <-n.closed:
+	}
+	n.Close()
+	<-done // a join in progress finishes within memberlist's TCPTimeout
+	return nil
+}
+
+func (n *Node) loop(ctx context.Context) {
+	gcEvery := min(n.tombstoneTTL/10, pendingTTL/2)
+	gc := time.NewTicker(gcEvery)
+	defer gc.Stop()
+	rejoin := time.NewTicker(n.cfg.RejoinInterval)
+	defer rejoin.Stop()
+	backoff := joinBackoffMin
+	join := time.NewTimer(0)
+	defer join.Stop()
+	if len(n.cfg.Seeds) == 0 {
+		join.Stop()
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-n.closed:
+			return
+		case <-gc.C:
+			n.gc(time.Now())
+		case <-join.C:
+			cnt, err := n.ml.Join(n.cfg.Seeds)
+			if cnt > 0 {
+				n.log.Info("joined the cluster", "seeds", n.cfg.Seeds, "contacted", cnt, "members", n.ml.NumMembers())
+				rejoin.Reset(n.cfg.RejoinInterval)
+				continue
+			}
+			n.log.Info("could not join any seed; retrying", "seeds", n.cfg.Seeds, "err", err, "retry_in", backoff)
+			join.Reset(backoff)
+			backoff = min(2*backoff, joinBackoffMax)
+		case <-rejoin.C:
+			n.rejoin()
+		}
+	}
+}
+
+// rejoin joins the seeds and the departed members that are not alive now.
+func (n *Node) rejoin() {
+	alive := map[string]bool{}
+	for _, m := range n.ml.Members() {
+		alive[m.Address()] = true
+	}
+	var targets []string
+	for _, s := range n.cfg.Seeds {
+		if !alive[s] {
+			targets = append(targets, s)
+		}
+	}
+	n.mu.Lock()
+	var dead []string
+	for _, m := range n.members {
+		if !m.alive && !m.left && !alive[m.addr.String()] {
+			dead = append(dead, m.addr.String())
+		}
+	}
+	n.mu.Unlock()
+	rand.Shuffle(len(dead), func(i, j int) { dead[i], dead[j] = dead[j], dead[i] })
+	targets = append(targets, dead[:min(len(dead), maxRejoin)]...)
+	if len(targets) == 0 {
+		return
+	}
+	cnt, err := n.ml.Join(targets)
+	n.log.Debug("rejoin", "targets", targets, "contacted", cnt, "err", err)
+}
+
+// Close leaves the cluster (waiting at most about two seconds for the leave
+// message to go out) and shuts memberlist down. Run returns. It is safe to
+// call more than once; the later calls return the first one's result.
+func (n *Node) Close() error {
+	n.shutdown(true)
+	return n.closeErr
+}
+
+// shutdown stops the node once; leave=false is a crash (tests use it).
+func (n *Node) shutdown(leave bool) {
+	n.closeOnce.Do(func() {
+		close(n.closed)
+		if leave {
+			if err := n.ml.Leave(leaveTimeout); err != nil {
+				n.log.Debug("leave", "err", err)
+			}
+		}
+		if err := n.ml.Shutdown(); err != nil {
+			n.closeErr = fmt.Errorf("gossip: shutdown: %w", err)
+		}
+	})
+}
+
+// LocalNode returns this node's name.
+func (n *Node) LocalNode() string { return n.name }
+
+// Addr returns the gossip address this node listens on.
+func (n *Node) Addr() netip.AddrPort { return n.addr }
+
+// AnnounceMAC announces that mac, in vni, is behind this node's VTEP. It is
+// idempotent: announcing what is already announced publishes nothing. It
+// fails for an invalid, zero or multicast MAC and for a VNI this node does
+// not serve. It does not block on the network.
+func (n *Node) AnnounceMAC(vni fdb.VNI, mac fdb.MAC) error {
+	return n.announce(record{key: key{kind: kindFDB, vni: vni, mac: mac}, vtep: n.cfg.VTEP})
+}
+
+// WithdrawMAC withdraws an announcement of AnnounceMAC (or the TAP MAC's).
+// Withdrawing what is not announced does nothing.
+func (n *Node) WithdrawMAC(vni fdb.VNI, mac fdb.MAC) error {
+	return n.withdraw(key{kind: kindFDB, vni: vni, mac: mac})
+}
+
+// AnnounceNeigh announces that ip, in vni, is at mac, an endpoint behind
+// this node. It is idempotent; a different MAC for the same IP is a new
+// announcement that replaces the old one. It fails for an IP that is not
+// unicast, a zero or multicast MAC and a VNI this node does not serve. It
+// does not block on the network.
+func (n *Node) AnnounceNeigh(vni fdb.VNI, ip netip.Addr, mac fdb.MAC) error {
+	return n.announce(record{key: key{kind: kindNeigh, vni: vni, ip: ip.Unmap()}, lladdr: mac})
+}
+
+// WithdrawNeigh withdraws an announcement of AnnounceNeigh. Withdrawing
+// what is not announced does nothing.
+func (n *Node) WithdrawNeigh(vni fdb.VNI, ip netip.Addr) error {
+	return n.withdraw(key{kind: kindNeigh, vni: vni, ip: ip.Unmap()})
+}
+
+func (n *Node) announce(r record) error {
+	r.owner = n.name
+	if err := r.validate(); err != nil {
+		return fmt.Errorf("gossip: announce %s: %w", r.key, err)
+	}
+	if !n.self.serves(r.vni) {
+		return fmt.Errorf("gossip: announce %s: VNI %d is not served by this node", r.key, r.vni)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	cur := n.store.get(r.key, n.name)
+	if cur != nil && !cur.deleted && cur.sameValue(&r) {
+		return nil
+	}
+	if cur == nil && n.store.n >= maxRecords {
+		return fmt.Errorf("gossip: announce %s: %d records held, the limit", r.key, maxRecords)
+	}
+	r.version = n.clock.next()
+	n.putLocked(&r, time.Now())
+	n.broadcastLocked(&r)
+	return nil
+}
+
+func (n *Node) withdraw(k key) error {
+	if !k.vni.Valid() {
+		return fmt.Errorf("gossip: withdraw %s: invalid VNI", k)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	cur := n.store.get(k, n.name)
+	if cur == nil || cur.deleted {
+		return nil
+	}
+	r := cur.record
+	r.deleted = true
+	r.version = n.clock.next()
+	n.putLocked(&r, time.Now())
+	n.broadcastLocked(&r)
+	return nil
+}
+
+// Members returns the cluster as this node sees it, sorted by name,
+// including this node and members that departed in the last ten minutes.
+func (n *Node) Members() []Member {
+	suspect := map[string]bool{}
+	for _, m := range n.ml.Members() { // not under n.mu: memberlist calls us with its lock held
+		if m.State == memberlist.StateSuspect {
+			suspect[m.Name] = true
+		}
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make([]Member, 0, len(n.members))
+	for _, m := range n.members {
+		state := "alive"
+		switch {
+		case !m.alive && m.left:
+			state = "left"
+		case !m.alive:
+			state = "dead"
+		case suspect[m.name]:
+			state = "suspect"
+		}
+		entries := 0
+		for _, r := range n.store.byOwner[m.name] {
+			if !r.deleted {
+				entries++
+			}
+		}
+		out = append(out, Member{
+			Name: m.name, Addr: m.addr, VTEP: m.meta.vtep, VNIs: slices.Clone(m.meta.vnis),
+			MAC: m.meta.mac, State: state, Entries: entries, Self: m.name == n.name,
+		})
+	}
+	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// Stats returns a snapshot of the counters.
+func (n *Node) Stats() Stats {
+	s := Stats{
+		Received:             n.stats.received.Load(),
+		Applied:              n.stats.applied.Load(),
+		Stale:                n.stats.stale.Load(),
+		Duplicate:            n.stats.duplicate.Load(),
+		RejectedForeignVTEP:  n.stats.foreignVTEP.Load(),
+		RejectedUnknownOwner: n.stats.unknownOwner.Load(),
+		DecodeErrors:         n.stats.decodeErrors.Load(),
+		Withdrawn:            n.stats.withdrawn.Load(),
+		Outranked:            n.stats.outranked.Load(),
+		TableErrors:          n.stats.tableErrors.Load(),
+		Reannounced:          n.stats.reannounced.Load(),
+		RefusedNodes:         n.stats.refused.Load(),
+	}
+	n.mu.Lock()
+	s.Pending, s.Records = uint64(len(n.pending)), uint64(n.store.n)
+	n.mu.Unlock()
+	return s
+}
