@@ -4,8 +4,12 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -188,5 +192,61 @@ func TestGossipKeys(t *testing.T) {
 	code, stderr = runBinary(t, nil, "run", "--local", "127.0.0.1", "--mtu", "1400", "--gossip-key", "!!!")
 	if code != exitUsage || !strings.Contains(stderr, "--gossip-key") {
 		t.Errorf("non-base64 key: exit %d, stderr %q; want 2 naming --gossip-key", code, stderr)
+	}
+}
+
+// An agent configured from a YAML file serves Prometheus metrics; flags win
+// over the file.
+func TestConfigFileAndMetrics(t *testing.T) {
+	tb := testenv.NewForTest(t, testenv.Config{Hosts: 1})
+	h := tb.Host(1)
+	cfgPath := filepath.Join(t.TempDir(), "uvxlan.yaml")
+	yaml := "vni: 4242\nmetrics: 127.0.0.1:9464\nlearning: false\nname: from-file\n"
+	if err := os.WriteFile(cfgPath, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a := startAgent(t, h, "--config", cfgPath, "--name", "from-flag")
+	raw, err := newControlClient(a.control).get("status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st status
+	if err := json.Unmarshal(raw, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.VNI != 4242 || st.Learning || st.Name != "from-flag" {
+		t.Errorf("status %+v: want vni 4242 and learning off from the file, name from the flag", st)
+	}
+
+	// The metrics listener is on the namespace's loopback: dial from there.
+	var body string
+	err = h.Do(func() error {
+		c, err := net.DialTimeout("tcp", "127.0.0.1:9464", 2*time.Second)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		fmt.Fprintf(c, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+		b, err := io.ReadAll(c)
+		body = string(b)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"uvxlan_rx_packets_total 0",
+		`uvxlan_fdb_entries{origin="local"} 1`,
+		`uvxlan_neigh_entries{origin="local"} 1`,
+		`uvxlan_members{state="alive"} 1`,
+		`uvxlan_drops_total{reason="wrong_vni"} 0`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("metrics:\n%s", body)
 	}
 }

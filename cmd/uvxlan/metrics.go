@@ -50,7 +50,14 @@ var (
 	descMembers   = desc("members", "Cluster members by state.", "state")
 )
 
-func (c collector) Describe(ch chan<- *prometheus.Desc) { prometheus.DescribeByCollect(c, ch) }
+// Describe lists the descriptors without collecting: the collector is
+// registered before the node it reads is complete.
+func (c collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descRxPackets, descRxBytes, descTxPackets, descTxBytes, descFloods,
+		descLearned, descARPSupp, descARPFlood, descDrops, descGossip, descFDB, descNeigh, descMembers} {
+		ch <- d
+	}
+}
 
 func (c collector) Collect(ch chan<- prometheus.Metric) {
 	s := c.snapshot()

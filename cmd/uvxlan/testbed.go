@@ -106,7 +106,7 @@ address 198.18.0.I/24, MTU 1500. Nothing is added to the root namespace.
 func demoCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "demo",
-		Usage: "build a 3-host testbed, run an agent per host, ping across the overlay, show the FDB, tear down",
+		Usage: "build a 3-host testbed, run an agent per host (h2.. --join h1), ping across the overlay, show members and tables, tear down",
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "hosts", Value: 3, Usage: "number of hosts (2 to 20)"},
 			&cli.StringFlag{Name: "prefix", Value: "uvxdemo", Usage: "name `PREFIX` of the demo's namespaces"},
@@ -157,13 +157,12 @@ func runDemo(ctx context.Context, w interface{ Write([]byte) (int, error) }, pre
 
 	overlay := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 42, 0, byte(i)}) }
 	control := func(h *testenv.Host) string { return filepath.Join(logDir, h.Name+".sock") }
+	// h1 founds the gossip cluster; every other host knows only h1.
 	for i, h := range tb.Hosts() {
 		args := []string{"run", "--name", h.Name, "--local", h.Underlay.String(),
 			"--address", netip.PrefixFrom(overlay(i+1), 24).String(), "--control", control(h)}
-		for _, p := range tb.Hosts() {
-			if p != h {
-				args = append(args, "--peer", p.Underlay.String())
-			}
+		if i > 0 {
+			args = append(args, "--join", tb.Host(1).Underlay.String())
 		}
 		say("%s: uvxlan %s", h.Name, strings.Join(args, " "))
 		if _, err := h.Start(ctx, filepath.Join(logDir, h.Name+".log"), self, args...); err != nil {
@@ -175,6 +174,21 @@ func runDemo(ctx context.Context, w interface{ Write([]byte) (int, error) }, pre
 			return fmt.Errorf("%s: agent did not start: %w", h.Name, err)
 		}
 	}
+
+	say("waiting for the cluster to converge (every node sees %d alive members)", hosts)
+	start := time.Now()
+	for _, h := range tb.Hosts() {
+		if err := waitForMembers(ctx, control(h), hosts, 30*time.Second); err != nil {
+			return fmt.Errorf("%s: %w", h.Name, err)
+		}
+	}
+	say("converged in %v", time.Since(start).Round(10*time.Millisecond))
+	rows, _, err := newControlClient(control(tb.Host(1))).members()
+	if err != nil {
+		return err
+	}
+	say("uvxlan members (on h1)")
+	printMembers(w, rows)
 
 	failed := 0
 	for i, h := range tb.Hosts() {
@@ -195,11 +209,17 @@ func runDemo(ctx context.Context, w interface{ Write([]byte) (int, error) }, pre
 
 	h1 := tb.Host(1)
 	say("uvxlan fdb show (on %s)", h1.Name)
-	rows, _, err := newControlClient(control(h1)).fdb()
+	fdbRows, _, err := newControlClient(control(h1)).fdb()
 	if err != nil {
 		return err
 	}
-	printFDB(w, rows)
+	printFDB(w, fdbRows)
+	say("uvxlan neigh show (on %s)", h1.Name)
+	neighRows, _, err := newControlClient(control(h1)).neigh()
+	if err != nil {
+		return err
+	}
+	printNeigh(w, neighRows)
 	say("uvxlan stats (on %s)", h1.Name)
 	st, _, err := newControlClient(control(h1)).stats()
 	if err != nil {
@@ -211,6 +231,29 @@ func runDemo(ctx context.Context, w interface{ Write([]byte) (int, error) }, pre
 	}
 	say("all %d pairs reach each other over the overlay", hosts*(hosts-1))
 	return nil
+}
+
+// waitForMembers waits until the agent at control sees n alive members.
+func waitForMembers(ctx context.Context, control string, n int, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		rows, _, err := newControlClient(control).members()
+		alive := 0
+		for _, m := range rows {
+			if m.State == "alive" {
+				alive++
+			}
+		}
+		if err == nil && alive == n {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d of %d members alive after %v", alive, n, timeout)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // waitForSocket waits until something listens on the unix socket at path.
