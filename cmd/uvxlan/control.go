@@ -3,7 +3,9 @@ package main
 // The control socket is HTTP/1.1 with JSON bodies over a unix socket:
 //
 //	GET /v1/status  the node's identity and settings
-//	GET /v1/fdb     []fdb.Entry
+//	GET /v1/fdb     []fdbRow
+//	POST /v1/fdb    staticEntry: add or replace a static entry
+//	DELETE /v1/fdb?mac=MAC  remove a static entry
 //	GET /v1/stats   statsView: encap.Stats and the gossip counters
 //	GET /v1/neigh   []neighRow
 //	GET /v1/members []memberRow
@@ -12,6 +14,7 @@ package main
 // tables, or as they are with --json.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -22,6 +25,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/uvxlan/uvxlan/encap"
@@ -62,6 +66,30 @@ func (s *controlServer) Serve(n *Node) error {
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, n.status()) })
 	mux.HandleFunc("GET /v1/fdb", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, fdbRows(n.table.Entries(), time.Now())) })
 	mux.HandleFunc("GET /v1/stats", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, n.stats()) })
+	mux.HandleFunc("POST /v1/fdb", func(w http.ResponseWriter, r *http.Request) {
+		var e staticEntry
+		if err := json.NewDecoder(io.LimitReader(r.Body, 4096)).Decode(&e); err != nil {
+			http.Error(w, "bad request: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		if err := n.table.Set(fdb.Entry{VNI: n.cfg.VNI, MAC: e.MAC, VTEP: e.VTEP, Origin: fdb.OriginStatic}); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		writeJSON(w, e)
+	})
+	mux.HandleFunc("DELETE /v1/fdb", func(w http.ResponseWriter, r *http.Request) {
+		mac, err := fdb.ParseMAC(r.URL.Query().Get("mac"))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		if !n.table.DeleteOrigin(n.cfg.VNI, mac, fdb.OriginStatic) {
+			http.Error(w, "no static entry for "+mac.String(), http.StatusNotFound)
+			return
+		}
+		writeJSON(w, map[string]string{"deleted": mac.String()})
+	})
 	mux.HandleFunc("GET /v1/neigh", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, neighRows(n.neigh.Entries())) })
 	mux.HandleFunc("GET /v1/members", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, n.gossip.Members()) })
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
@@ -101,6 +129,12 @@ type fdbRow struct {
 	// AgeSeconds is the time since the entry was added, moved or (learned
 	// entries) last seen.
 	AgeSeconds float64 `json:"age_seconds"`
+}
+
+// staticEntry is the body of POST /v1/fdb.
+type staticEntry struct {
+	MAC  fdb.MAC        `json:"mac"`
+	VTEP netip.AddrPort `json:"vtep"`
 }
 
 // neighRow is one neighbour binding (`uvxlan neigh show --json`).
@@ -165,7 +199,25 @@ func newControlClient(path string) *controlClient {
 
 // get fetches /v1/<what> and returns the raw JSON body.
 func (c *controlClient) get(what string) ([]byte, error) {
-	resp, err := c.hc.Get("http://uvxlan/v1/" + what)
+	return c.do(http.MethodGet, what, nil)
+}
+
+// do sends a request to /v1/<what> with an optional JSON body and returns
+// the raw JSON answer; an answer other than 200 is an error with its text.
+func (c *controlClient) do(method, what string, body any) ([]byte, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, "http://uvxlan/v1/"+what, rd)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.hc.Do(req)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) || errors.Is(err, os.ErrPermission) || isConnRefused(err) {
 			return nil, fmt.Errorf("no agent answers on %s (is `uvxlan run` running with this --control?): %w", c.path, err)
@@ -173,14 +225,14 @@ func (c *controlClient) get(what string) ([]byte, error) {
 		return nil, fmt.Errorf("control socket %s: %w", c.path, err)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
 		return nil, fmt.Errorf("control socket %s: %w", c.path, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("control socket %s: %s: %s", c.path, resp.Status, body)
+		return nil, fmt.Errorf("agent refused: %s", strings.TrimSpace(string(raw)))
 	}
-	return body, nil
+	return raw, nil
 }
 
 func isConnRefused(err error) bool {

@@ -123,7 +123,11 @@ func runCLI(t *testing.T, args ...string) string {
 	t.Helper()
 	out, err := exec.Command(uvxlanBin, args...).Output()
 	if err != nil {
-		t.Fatalf("uvxlan %s: %v", strings.Join(args, " "), err)
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		t.Fatalf("uvxlan %s: %v\n%s", strings.Join(args, " "), err, stderr)
 	}
 	return string(out)
 }
@@ -212,6 +216,31 @@ func TestMeshStaticPeers(t *testing.T) {
 		}
 		if table := runCLI(t, "fdb", "show", "--control", agents[0].control); !strings.Contains(table, hostMAC(2).String()) {
 			t.Errorf("fdb show table lacks h2's MAC:\n%s", table)
+		}
+	})
+
+	t.Run("fdb add and del manage static entries", func(t *testing.T) {
+		ctl := agents[0].control
+		pinned := fdb.MAC{0x02, 0x99, 0, 0, 0, 1}
+		runCLI(t, "fdb", "add", "--control", ctl, pinned.String(), "198.18.0.3:8472")
+		found := false
+		for _, r := range agents[0].fdb(t) {
+			if r.MAC == pinned {
+				found = r.Origin == fdb.OriginStatic && r.VTEP == netip.MustParseAddr("198.18.0.3") && r.Port == 8472
+			}
+		}
+		if !found {
+			t.Errorf("static entry missing or wrong: %+v", agents[0].fdb(t))
+		}
+		if code, stderr := runBinary(t, nil, "fdb", "add", "--control", ctl, "01:00:5e:00:00:01", "198.18.0.3"); code != exitUsage {
+			t.Errorf("multicast MAC: exit %d (%s), want %d", code, stderr, exitUsage)
+		}
+		runCLI(t, "fdb", "del", "--control", ctl, pinned.String())
+		if !agents[0].fdbLacks(t, pinned) {
+			t.Error("static entry still there after del")
+		}
+		if code, stderr := runBinary(t, nil, "fdb", "del", "--control", ctl, pinned.String()); code != exitError || !strings.Contains(stderr, "no static entry") {
+			t.Errorf("second del: exit %d, stderr %q; want 1 and 'no static entry'", code, stderr)
 		}
 	})
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/uvxlan/uvxlan/fdb"
 )
 
 // Exit statuses.
@@ -192,7 +195,7 @@ func controlFlags() []cli.Flag {
 func fdbCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "fdb",
-		Usage: "show the forwarding database of a running agent",
+		Usage: "show and edit the forwarding database of a running agent",
 		Subcommands: []*cli.Command{{
 			Name:  "show",
 			Usage: "list (VNI, MAC) -> VTEP entries with their origin: local, static, learned",
@@ -208,8 +211,53 @@ func fdbCommand() *cli.Command {
 				}
 				return printFDB(c.App.Writer, rows)
 			},
+		}, {
+			Name:      "add",
+			Usage:     "add (or replace) a static entry: MAC lives behind VTEP; gossip and learning never override it",
+			ArgsUsage: "MAC VTEP[:PORT]",
+			Flags:     controlFlags()[:1],
+			Action: func(c *cli.Context) error {
+				if c.NArg() != 2 {
+					return usageError{fmt.Errorf("add wants MAC VTEP[:PORT], got %d arguments", c.NArg())}
+				}
+				mac, err := parseUnicastMAC(c.Args().Get(0))
+				if err != nil {
+					return err
+				}
+				vtep, err := parsePeer(c.Args().Get(1), 4789)
+				if err != nil {
+					return usageError{fmt.Errorf("VTEP %q: %v", c.Args().Get(1), err)}
+				}
+				_, err = newControlClient(c.String("control")).do(http.MethodPost, "fdb", staticEntry{MAC: mac, VTEP: vtep})
+				return err
+			},
+		}, {
+			Name:      "del",
+			Usage:     "remove a static entry",
+			ArgsUsage: "MAC",
+			Flags:     controlFlags()[:1],
+			Action: func(c *cli.Context) error {
+				if c.NArg() != 1 {
+					return usageError{fmt.Errorf("del wants one MAC argument, got %d", c.NArg())}
+				}
+				mac, err := parseUnicastMAC(c.Args().First())
+				if err != nil {
+					return err
+				}
+				_, err = newControlClient(c.String("control")).do(http.MethodDelete, "fdb?mac="+mac.String(), nil)
+				return err
+			},
 		}},
 	}
+}
+
+// parseUnicastMAC parses the MAC argument of fdb add and del.
+func parseUnicastMAC(arg string) (fdb.MAC, error) {
+	mac, err := fdb.ParseMAC(arg)
+	if err != nil || mac.IsMulticast() || mac.IsZero() {
+		return fdb.MAC{}, usageError{fmt.Errorf("%q is not a unicast MAC such as 02:00:00:00:00:01", arg)}
+	}
+	return mac, nil
 }
 
 func neighCommand() *cli.Command {
