@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -197,20 +198,10 @@ func fdbCommand() *cli.Command {
 		Name:  "fdb",
 		Usage: "show and edit the forwarding database of a running agent",
 		Subcommands: []*cli.Command{{
-			Name:  "show",
-			Usage: "list (VNI, MAC) -> VTEP entries with their origin: local, static, learned",
-			Flags: controlFlags(),
-			Action: func(c *cli.Context) error {
-				rows, raw, err := newControlClient(c.String("control")).fdb()
-				if err != nil {
-					return err
-				}
-				if c.Bool("json") {
-					_, err = c.App.Writer.Write(raw)
-					return err
-				}
-				return printFDB(c.App.Writer, rows)
-			},
+			Name:   "show",
+			Usage:  "list (VNI, MAC) -> VTEP entries with their origin: local, static, learned",
+			Flags:  controlFlags(),
+			Action: func(c *cli.Context) error { return show(c, "fdb", printFDB) },
 		}, {
 			Name:      "add",
 			Usage:     "add (or replace) a static entry: MAC lives behind VTEP; gossip and learning never override it",
@@ -265,60 +256,45 @@ func neighCommand() *cli.Command {
 		Name:  "neigh",
 		Usage: "show the neighbour table (IP -> MAC) of a running agent, used for ARP suppression",
 		Subcommands: []*cli.Command{{
-			Name:  "show",
-			Usage: "list (VNI, IP) -> MAC bindings with their origin: local, static, gossip",
-			Flags: controlFlags(),
-			Action: func(c *cli.Context) error {
-				rows, raw, err := newControlClient(c.String("control")).neigh()
-				if err != nil {
-					return err
-				}
-				if c.Bool("json") {
-					_, err = c.App.Writer.Write(raw)
-					return err
-				}
-				return printNeigh(c.App.Writer, rows)
-			},
+			Name:   "show",
+			Usage:  "list (VNI, IP) -> MAC bindings with their origin: local, static, gossip",
+			Flags:  controlFlags(),
+			Action: func(c *cli.Context) error { return show(c, "neigh", printNeigh) },
 		}},
 	}
 }
 
 func membersCommand() *cli.Command {
 	return &cli.Command{
-		Name:  "members",
-		Usage: "show the gossip cluster as a running agent sees it: name, address, VTEP, state, VNIs, entries owned",
-		Flags: controlFlags(),
-		Action: func(c *cli.Context) error {
-			rows, raw, err := newControlClient(c.String("control")).members()
-			if err != nil {
-				return err
-			}
-			if c.Bool("json") {
-				_, err = c.App.Writer.Write(raw)
-				return err
-			}
-			return printMembers(c.App.Writer, rows)
-		},
+		Name:   "members",
+		Usage:  "show the gossip cluster as a running agent sees it: name, address, VTEP, state, VNIs, entries owned",
+		Flags:  controlFlags(),
+		Action: func(c *cli.Context) error { return show(c, "members", printMembers) },
 	}
 }
 
 func statsCommand() *cli.Command {
 	return &cli.Command{
-		Name:  "stats",
-		Usage: "show packet, byte, flood, learning and drop counters of a running agent",
-		Flags: controlFlags(),
-		Action: func(c *cli.Context) error {
-			st, raw, err := newControlClient(c.String("control")).stats()
-			if err != nil {
-				return err
-			}
-			if c.Bool("json") {
-				_, err = c.App.Writer.Write(raw)
-				return err
-			}
-			return printStats(c.App.Writer, st)
-		},
+		Name:   "stats",
+		Usage:  "show packet, byte, flood, learning and drop counters of a running agent",
+		Flags:  controlFlags(),
+		Action: func(c *cli.Context) error { return show(c, "stats", printStats) },
 	}
+}
+
+// show is the action of the commands that read an agent: with --json it
+// prints the agent's answer as it is, otherwise print formats it.
+func show[T any](c *cli.Context, what string, print func(io.Writer, T) error) error {
+	var v T
+	raw, err := newControlClient(c.String("control")).getInto(what, &v)
+	if err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		_, err = c.App.Writer.Write(raw)
+		return err
+	}
+	return print(c.App.Writer, v)
 }
 
 // withSignals returns a context canceled by SIGINT or SIGTERM.
