@@ -25,6 +25,13 @@ import (
 //
 //	flags:    bit 0 = deleted (a tombstone); the other bits must be 0.
 //
+// A node about to leave gracefully also broadcasts
+//
+//	message:  type (1) = msgLeave | boot (8) | name length (1) | name
+//
+// so that the others can tell a departure from a failure: memberlist does not
+// tell its delegates which one it was.
+//
 // The decoder is strict: anything it accepts is a valid entry (valid VNI,
 // unicast non-zero MACs, usable addresses, a valid owner name), IPv4
 // addresses take 4 bytes (IPv4-mapped IPv6 ones are refused), and trailing
@@ -34,6 +41,7 @@ import (
 // Message types: the first byte of every message.
 const (
 	msgEntries byte = 1
+	msgLeave   byte = 2
 )
 
 const (
@@ -186,6 +194,34 @@ func decodeEntries(b []byte) ([]record, error) {
 		return nil, fmt.Errorf("%w: %d trailing bytes", errDecode, len(b))
 	}
 	return recs, nil
+}
+
+// appendLeave appends a leave intent of the named node, in its run started
+// at boot.
+func appendLeave(b []byte, name string, boot uint64) []byte {
+	b = append(b, msgLeave)
+	b = binary.BigEndian.AppendUint64(b, boot)
+	b = append(b, byte(len(name)))
+	return append(b, name...)
+}
+
+// decodeLeave decodes a message made by appendLeave. Errors wrap errDecode.
+func decodeLeave(b []byte) (name string, boot uint64, err error) {
+	if len(b) == 0 || b[0] != msgLeave {
+		return "", 0, fmt.Errorf("%w: not a leave message", errDecode)
+	}
+	r := reader{b: b[1:]}
+	boot = r.u64()
+	name = string(r.next(int(r.u8())))
+	switch {
+	case r.err != nil:
+		return "", 0, fmt.Errorf("%w: %w", errDecode, r.err)
+	case len(r.b) != 0:
+		return "", 0, fmt.Errorf("%w: %d trailing bytes", errDecode, len(r.b))
+	case !validName(name):
+		return "", 0, fmt.Errorf("%w: bad node name %q", errDecode, name)
+	}
+	return name, boot, nil
 }
 
 // reader consumes a byte slice; after the first short read every read

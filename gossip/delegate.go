@@ -34,6 +34,15 @@ func (d *delegate) NodeMeta(limit int) []byte {
 // what it keeps, so b is not retained; an undecodable message is counted and
 // dropped. It never waits on the network.
 func (d *delegate) NotifyMsg(b []byte) {
+	if len(b) > 0 && b[0] == msgLeave {
+		name, boot, err := decodeLeave(b)
+		if err != nil {
+			d.n.stats.decodeErrors.Add(1)
+			return
+		}
+		d.n.leaving(name, boot)
+		return
+	}
 	recs, err := decodeEntries(b)
 	if err != nil {
 		d.n.stats.decodeErrors.Add(1)
@@ -80,7 +89,7 @@ func (d *delegate) NotifyUpdate(node *memberlist.Node) {
 func (d *delegate) NotifyLeave(node *memberlist.Node) {
 	d.n.mu.Lock()
 	defer d.n.mu.Unlock()
-	d.n.memberDownLocked(node.Name, node.State == memberlist.StateLeft)
+	d.n.memberDownLocked(node.Name)
 }
 
 // NotifyAlive refuses a node whose metadata we cannot use (another protocol

@@ -52,7 +52,8 @@ func (n *Node) mergeLocked(r *record, now time.Time) bool {
 	}
 	m := n.members[r.owner]
 	if m == nil || !m.alive {
-		return n.holdLocked(r, now)
+		n.holdLocked(r, now) // not relayed: we cannot check it yet
+		return false
 	}
 	if !n.admissibleLocked(r, m) {
 		return false
@@ -90,20 +91,19 @@ func (n *Node) admissibleLocked(r *record, m *member) bool {
 }
 
 // holdLocked keeps a record whose owner is not an alive member in the
-// pending set, and reports whether it was new.
-func (n *Node) holdLocked(r *record, now time.Time) bool {
+// pending set.
+func (n *Node) holdLocked(r *record, now time.Time) {
 	pk := pendingKey{r.key, r.owner}
 	if p := n.pending[pk]; p != nil {
 		if !r.newer(&p.record) {
 			n.countOld(r, &p.record)
-			return false
+			return
 		}
 	} else if len(n.pending) >= maxPending {
 		n.stats.unknownOwner.Add(1)
-		return false
+		return
 	}
 	n.pending[pk] = &stored{*r, now}
-	return true
 }
 
 // mergeOwnLocked handles a record in our own name coming back from a peer.
@@ -257,7 +257,7 @@ func (n *Node) memberUpLocked(node *memberlist.Node) {
 	addr, _ := netip.AddrFromSlice(node.Addr)
 	m.addr = netip.AddrPortFrom(addr.Unmap(), node.Port)
 	if !m.alive {
-		m.alive, m.left, m.since = true, false, now
+		m.alive, m.leaving, m.left, m.since = true, false, false, now
 	}
 	if m.meta.boot != md.boot { // a new run: drop the records of the old one
 		for _, r := range n.store.byOwner[node.Name] {
@@ -283,6 +283,7 @@ func (n *Node) memberUpLocked(node *memberlist.Node) {
 		default:
 			n.store.put(&stored{p.record, now})
 			n.stats.applied.Add(1)
+			n.broadcastLocked(&p.record) // relayed now that it checks out
 		}
 	}
 	for i, k := range keys {
@@ -292,7 +293,7 @@ func (n *Node) memberUpLocked(node *memberlist.Node) {
 }
 
 // memberDownLocked handles memberlist declaring a member dead or left.
-func (n *Node) memberDownLocked(name string, left bool) {
+func (n *Node) memberDownLocked(name string) {
 	m := n.members[name]
 	if m == nil || !m.alive || name == n.name {
 		return
@@ -302,11 +303,27 @@ func (n *Node) memberDownLocked(name string, left bool) {
 	for i, k := range keys {
 		olds[i] = n.winnerLocked(k)
 	}
-	m.alive, m.left, m.since = false, left, time.Now()
+	m.alive, m.left, m.since = false, m.leaving, time.Now()
 	for i, k := range keys {
 		n.applyLocked(k, olds[i], n.winnerLocked(k))
 	}
 	n.setFloodLocked()
+}
+
+// leaving records the leave intent of a member's run started at boot, and
+// relays it the first time.
+func (n *Node) leaving(name string, boot uint64) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	m := n.members[name]
+	if m == nil || m.meta.boot != boot || m.leaving {
+		return
+	}
+	m.leaving = true
+	if !m.alive {
+		m.left = true
+	}
+	n.queue.QueueBroadcast(&broadcast{name: "leave/" + name, msg: appendLeave(nil, name, boot)})
 }
 
 // affectedKeysLocked returns the keys of the owner's stored and pending
@@ -350,9 +367,9 @@ func (n *Node) gc(now time.Time) {
 	defer n.mu.Unlock()
 	for owner, recs := range n.store.byOwner {
 		m := n.members[owner]
-		gone := owner != n.name && (m == nil || !m.alive && now.Sub(m.since) > n.tombstoneTTL)
+		gone := owner != n.name && (m == nil || (!m.alive && now.Sub(m.since) > n.tombstoneTTL))
 		for k, r := range recs {
-			if gone || r.deleted && now.Sub(r.at) > n.tombstoneTTL {
+			if gone || (r.deleted && now.Sub(r.at) > n.tombstoneTTL) {
 				n.store.del(k, owner)
 			}
 		}
@@ -376,8 +393,9 @@ func (n *Node) gc(now time.Time) {
 }
 
 // localState encodes the records of alive owners (ours included), live and
-// tombstones, for a push/pull. Dormant and pending records stay here: their
-// owners are not members of the cluster.
+// tombstones, for a push/pull: at most maxBatch of them (the store holds no
+// more, but for a few of our own tombstones). Dormant and pending records
+// stay here: their owners are not members of the cluster.
 func (n *Node) localState() []byte {
 	n.mu.Lock()
 	recs := make([]record, 0, n.store.n)
@@ -390,7 +408,7 @@ func (n *Node) localState() []byte {
 		}
 	}
 	n.mu.Unlock()
-	return appendEntries(nil, recs)
+	return appendEntries(nil, recs[:min(len(recs), maxBatch)])
 }
 
 // warnLocked logs a warning at most once a minute per subject.

@@ -45,7 +45,7 @@ type meta struct {
 
 func (m *meta) serves(vni fdb.VNI) bool { return slices.Contains(m.vnis, vni) }
 
-func (m *meta) encode() []byte {
+func (m meta) encode() []byte {
 	b := make([]byte, 0, 1+8+1+16+2+6+1+4*len(m.vnis))
 	b = append(b, m.version)
 	b = binary.BigEndian.AppendUint64(b, m.boot)

@@ -16,7 +16,9 @@ package gossip
 // of every owner, not only the winning one, and gossips them all: changes
 // as broadcasts (one record per broadcast, named by key and owner, so a
 // newer claim replaces an older one still queued; a node relays every record
-// that was new to it), and the whole set in memberlist's periodic push/pull,
+// that was new to it), and the whole set in memberlist's push/pulls: at
+// join, once more with a few random members when the join has settled (the
+// broadcasts sent while a node joins do not reach it), and periodically,
 // which repairs whatever a lost broadcast missed.
 //
 // Who may announce what. Only the owner creates or changes its records;
@@ -70,8 +72,9 @@ package gossip
 // with older versions are from its previous run and are dropped; the new run
 // announces afresh. Records of owners we do not see alive (a broadcast that
 // overtook its owner's join) are held in a small pending set (4096 records,
-// one minute) and merged when the owner joins (Stats.Pending; those that
-// expire or do not fit count in RejectedUnknownOwner).
+// one minute), neither applied nor relayed; when the owner joins they are
+// checked, merged and relayed (Stats.Pending; those that expire or do not
+// fit count in RejectedUnknownOwner).
 //
 // Flood lists. Each served VNI's flood list (head-end replication targets)
 // is the static peers plus the VTEPs of the alive members that serve the
@@ -119,6 +122,12 @@ const (
 	joinBackoffMax = 30 * time.Second
 	// maxRejoin bounds how many departed members are tried per rejoin.
 	maxRejoin = 8
+	// settlePeers is how many random members a node syncs with (push/pull)
+	// once its join has settled: broadcasts sent while it was joining may
+	// have missed it (the senders did not know it yet), and its own may have
+	// missed members that joined at the same time. The sync repairs both
+	// long before the periodic push/pull (30s, times 3 for 100 nodes).
+	settlePeers = 3
 )
 
 // Config of a Node. Fields without a default are required unless they say
@@ -189,7 +198,11 @@ type Node struct {
 	// tombstoneTTL is how long tombstones and departed members' records
 	// are kept (defaultTombstoneTTL; tests shorten it).
 	tombstoneTTL time.Duration
-	numAlive     atomic.Int32 // alive members, self included: the queue's NumNodes
+	// settleDelay is how long after joining the node syncs with a few
+	// random members (settlePeers): 20 gossip intervals, time for the
+	// broadcasts of the join to have gone around.
+	settleDelay time.Duration
+	numAlive    atomic.Int32 // alive members, self included: the queue's NumNodes
 
 	mu      sync.Mutex // guards the fields below; never held across network I/O or memberlist calls
 	store   *store
@@ -207,12 +220,13 @@ type Node struct {
 
 // member is what we know of a node of the cluster (self included).
 type member struct {
-	name  string
-	addr  netip.AddrPort // gossip address
-	meta  meta
-	alive bool // alive or suspect: memberlist has not declared it dead or left
-	left  bool // when not alive: it left (rather than failed)
-	since time.Time
+	name    string
+	addr    netip.AddrPort // gossip address
+	meta    meta
+	alive   bool // alive or suspect: memberlist has not declared it dead or left
+	leaving bool // it told us it is leaving (msgLeave)
+	left    bool // when not alive: it left (rather than failed)
+	since   time.Time
 }
 
 type pendingKey struct {
@@ -227,7 +241,9 @@ type Member struct {
 	VTEP netip.AddrPort `json:"vtep"`
 	VNIs []fdb.VNI      `json:"vnis"`
 	MAC  fdb.MAC        `json:"mac"` // TAP MAC; zero if none
-	// State is "alive", "suspect", "dead" or "left".
+	// State is "alive", "dead" (failed) or "left" (departed gracefully).
+	// memberlist does not tell its users about suspicion: a suspect member
+	// is "alive" until it is declared dead.
 	State string `json:"state"`
 	// Entries counts the live entries it owns that we hold.
 	Entries int  `json:"entries"`
@@ -326,6 +342,7 @@ func New(cfg Config) (*Node, error) {
 	if cfg.Tune != nil {
 		cfg.Tune(mc)
 	}
+	n.settleDelay = 20 * mc.GossipInterval
 	n.queue = &memberlist.TransmitLimitedQueue{
 		NumNodes:       func() int { return max(1, int(n.numAlive.Load())) },
 		RetransmitMult: mc.RetransmitMult,
@@ -394,7 +411,7 @@ func (c *Config) check() error {
 	}
 	for i, k := range c.SecretKeys {
 		if l := len(k); l != 16 && l != 24 && l != 32 {
-			return fmt.Errorf("gossip key %d is %d bytes; want 16, 24 or 32", i+1, l)
+			return fmt.Errorf("config SecretKeys: key %d is %d bytes; want 16, 24 or 32", i+1, l)
 		}
 	}
 	peers := make([]netip.AddrPort, 0, len(c.StaticPeers))
@@ -443,8 +460,10 @@ func normSeed(s string) (string, error) {
 }
 
 // Run joins the seeds, retrying with exponential backoff (1s to 30s) while
-// none answers, then every RejoinInterval joins again the seeds and departed
-// members that are not alive, and drops expired tombstones. It blocks until
+// none answers (each failure is logged at Info). Once joined, it syncs again
+// with a few random members when the join has settled (20 gossip intervals
+// later), and every RejoinInterval it joins again the seeds and departed
+// members that are not alive. It also drops expired tombstones. It blocks until
 // ctx is done or Close is called; then it leaves the cluster (waiting at
 // most about two seconds for the leave message to go out), shuts memberlist
 // down and returns nil. Call it once.
@@ -469,12 +488,21 @@ func (n *Node) loop(ctx context.Context) {
 	defer gc.Stop()
 	rejoin := time.NewTicker(n.cfg.RejoinInterval)
 	defer rejoin.Stop()
+	var seeds []string // ourselves excluded: joining ourselves proves nothing
+	for _, s := range n.cfg.Seeds {
+		if s != n.addr.String() {
+			seeds = append(seeds, s)
+		}
+	}
 	backoff := joinBackoffMin
 	join := time.NewTimer(0)
 	defer join.Stop()
-	if len(n.cfg.Seeds) == 0 {
+	if len(seeds) == 0 {
 		join.Stop()
 	}
+	settle := time.NewTimer(n.settleDelay)
+	settle.Stop()
+	defer settle.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -484,19 +512,39 @@ func (n *Node) loop(ctx context.Context) {
 		case <-gc.C:
 			n.gc(time.Now())
 		case <-join.C:
-			cnt, err := n.ml.Join(n.cfg.Seeds)
+			cnt, err := n.ml.Join(seeds)
 			if cnt > 0 {
-				n.log.Info("joined the cluster", "seeds", n.cfg.Seeds, "contacted", cnt, "members", n.ml.NumMembers())
+				n.log.Info("joined the cluster", "seeds", seeds, "contacted", cnt, "members", n.ml.NumMembers())
 				rejoin.Reset(n.cfg.RejoinInterval)
+				settle.Reset(n.settleDelay)
 				continue
 			}
-			n.log.Info("could not join any seed; retrying", "seeds", n.cfg.Seeds, "err", err, "retry_in", backoff)
+			n.log.Info("could not join any seed; retrying", "seeds", seeds, "err", err, "retry_in", backoff)
 			join.Reset(backoff)
 			backoff = min(2*backoff, joinBackoffMax)
+		case <-settle.C:
+			n.settle()
 		case <-rejoin.C:
 			n.rejoin()
 		}
 	}
+}
+
+// settle syncs (push/pull) with a few random alive members.
+func (n *Node) settle() {
+	var peers []string
+	for _, m := range n.ml.Members() {
+		if m.Name != n.name {
+			peers = append(peers, m.Address())
+		}
+	}
+	rand.Shuffle(len(peers), func(i, j int) { peers[i], peers[j] = peers[j], peers[i] })
+	peers = peers[:min(len(peers), settlePeers)]
+	if len(peers) == 0 {
+		return
+	}
+	cnt, err := n.ml.Join(peers)
+	n.log.Debug("settling sync", "peers", peers, "contacted", cnt, "err", err)
 }
 
 // rejoin joins the seeds and the departed members that are not alive now.
@@ -507,7 +555,7 @@ func (n *Node) rejoin() {
 	}
 	var targets []string
 	for _, s := range n.cfg.Seeds {
-		if !alive[s] {
+		if !alive[s] && s != n.addr.String() {
 			targets = append(targets, s)
 		}
 	}
@@ -541,6 +589,7 @@ func (n *Node) shutdown(leave bool) {
 	n.closeOnce.Do(func() {
 		close(n.closed)
 		if leave {
+			n.queue.QueueBroadcast(&broadcast{name: "leave/" + n.name, msg: appendLeave(nil, n.name, n.self.boot)})
 			if err := n.ml.Leave(leaveTimeout); err != nil {
 				n.log.Debug("leave", "err", err)
 			}
@@ -630,12 +679,6 @@ func (n *Node) withdraw(k key) error {
 // Members returns the cluster as this node sees it, sorted by name,
 // including this node and members that departed in the last ten minutes.
 func (n *Node) Members() []Member {
-	suspect := map[string]bool{}
-	for _, m := range n.ml.Members() { // not under n.mu: memberlist calls us with its lock held
-		if m.State == memberlist.StateSuspect {
-			suspect[m.Name] = true
-		}
-	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	out := make([]Member, 0, len(n.members))
@@ -646,8 +689,6 @@ func (n *Node) Members() []Member {
 			state = "left"
 		case !m.alive:
 			state = "dead"
-		case suspect[m.name]:
-			state = "suspect"
 		}
 		entries := 0
 		for _, r := range n.store.byOwner[m.name] {

@@ -115,10 +115,7 @@ func (c *clock) wall() uint64 {
 func (c *clock) next() uint64 {
 	for {
 		last := c.last.Load()
-		v := max(c.wall(), last+1)
-		if last == ^uint64(0) {
-			v = last // saturated; cannot happen with observe's bound
-		}
+		v := max(c.wall(), last+1) // no overflow: observe keeps last near the wall clock
 		if c.last.CompareAndSwap(last, v) {
 			return v
 		}

@@ -136,7 +136,7 @@ func NewNode(cfg Config, log *slog.Logger) (n *Node, err error) {
 		if strings.Contains(err.Error(), "address already in use") {
 			return nil, badFlag("gossip-port", fmt.Sprint(cfg.GossipPort), "address already in use (another agent on this host?)")
 		}
-		return nil, fmt.Errorf("gossip: %w", err)
+		return nil, err
 	}
 	closers = append(closers, n.gossip.Close)
 	if cfg.Address.IsValid() {

@@ -1,0 +1,655 @@
+package gossip
+
+import (
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+
+	"github.com/uvxlan/uvxlan/fdb"
+)
+
+const converge = 20 * time.Second
+
+// A 20-node cluster: announcements reach every node, flood lists hold every
+// other VTEP, withdrawals remove entries everywhere.
+func TestCluster20(t *testing.T) {
+	nodes := startCluster(t, 20, nil)
+	waitMembers(t, nodes)
+
+	eventually(t, converge, "flood lists", func() error {
+		for i, n := range nodes {
+			var want []netip.AddrPort
+			for j := range nodes {
+				if j != i {
+					want = append(want, testVTEP(j))
+				}
+			}
+			slices.SortFunc(want, netip.AddrPort.Compare)
+			if got := n.fdb.Flood(testVNI); !slices.Equal(got, want) {
+				return fmt.Errorf("%s floods to %v, want %v", n.name, got, want)
+			}
+		}
+		return nil
+	})
+	eventually(t, converge, "every TAP MAC everywhere", func() error {
+		for i, n := range nodes {
+			if err := fdbOn(nodes, n.name, testVNI, testMAC(i), testVTEP(i))(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+
+	owner := nodes[7]
+	endpoint := fdb.MAC{0x02, 0xee, 0, 0, 0, 7}
+	ip := netip.MustParseAddr("10.100.0.7")
+	if err := owner.AnnounceMAC(testVNI, endpoint); err != nil {
+		t.Fatal(err)
+	}
+	if err := owner.AnnounceNeigh(testVNI, ip, endpoint); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, converge, "announced MAC everywhere", fdbOn(nodes, owner.name, testVNI, endpoint, testVTEP(7)))
+	eventually(t, converge, "announced binding everywhere", neighOn(nodes, owner.name, testVNI, ip, endpoint))
+
+	// Announcing again publishes nothing new.
+	v := ownVersion(owner.Node, key{kind: kindFDB, vni: testVNI, mac: endpoint})
+	if err := owner.AnnounceMAC(testVNI, endpoint); err != nil {
+		t.Fatal(err)
+	}
+	if got := ownVersion(owner.Node, key{kind: kindFDB, vni: testVNI, mac: endpoint}); got != v {
+		t.Errorf("announcing again changed the version from %d to %d", v, got)
+	}
+
+	for _, m := range nodes[3].Members() {
+		if m.State != "alive" || m.VTEP != testVTEP(memberIndex(t, m.Name)) || !slices.Equal(m.VNIs, []fdb.VNI{testVNI}) {
+			t.Errorf("member %+v: want alive, its VTEP and VNI %d", m, testVNI)
+		}
+		if m.Name == owner.name && m.Entries != 3 {
+			t.Errorf("member %s owns %d entries as n03 sees it, want 3 (TAP MAC, endpoint, binding)", m.Name, m.Entries)
+		}
+	}
+
+	if err := owner.WithdrawMAC(testVNI, endpoint); err != nil {
+		t.Fatal(err)
+	}
+	if err := owner.WithdrawNeigh(testVNI, ip); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, converge, "withdrawn MAC gone everywhere", fdbOn(nodes, owner.name, testVNI, endpoint, netip.AddrPort{}))
+	eventually(t, converge, "withdrawn binding gone everywhere", neighOn(nodes, owner.name, testVNI, ip, fdb.MAC{}))
+	// The owner's TAP MAC stays (eventually: under -race a member may be
+	// suspected and cleared meanwhile).
+	eventually(t, converge, "owner's TAP MAC everywhere", fdbOn(nodes, owner.name, testVNI, testMAC(7), testVTEP(7)))
+}
+
+func ownVersion(n *Node, k key) uint64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if r := n.store.get(k, n.name); r != nil {
+		return r.version
+	}
+	return 0
+}
+
+func memberIndex(t *testing.T, name string) int {
+	var i int
+	if _, err := fmt.Sscanf(name, "n%d", &i); err != nil {
+		t.Fatalf("member name %q", name)
+	}
+	return i
+}
+
+// A node that crashes, then one that leaves: their entries and VTEPs vanish
+// from every other node.
+func TestFailureAndLeave(t *testing.T) {
+	nodes := startCluster(t, 5, nil)
+	waitMembers(t, nodes)
+	ip := netip.MustParseAddr("10.100.0.3")
+	endpoint := fdb.MAC{0x02, 0xee, 0, 0, 0, 3}
+	for _, i := range []int{3, 4} {
+		if err := nodes[i].AnnounceMAC(testVNI, endpoint); err != nil { // a move from 3 to 4
+			t.Fatal(err)
+		}
+		if err := nodes[i].AnnounceNeigh(testVNI, ip.Next(), testMAC(i)); err != nil {
+			t.Fatal(err)
+		}
+		if i == 3 {
+			if err := nodes[3].AnnounceNeigh(testVNI, ip, endpoint); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	eventually(t, converge, "announcements", func() error {
+		for _, check := range []func() error{
+			fdbOn(nodes[:3], "", testVNI, testMAC(3), testVTEP(3)),
+			fdbOn(nodes[:3], "", testVNI, endpoint, testVTEP(4)),
+			neighOn(nodes[:3], "", testVNI, ip, endpoint),
+			neighOn(nodes[:3], "", testVNI, ip.Next(), testMAC(4)),
+		} {
+			if err := check(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+
+	nodes[3].kill()
+	eventually(t, converge, "crashed node's entries and VTEP withdrawn", func() error {
+		if err := noVTEP(nodes[:3], "", testVTEP(3))(); err != nil {
+			return err
+		}
+		return neighOn(nodes[:3], "", testVNI, ip, fdb.MAC{})()
+	})
+	// The endpoint that moved to node 4 stays; so does node 4's binding.
+	if err := fdbOn(nodes[:3], "", testVNI, endpoint, testVTEP(4))(); err != nil {
+		t.Error(err)
+	}
+	if err := neighOn(nodes[:3], "", testVNI, ip.Next(), testMAC(4))(); err != nil {
+		t.Error(err)
+	}
+	if s := memberState(nodes[0].Node, nodes[3].name); s != "dead" {
+		t.Errorf("crashed node is %q, want dead", s)
+	}
+
+	nodes[4].stop() // graceful: Leave, then Shutdown
+	eventually(t, converge, "departed node's entries and VTEP withdrawn", func() error {
+		if err := noVTEP(nodes[:3], "", testVTEP(4))(); err != nil {
+			return err
+		}
+		return neighOn(nodes[:3], "", testVNI, ip.Next(), fdb.MAC{})()
+	})
+	eventually(t, converge, "departed node marked left", func() error {
+		if s := memberState(nodes[0].Node, nodes[4].name); s != "left" {
+			return fmt.Errorf("departed node is %q, want left", s)
+		}
+		return nil
+	})
+	if w := nodes[0].Stats().Withdrawn; w < 5 {
+		t.Errorf("Withdrawn = %d, want at least 5", w)
+	}
+}
+
+func memberState(n *Node, name string) string {
+	for _, m := range n.Members() {
+		if m.Name == name {
+			return m.State
+		}
+	}
+	return "absent"
+}
+
+// A crashed node started again under the same name announces again; what
+// its previous run announced and this one does not stays gone.
+func TestRestart(t *testing.T) {
+	nodes := startCluster(t, 3, nil)
+	waitMembers(t, nodes)
+	kept, dropped := fdb.MAC{0x02, 0xee, 0, 0, 0, 1}, fdb.MAC{0x02, 0xee, 0, 0, 0, 2}
+	ip := netip.MustParseAddr("10.100.0.2")
+	x := nodes[2]
+	for _, m := range []fdb.MAC{kept, dropped} {
+		if err := x.AnnounceMAC(testVNI, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := x.AnnounceNeigh(testVNI, ip, kept); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, converge, "announcements", fdbOn(nodes, x.name, testVNI, dropped, testVTEP(2)))
+	eventually(t, converge, "binding", neighOn(nodes, x.name, testVNI, ip, kept))
+
+	x.kill()
+	eventually(t, converge, "crashed node withdrawn", noVTEP(nodes[:2], "", testVTEP(2)))
+
+	cfg := testConfig(2, int(x.Addr().Port()), nil) // same name, address and port
+	cfg.Seeds = []string{nodes[0].Addr().String()}
+	y := start(t, cfg)
+	if err := y.AnnounceMAC(testVNI, kept); err != nil {
+		t.Fatal(err)
+	}
+	if err := y.AnnounceNeigh(testVNI, ip, kept); err != nil {
+		t.Fatal(err)
+	}
+	all := []*testNode{nodes[0], nodes[1], y}
+	eventually(t, converge, "restarted node's TAP MAC back", fdbOn(all, y.name, testVNI, testMAC(2), testVTEP(2)))
+	eventually(t, converge, "restarted node's endpoint back", fdbOn(all, y.name, testVNI, kept, testVTEP(2)))
+	eventually(t, converge, "restarted node's binding back", neighOn(all, y.name, testVNI, ip, kept))
+	eventually(t, converge, "restarted node in flood lists", func() error {
+		for _, n := range nodes[:2] {
+			if !slices.Contains(n.fdb.Flood(testVNI), testVTEP(2)) {
+				return fmt.Errorf("%s does not flood to %s", n.name, testVTEP(2))
+			}
+		}
+		return nil
+	})
+	time.Sleep(testPushPull * 5 / 4)
+	if err := fdbOn(all, y.name, testVNI, dropped, netip.AddrPort{})(); err != nil {
+		t.Errorf("an entry of the previous run came back: %v", err)
+	}
+}
+
+// A captured announcement replayed after its withdrawal changes nothing.
+func TestStaleReplay(t *testing.T) {
+	nodes := startCluster(t, 3, nil)
+	waitMembers(t, nodes)
+	a, b := nodes[0], nodes[1]
+	mac := fdb.MAC{0x02, 0xee, 0, 0, 0, 9}
+	ip := netip.MustParseAddr("10.100.0.9")
+	if err := a.AnnounceMAC(testVNI, mac); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.AnnounceNeigh(testVNI, ip, mac); err != nil {
+		t.Fatal(err)
+	}
+	oldMAC := ownRecord(t, a.Node, key{kind: kindFDB, vni: testVNI, mac: mac})
+	oldNeigh := ownRecord(t, a.Node, key{kind: kindNeigh, vni: testVNI, ip: ip})
+	eventually(t, converge, "announcement", fdbOn(nodes, a.name, testVNI, mac, testVTEP(0)))
+	eventually(t, converge, "binding", neighOn(nodes, a.name, testVNI, ip, mac))
+	if err := a.WithdrawMAC(testVNI, mac); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.WithdrawNeigh(testVNI, ip); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, converge, "withdrawal", fdbOn(nodes, a.name, testVNI, mac, netip.AddrPort{}))
+	eventually(t, converge, "binding withdrawal", neighOn(nodes, a.name, testVNI, ip, fdb.MAC{}))
+
+	before := b.Stats()
+	(&delegate{b.Node}).NotifyMsg(oldMAC)
+	(&delegate{b.Node}).NotifyMsg(oldNeigh)
+	after := b.Stats()
+	if _, ok := b.fdb.Lookup(testVNI, mac); ok {
+		t.Error("a replayed announcement brought a withdrawn MAC back")
+	}
+	if _, ok := b.neigh.Lookup(testVNI, ip); ok {
+		t.Error("a replayed announcement brought a withdrawn binding back")
+	}
+	if after.Stale != before.Stale+2 || after.Applied != before.Applied {
+		t.Errorf("stale %d → %d, applied %d → %d; want stale +2, applied unchanged", before.Stale, after.Stale, before.Applied, after.Applied)
+	}
+
+	// Replayed to its owner, the old announcement is just as stale.
+	before = a.Stats()
+	(&delegate{a.Node}).NotifyMsg(oldMAC)
+	if after := a.Stats(); after.Stale != before.Stale+1 || after.Reannounced != before.Reannounced {
+		t.Errorf("owner: stale %d → %d, reannounced %d → %d; want stale +1 only", before.Stale, after.Stale, before.Reannounced, after.Reannounced)
+	}
+
+	// Garbage is counted and dropped.
+	(&delegate{b.Node}).NotifyMsg([]byte{msgEntries, 0xff, 0xff})
+	(&delegate{b.Node}).MergeRemoteState([]byte{7}, false)
+	if got := b.Stats().DecodeErrors; got != before.DecodeErrors+2 {
+		t.Errorf("DecodeErrors = %d, want %d", got, before.DecodeErrors+2)
+	}
+}
+
+// A MAC (and an IP) moving from A to B: everyone follows B, and A's later
+// withdrawal does not remove B's entry.
+func TestMove(t *testing.T) {
+	nodes := startCluster(t, 3, nil)
+	waitMembers(t, nodes)
+	a, b := nodes[0], nodes[1]
+	mac := fdb.MAC{0x02, 0xee, 0, 0, 0, 5}
+	ip := netip.MustParseAddr("10.100.0.5")
+	macB := fdb.MAC{0x02, 0xee, 0, 0, 0, 6}
+	if err := a.AnnounceMAC(testVNI, mac); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.AnnounceNeigh(testVNI, ip, mac); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, converge, "A's announcement", fdbOn(nodes, a.name, testVNI, mac, testVTEP(0)))
+	eventually(t, converge, "A's binding", neighOn(nodes, a.name, testVNI, ip, mac))
+
+	if err := b.AnnounceMAC(testVNI, mac); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.AnnounceNeigh(testVNI, ip, macB); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, converge, "B's announcement wins", fdbOn(nodes, b.name, testVNI, mac, testVTEP(1)))
+	eventually(t, converge, "B's binding wins", neighOn(nodes, b.name, testVNI, ip, macB))
+	if v, ok := b.fdb.Lookup(testVNI, mac); ok {
+		t.Errorf("B, the new owner, still maps the MAC to %s", v)
+	}
+
+	if err := a.WithdrawMAC(testVNI, mac); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.WithdrawNeigh(testVNI, ip); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, converge, "A's withdrawal reaches everyone", func() error {
+		for _, n := range nodes {
+			n.mu.Lock()
+			r := n.store.get(key{kind: kindFDB, vni: testVNI, mac: mac}, a.name)
+			n.mu.Unlock()
+			if r == nil || !r.deleted {
+				return fmt.Errorf("%s has A's record %+v", n.name, r)
+			}
+		}
+		return nil
+	})
+	if err := fdbOn(nodes, b.name, testVNI, mac, testVTEP(1))(); err != nil {
+		t.Errorf("after A's withdrawal: %v", err)
+	}
+	if err := neighOn(nodes, b.name, testVNI, ip, macB)(); err != nil {
+		t.Errorf("after A's withdrawal: %v", err)
+	}
+}
+
+// Records claiming a VTEP that is not their owner's are refused; records of
+// owners that are not members wait, and are merged when the owner joins.
+func TestForeignVTEPAndPending(t *testing.T) {
+	nodes := startCluster(t, 3, nil)
+	waitMembers(t, nodes)
+	a, c := nodes[0], nodes[2]
+	mac := fdb.MAC{0x02, 0xee, 0, 0, 0, 0x42}
+	forged := record{key: key{kind: kindFDB, vni: testVNI, mac: mac}, owner: a.name, version: uint64(time.Now().UnixNano()) + 1e9, vtep: testVTEP(1)}
+	before := c.Stats()
+	(&delegate{c.Node}).NotifyMsg(appendEntries(nil, []record{forged}))
+	if got := c.Stats().RejectedForeignVTEP; got != before.RejectedForeignVTEP+1 {
+		t.Errorf("RejectedForeignVTEP = %d, want %d", got, before.RejectedForeignVTEP+1)
+	}
+	if v, ok := c.fdb.Lookup(testVNI, mac); ok {
+		t.Errorf("forged entry applied: %s", v)
+	}
+	if c.Stats().Records != before.Records {
+		t.Error("forged record stored")
+	}
+
+	// A node that has not joined yet: its TAP MAC record, arriving before
+	// its join, waits in the pending set.
+	cfg := testConfig(3, 0, nil)
+	late := start(t, cfg)
+	tap := ownRecord(t, late.Node, key{kind: kindFDB, vni: testVNI, mac: testMAC(3)})
+	(&delegate{c.Node}).NotifyMsg(tap)
+	if s := c.Stats(); s.Pending != 1 {
+		t.Errorf("Pending = %d, want 1", s.Pending)
+	}
+	if _, ok := c.fdb.Lookup(testVNI, testMAC(3)); ok {
+		t.Error("entry of a non-member applied")
+	}
+	// It joins by c only, whose merge of the pending record is what
+	// programs c's table at once.
+	if _, err := late.ml.Join([]string{c.Addr().String()}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, converge, "pending record merged at join", fdbOn([]*testNode{c}, "", testVNI, testMAC(3), testVTEP(3)))
+	if s := c.Stats(); s.Pending != 0 {
+		t.Errorf("Pending = %d after the owner joined, want 0", s.Pending)
+	}
+}
+
+// Clusters with different keys never merge; a bad key is a config error.
+func TestKeys(t *testing.T) {
+	key1, key2 := []byte(strings.Repeat("k", 16)), []byte(strings.Repeat("K", 32))
+	withKeys := func(i int, keys ...[]byte) Config {
+		cfg := testConfig(i, 0, nil)
+		cfg.SecretKeys = keys
+		return cfg
+	}
+	a := start(t, withKeys(0, key1))
+	bcfg := withKeys(1, key2, key1) // decrypts key1 too, but encrypts with key2
+	bcfg.Seeds = []string{a.Addr().String()}
+	b := start(t, bcfg)
+	ccfg := withKeys(2, key1)
+	ccfg.Seeds = []string{a.Addr().String()}
+	c := start(t, ccfg)
+	eventually(t, converge, "same key merges", func() error {
+		if a.ml.NumMembers() != 2 || c.ml.NumMembers() != 2 {
+			return fmt.Errorf("a sees %d, c sees %d members; want 2", a.ml.NumMembers(), c.ml.NumMembers())
+		}
+		return nil
+	})
+
+	d := start(t, withKeys(3, key2))
+	if n, err := d.ml.Join([]string{a.Addr().String()}); err == nil || n != 0 {
+		t.Errorf("join with another key: %d, %v; want an error", n, err)
+	}
+	time.Sleep(time.Second)
+	if a.ml.NumMembers() != 2 || d.ml.NumMembers() != 1 {
+		t.Errorf("a sees %d members, d sees %d: want 2 and 1", a.ml.NumMembers(), d.ml.NumMembers())
+	}
+	_ = b // b's key ring can read a's messages but a cannot read b's: b does not merge either
+	if slices.Contains(a.fdb.Flood(testVNI), testVTEP(3)) {
+		t.Error("a floods to a node with another key")
+	}
+
+	for _, tt := range []struct {
+		keys [][]byte
+		want string
+	}{
+		{[][]byte{key1, make([]byte, 20)}, "SecretKeys: key 2 is 20 bytes; want 16, 24 or 32"},
+		{[][]byte{{}}, "SecretKeys: key 1 is 0 bytes"},
+	} {
+		cfg := testConfig(9, 0, nil)
+		cfg.SecretKeys = tt.keys
+		if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("New with keys of %d bytes: %v; want %q", len(tt.keys[len(tt.keys)-1]), err, tt.want)
+		}
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	tests := []struct {
+		desc   string
+		change func(*Config)
+		want   string
+	}{
+		{"empty name", func(c *Config) { c.Name = "" }, "Name"},
+		{"name with newline", func(c *Config) { c.Name = "a\nb" }, "Name"},
+		{"no bind address", func(c *Config) { c.BindAddr = netip.Addr{} }, "BindAddr"},
+		{"wildcard bind address", func(c *Config) { c.BindAddr = netip.IPv4Unspecified() }, "BindAddr"},
+		{"bad port", func(c *Config) { c.BindPort = 70000 }, "BindPort"},
+		{"no VTEP", func(c *Config) { c.VTEP = netip.AddrPort{} }, "VTEP"},
+		{"VTEP port 0", func(c *Config) { c.VTEP = netip.MustParseAddrPort("127.0.0.1:0") }, "VTEP"},
+		{"no VNI", func(c *Config) { c.VNIs = nil }, "VNIs"},
+		{"VNI 0", func(c *Config) { c.VNIs = []fdb.VNI{0} }, "VNIs"},
+		{"VNI twice", func(c *Config) { c.VNIs = []fdb.VNI{3, 3} }, "VNIs"},
+		{"multicast MAC", func(c *Config) { c.MAC = fdb.MAC{1, 0, 0, 0, 0, 1} }, "MAC"},
+		{"bad seed", func(c *Config) { c.Seeds = []string{"host:port"} }, "Seeds"},
+		{"empty seed", func(c *Config) { c.Seeds = []string{""} }, "Seeds"},
+		{"bad static peer", func(c *Config) { c.StaticPeers = []netip.AddrPort{{}} }, "StaticPeers"},
+		{"no FDB", func(c *Config) { c.FDB = nil }, "FDB"},
+		{"no neighbour table", func(c *Config) { c.Neigh = nil }, "Neigh"},
+		{"negative rejoin", func(c *Config) { c.RejoinInterval = -time.Second }, "RejoinInterval"},
+	}
+	for _, tt := range tests {
+		cfg := testConfig(9, 0, nil)
+		tt.change(&cfg)
+		n, err := New(cfg)
+		if err == nil {
+			n.Close()
+			t.Errorf("%s: New succeeded", tt.desc)
+			continue
+		}
+		if !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: %v; want an error naming %s", tt.desc, err, tt.want)
+		}
+	}
+
+	seeds := []struct{ in, want string }{
+		{"127.0.0.1", "127.0.0.1:7946"},
+		{"127.0.0.1:8000", "127.0.0.1:8000"},
+		{"example.org", "example.org:7946"},
+		{"::1", "[::1]:7946"},
+		{"[::1]:9", "[::1]:9"},
+	}
+	for _, s := range seeds {
+		if got, err := normSeed(s.in); err != nil || got != s.want {
+			t.Errorf("normSeed(%q) = %q, %v; want %q", s.in, got, err, s.want)
+		}
+	}
+}
+
+// A node whose metadata speaks another protocol version never becomes a
+// member, so never enters a flood list.
+func TestIncompatibleNode(t *testing.T) {
+	a := start(t, testConfig(0, 0, nil))
+	b := start(t, testConfig(1, 0, nil)) // not joined yet
+	m := b.self
+	m.version = protoVersion + 1
+	b.meta = m.encode() // what b's NodeMeta returns from now on
+	if err := b.ml.UpdateNode(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.ml.Join([]string{a.Addr().String()}); err == nil {
+		t.Log("join reported success; a must still refuse b")
+	}
+	time.Sleep(time.Second) // b gossips its alive message to a meanwhile
+	if n := a.ml.NumMembers(); n != 1 {
+		t.Errorf("a has %d members, want 1 (b refused)", n)
+	}
+	if slices.Contains(a.fdb.Flood(testVNI), testVTEP(1)) {
+		t.Error("a floods to the refused node")
+	}
+	if a.Stats().RefusedNodes == 0 {
+		t.Error("RefusedNodes = 0")
+	}
+}
+
+// Merging the same remote state twice leaves the same tables and store.
+func TestMergeRemoteStateIdempotent(t *testing.T) {
+	nodes := startCluster(t, 3, nil)
+	waitMembers(t, nodes)
+	b, c := nodes[1], nodes[2]
+	for i := range 5 {
+		mac := fdb.MAC{0x02, 0xee, 0, 0, 1, byte(i)}
+		if err := b.AnnounceMAC(testVNI, mac); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.AnnounceNeigh(testVNI, netip.AddrFrom4([4]byte{10, 100, 1, byte(i)}), mac); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.WithdrawMAC(testVNI, fdb.MAC{0x02, 0xee, 0, 0, 1, 0}); err != nil {
+		t.Fatal(err)
+	}
+	state := (&delegate{b.Node}).LocalState(false)
+	d := &delegate{c.Node}
+	d.MergeRemoteState(state, false)
+	fdb1, neigh1, store1 := snapshot(c)
+	before := c.Stats()
+	d.MergeRemoteState(state, false)
+	fdb2, neigh2, store2 := snapshot(c)
+	after := c.Stats()
+	if !slices.Equal(fdb1, fdb2) || !slices.Equal(neigh1, neigh2) || !slices.Equal(store1, store2) {
+		t.Errorf("second merge changed the state:\nfdb %v\n →  %v\nneigh %v\n →    %v", fdb1, fdb2, neigh1, neigh2)
+	}
+	if after.Applied != before.Applied {
+		t.Errorf("second merge applied %d records", after.Applied-before.Applied)
+	}
+	if fdbOn([]*testNode{c}, "", testVNI, fdb.MAC{0x02, 0xee, 0, 0, 1, 4}, testVTEP(1))() != nil ||
+		fdbOn([]*testNode{c}, "", testVNI, fdb.MAC{0x02, 0xee, 0, 0, 1, 0}, netip.AddrPort{})() != nil {
+		t.Errorf("tables after merge: %v", fdb2)
+	}
+}
+
+// snapshot returns the tables without their times, and the store's records.
+func snapshot(n *testNode) ([]string, []string, []string) {
+	var f, nb, s []string
+	for _, e := range n.fdb.Entries() {
+		f = append(f, fmt.Sprint(e.VNI, e.MAC, e.VTEP, e.Origin))
+	}
+	for _, e := range n.neigh.Entries() {
+		nb = append(nb, fmt.Sprint(e.VNI, e.IP, e.MAC, e.Origin))
+	}
+	n.mu.Lock()
+	for _, byKey := range n.store.byOwner {
+		for _, r := range byKey {
+			s = append(s, fmt.Sprintf("%+v", r.record))
+		}
+	}
+	n.mu.Unlock()
+	slices.Sort(s)
+	return f, nb, s
+}
+
+// A member declared dead and then alive again (a refuted suspicion, a
+// healed partition) gets its entries back without announcing them again.
+func TestDeadThenAlive(t *testing.T) {
+	nodes := startCluster(t, 2, nil)
+	waitMembers(t, nodes)
+	a, b := nodes[0], nodes[1]
+	ip := netip.MustParseAddr("10.100.0.1")
+	if err := b.AnnounceNeigh(testVNI, ip, testMAC(1)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, converge, "b's entries on a", func() error {
+		if err := fdbOn([]*testNode{a}, "", testVNI, testMAC(1), testVTEP(1))(); err != nil {
+			return err
+		}
+		return neighOn([]*testNode{a}, "", testVNI, ip, testMAC(1))()
+	})
+	node := &memberlist.Node{Name: b.name, Addr: b.Addr().Addr().AsSlice(), Port: b.Addr().Port(), Meta: b.meta}
+	d := &delegate{a.Node}
+	d.NotifyLeave(node)
+	if err := noVTEP([]*testNode{a}, "", testVTEP(1))(); err != nil {
+		t.Errorf("after NotifyLeave: %v", err)
+	}
+	if _, ok := a.neigh.Lookup(testVNI, ip); ok {
+		t.Error("after NotifyLeave: b's binding is still there")
+	}
+	d.NotifyJoin(node)
+	if err := fdbOn([]*testNode{a}, "", testVNI, testMAC(1), testVTEP(1))(); err != nil {
+		t.Errorf("after NotifyJoin: %v", err)
+	}
+	if err := neighOn([]*testNode{a}, "", testVNI, ip, testMAC(1))(); err != nil {
+		t.Errorf("after NotifyJoin: %v", err)
+	}
+	if !slices.Contains(a.fdb.Flood(testVNI), testVTEP(1)) {
+		t.Error("after NotifyJoin: b is not in a's flood list")
+	}
+}
+
+// Our records coming back newer than ours, or live while we hold none, are
+// answered with a newer version of what we hold.
+func TestOwnRecordAuthority(t *testing.T) {
+	nodes := startCluster(t, 2, nil)
+	waitMembers(t, nodes)
+	a, b := nodes[0], nodes[1]
+	ghost := fdb.MAC{0x02, 0xee, 0, 0, 0, 0x77}
+	k := key{kind: kindFDB, vni: testVNI, mac: ghost}
+	// b is told that a announced ghost, far in a's future, which a never did.
+	forged := record{key: k, owner: a.name, version: a.clock.next() + 1e9, vtep: testVTEP(0)}
+	(&delegate{b.Node}).NotifyMsg(appendEntries(nil, []record{forged}))
+	// b relays it to a, which withdraws it at a newer version.
+	eventually(t, converge, "owner withdrew a record it never made", func() error {
+		if v, ok := b.fdb.Lookup(testVNI, ghost); ok {
+			return fmt.Errorf("b still maps it to %s", v)
+		}
+		if a.Stats().Reannounced == 0 {
+			return fmt.Errorf("a did not reannounce")
+		}
+		return nil
+	})
+	if v := ownVersion(a.Node, k); v <= forged.version {
+		t.Errorf("a's tombstone has version %d, not above the forged %d", v, forged.version)
+	}
+}
+
+func TestLogWriter(t *testing.T) {
+	var got []string
+	h := &recordHandler{fn: func(level, msg string) { got = append(got, level+" "+msg) }}
+	w := logWriter{slog.New(h)}
+	for _, line := range []string{
+		"[DEBUG] memberlist: Stream connection from=127.0.0.1:1\n",
+		"[WARN] memberlist: Refuting a suspect message\n",
+		"[ERR] memberlist: Failed to send\n",
+		"[INFO] memberlist: Marking n1 as failed\n",
+		"no tag\n",
+	} {
+		fmt.Fprint(w, line)
+	}
+	want := []string{"DEBUG Stream connection from=127.0.0.1:1", "WARN Refuting a suspect message", "ERROR Failed to send", "INFO Marking n1 as failed", "INFO no tag"}
+	if !slices.Equal(got, want) {
+		t.Errorf("got %q\nwant %q", got, want)
+	}
+}
