@@ -234,16 +234,16 @@ func (e *Engine) transmitLoop() error {
 			}
 		}
 		if len(tb.replies) > 0 {
-			if err := e.writeTAP(tb.replies, 0); err != nil && isClosed(err) {
+			if _, err := e.writeTAP(tb.replies, 0); err != nil && isClosed(err) {
 				return nil
 			}
 		}
 	}
 }
 
-// writeTAP writes frames (at offset) to the TAP under tapMu, and counts the
-// frames it refused.
-func (e *Engine) writeTAP(frames [][]byte, offset int) error {
+// writeTAP writes frames (at offset) to the TAP under tapMu and returns how
+// many it wrote; the frames it did not write are counted as dropped.
+func (e *Engine) writeTAP(frames [][]byte, offset int) (int, error) {
 	e.tapMu.Lock()
 	w, err := e.dev.Write(frames, offset)
 	e.tapMu.Unlock()
@@ -252,7 +252,7 @@ func (e *Engine) writeTAP(frames [][]byte, offset int) error {
 		// batch is dropped with it rather than retried.
 		e.c.drops[DropTAPWrite].Add(uint64(len(frames) - w))
 	}
-	return err
+	return w, err
 }
 
 // route handles one frame (pkt[Headroom:]) read from the TAP: it snoops it,
@@ -363,20 +363,13 @@ func (e *Engine) receiveLoop() error {
 		if len(frames) == 0 {
 			continue
 		}
-		e.tapMu.Lock()
-		w, err := e.dev.Write(frames, HeaderLen)
-		e.tapMu.Unlock()
+		w, err := e.writeTAP(frames, HeaderLen)
 		for _, f := range frames[:w] {
 			e.c.rxPackets.Add(1)
 			e.c.rxBytes.Add(uint64(len(f) - HeaderLen))
 		}
-		if err != nil {
-			if isClosed(err) {
-				return nil
-			}
-			// The TAP refused one frame (too big, say); the rest of
-			// the batch is dropped with it rather than retried.
-			e.c.drops[DropTAPWrite].Add(uint64(len(frames) - w))
+		if err != nil && isClosed(err) {
+			return nil
 		}
 	}
 }

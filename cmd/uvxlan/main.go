@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -295,9 +294,4 @@ func show[T any](c *cli.Context, what string, print func(io.Writer, T) error) er
 		return err
 	}
 	return print(c.App.Writer, v)
-}
-
-// withSignals returns a context canceled by SIGINT or SIGTERM.
-func withSignals(parent context.Context) (context.Context, context.CancelFunc) {
-	return signal.NotifyContext(parent, syscall.SIGINT, syscall.SIGTERM)
 }

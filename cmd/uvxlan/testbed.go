@@ -49,7 +49,7 @@ address 198.18.0.I/24, MTU 1500. Nothing is added to the root namespace.
 					if err != nil {
 						return usageError{err}
 					}
-					ctx, stop := withSignals(c.Context)
+					ctx, stop := testenv.SignalContext(c.Context)
 					defer stop()
 					if err := tb.Up(ctx); err != nil {
 						return err
@@ -115,7 +115,7 @@ func demoCommand() *cli.Command {
 			if n := c.Int("hosts"); n < 2 || n > 20 {
 				return badFlag("hosts", fmt.Sprint(n), "must be between 2 and 20")
 			}
-			ctx, stop := withSignals(c.Context)
+			ctx, stop := testenv.SignalContext(c.Context)
 			defer stop()
 			return runDemo(ctx, c.App.Writer, c.String("prefix"), c.Int("hosts"))
 		},
