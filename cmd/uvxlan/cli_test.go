@@ -142,3 +142,30 @@ func TestParsePortRange(t *testing.T) {
 		}
 	}
 }
+
+// FuzzReadKeyring: a keyring file either yields keys of AES sizes, or an
+// error; it never panics.
+func FuzzReadKeyring(f *testing.F) {
+	f.Add(`["MDEyMzQ1Njc4OWFiY2RlZg=="]`)
+	f.Add(`[]`)
+	f.Add(`["short"]`)
+	f.Add(`{"a": 1}`)
+	f.Fuzz(func(t *testing.T, text string) {
+		path := t.TempDir() + "/keyring.json"
+		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		keys, err := readKeyring(path)
+		if err != nil {
+			return
+		}
+		if len(keys) == 0 {
+			t.Fatal("no error and no key")
+		}
+		for _, k := range keys {
+			if n := len(k); n != 16 && n != 24 && n != 32 {
+				t.Fatalf("key of %d bytes accepted", n)
+			}
+		}
+	})
+}

@@ -238,3 +238,31 @@ func TestConfigEditDistance(t *testing.T) {
 		}
 	}
 }
+
+// FuzzConfigFile: whatever a config file holds, applying it never panics and
+// fails only with a usage or flag error (exit status 2).
+func FuzzConfigFile(f *testing.F) {
+	for _, seed := range []string{
+		"vni: 42\npeer: [198.18.0.2, 198.18.0.3]\nlearning: false\n",
+		"ageing: 60s\ndev: uvx1\n",
+		"vni: [1, 2]\n",
+		"dev: {a: b}\n",
+		"- just\n- a list\n",
+		"vnii: 4\n",
+		"",
+		"\x00\xff: :",
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, text string) {
+		if text == "<missing>" {
+			return
+		}
+		_, _, err := runWithConfig(t, text)
+		var fe *flagError
+		var ue usageError
+		if err != nil && !errors.As(err, &fe) && !errors.As(err, &ue) {
+			t.Fatalf("config %q: %T %v, want a usage or flag error", text, err, err)
+		}
+	})
+}
