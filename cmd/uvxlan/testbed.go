@@ -6,8 +6,10 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -115,6 +117,9 @@ func demoCommand() *cli.Command {
 			if n := c.Int("hosts"); n < 2 || n > 20 {
 				return badFlag("hosts", fmt.Sprint(n), "must be between 2 and 20")
 			}
+			// Output piped into `head` must not kill the demo before
+			// it tears down: with SIGPIPE ignored, writes just fail.
+			signal.Ignore(syscall.SIGPIPE)
 			ctx, stop := testenv.SignalContext(c.Context)
 			defer stop()
 			return runDemo(ctx, c.App.Writer, c.String("prefix"), c.Int("hosts"))
