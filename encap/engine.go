@@ -312,12 +312,14 @@ func (e *Engine) route(pkt []byte, tb *txBatch) {
 }
 
 // snoop reports src, and the sender binding of an ARP packet, when they are
-// not yet known as living behind this node.
+// not yet known as living behind this node, and marks known ones as seen.
 func (e *Engine) snoop(src fdb.MAC, arp arpPacket, isARP bool) {
 	if src.IsMulticast() || src.IsZero() {
 		return
 	}
-	if vtep, ok := e.fdb.Lookup(e.cfg.VNI, src); !ok || vtep.Addr() != e.cfg.Local {
+	// Seen also refreshes a known local entry's last-seen time, by which
+	// the node ages endpoints that went away.
+	if vtep, ok := e.fdb.Seen(e.cfg.VNI, src); !ok || vtep.Addr() != e.cfg.Local {
 		e.report(Sighting{MAC: src})
 	}
 	if !isARP || e.cfg.Neigh == nil || arp.senderIP.IsUnspecified() || arp.senderMAC != src {

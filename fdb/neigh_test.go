@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"sync"
 	"testing"
+	"time"
 )
 
 func TestNeighbors(t *testing.T) {
@@ -122,5 +123,33 @@ func TestTableGossipRank(t *testing.T) {
 	}
 	if v, _ := tb.Lookup(1, mac); v != a {
 		t.Errorf("Lookup = %v, want static %v", v, a)
+	}
+}
+
+// Seen refreshes the last-seen time of any origin without a lock or an
+// allocation; Expire still never removes local entries.
+func TestSeen(t *testing.T) {
+	now := time.Unix(1000, 0)
+	tb := New(Config{Ageing: 10 * time.Second, Now: func() time.Time { return now }})
+	mac := MAC{2, 0, 0, 0, 0, 7}
+	vtep := netip.MustParseAddrPort("198.18.0.1:4789")
+	if _, ok := tb.Seen(1, mac); ok {
+		t.Fatal("Seen found a missing entry")
+	}
+	if err := tb.Set(Entry{VNI: 1, MAC: mac, VTEP: vtep, Origin: OriginLocal}); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(time.Minute)
+	if v, ok := tb.Seen(1, mac); !ok || v != vtep {
+		t.Fatalf("Seen = %v, %v", v, ok)
+	}
+	if got := tb.Entries()[0].Updated; !got.Equal(now) {
+		t.Errorf("Updated = %v, want %v", got, now)
+	}
+	if tb.Expire() != 0 || tb.Len() != 1 {
+		t.Error("Expire removed a local entry")
+	}
+	if a := testing.AllocsPerRun(1000, func() { tb.Seen(1, mac) }); a != 0 {
+		t.Errorf("Seen: %v allocs, want 0", a)
 	}
 }

@@ -349,7 +349,20 @@ func (t *Table) Learn(vni VNI, mac MAC, vtep netip.AddrPort) LearnResult {
 	return t.learnLocked(s, k, vtep)
 }
 
-// touch updates a learned entry's last-seen time, at most once per granule.
+// Seen is Lookup that also marks the entry as seen now, whatever its origin.
+// The engine calls it for the source of every frame read from its own TAP,
+// so that local endpoint entries have a last-seen time (Entry.Updated) the
+// node can age them by. Like Lookup it never locks or allocates.
+func (t *Table) Seen(vni VNI, mac MAC) (netip.AddrPort, bool) {
+	e, ok := t.shardOf(key{vni, mac}).load()[key{vni, mac}]
+	if !ok {
+		return netip.AddrPort{}, false
+	}
+	t.touch(e)
+	return e.vtep, true
+}
+
+// touch updates an entry's last-seen time, at most once per granule.
 func (t *Table) touch(e *entry) {
 	now := t.nanotime()
 	if now-e.seen.Load() >= t.granule {

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -249,4 +250,108 @@ func TestConfigFileAndMetrics(t *testing.T) {
 	if t.Failed() {
 		t.Logf("metrics:\n%s", body)
 	}
+}
+
+// An endpoint on a bridge behind h1's TAP (a container, say) is snooped,
+// announced and reachable from h2; when it goes quiet for --ageing it is
+// withdrawn everywhere.
+func TestEndpointBehindTAP(t *testing.T) {
+	tb := testenv.NewForTest(t, testenv.Config{Hosts: 2})
+	h1, h2 := tb.Host(1), tb.Host(2)
+	a1 := startAgent(t, h1, "--ageing", "5s")
+	a2 := startAgent(t, h2, "--ageing", "5s", "--join", h1.Underlay.String())
+	// The endpoint ages out 5 s after its last frame: form the cluster
+	// first, so the announcement has all that time to arrive.
+	if err := waitForMembers(context.Background(), a1.control, 2, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// The endpoint lives in its own namespace, as a container would,
+	// with a veth into a bridge that also holds h1's TAP.
+	ep := netip.MustParseAddr("10.42.0.51")
+	epNS := tb.Prefix() + "-ep"
+	inEP := func(args ...string) (string, error) {
+		out, err := exec.Command("ip", append([]string{"netns", "exec", epNS}, args...)...).CombinedOutput()
+		return string(out), err
+	}
+	if out, err := exec.Command("ip", "netns", "add", epNS).CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", epNS).Run() })
+	for _, args := range [][]string{
+		{"link", "add", "brx", "type", "bridge"},
+		{"link", "set", "uvx0", "master", "brx"},
+		{"link", "add", "ep0", "type", "veth", "peer", "name", "ep1", "netns", epNS},
+		{"link", "set", "ep0", "master", "brx"},
+		{"link", "set", "brx", "up"},
+		{"link", "set", "ep0", "up"},
+	} {
+		if out, err := h1.Run(context.Background(), "ip", args...); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+	}
+	for _, args := range [][]string{
+		{"ip", "addr", "add", netip.PrefixFrom(ep, 24).String(), "dev", "ep1"},
+		{"ip", "link", "set", "ep1", "up"},
+	} {
+		if out, err := inEP(args...); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+	}
+	out, err := inEP("cat", "/sys/class/net/ep1/address")
+	if err != nil {
+		t.Fatal(err)
+	}
+	epMAC, err := fdb.ParseMAC(strings.TrimSpace(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The endpoint talks to h2 through the bridge and the TAP (the new
+	// bridge ports may take a moment to forward).
+	var pingOut string
+	if err := testenv.Eventually(context.Background(), 10*time.Second, func() bool {
+		pingOut, err = inEP("ping", "-c", "1", "-W", "1", a2.overlay.String())
+		return err == nil
+	}); err != nil {
+		t.Fatalf("endpoint cannot reach h2: %v\n%s", err, pingOut)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			n1, _, _ := newControlClient(a1.control).neigh()
+			n2, _, _ := newControlClient(a2.control).neigh()
+			s1, _, _ := newControlClient(a1.control).stats()
+			s2, _, _ := newControlClient(a2.control).stats()
+			t.Logf("endpoint %s %s\nh1 fdb %+v\nh1 neigh %+v\nh1 gossip %v\nh2 fdb %+v\nh2 neigh %+v\nh2 gossip %v",
+				ep, epMAC, a1.fdb(t), n1, s1.Gossip, a2.fdb(t), n2, s2.Gossip)
+		}
+	})
+	eventuallyT(t, 10*time.Second, "h2 learns the endpoint's MAC and address from gossip", func() bool {
+		rows, _, err := newControlClient(a2.control).neigh()
+		if err != nil {
+			return false
+		}
+		for _, r := range rows {
+			if r.IP == ep && r.MAC == epMAC && r.Origin == fdb.OriginGossip {
+				return a2.fdbHas(t, epMAC, a1, fdb.OriginGossip)
+			}
+		}
+		return false
+	})
+
+	// Quiet endpoint: withdrawn on h1 (local) and h2 (gossip).
+	if out, err := inEP("ip", "link", "set", "ep1", "down"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	eventuallyT(t, 20*time.Second, "the quiet endpoint is withdrawn everywhere", func() bool {
+		rows, _, err := newControlClient(a2.control).neigh()
+		if err != nil {
+			return false
+		}
+		for _, r := range rows {
+			if r.IP == ep {
+				return false
+			}
+		}
+		return a1.fdbLacks(t, epMAC) && a2.fdbLacks(t, epMAC)
+	})
 }

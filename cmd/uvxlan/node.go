@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -283,6 +284,7 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 	go n.table.Run(ctx)
 	go n.consumeSightings(ctx)
+	go n.ageEndpoints(ctx)
 	spawn(func() error { return n.engine.Run(ctx) })
 	spawn(func() error { return n.gossip.Run(ctx) })
 	spawn(func() error { return n.ctl.Serve(n) })
@@ -330,6 +332,54 @@ func (n *Node) consumeSightings(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// ageEndpoints withdraws, every tenth of --ageing (at least every second),
+// the endpoints behind the TAP that sent nothing for --ageing: their local
+// FDB entries, their ARP bindings and their announcements. The engine marks
+// an endpoint as seen with every frame it reads from the TAP, so one that
+// comes back is snooped and announced again by its next frame.
+func (n *Node) ageEndpoints(ctx context.Context) {
+	tick := time.NewTicker(max(n.cfg.Ageing/10, time.Second))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			stale := staleEndpoints(n.table.Entries(), n.mac, now.Add(-n.cfg.Ageing))
+			for _, mac := range stale {
+				n.withdrawEndpoint(mac)
+			}
+		}
+	}
+}
+
+// staleEndpoints returns the MACs of the local entries, other than the TAP's
+// own, last seen before cutoff.
+func staleEndpoints(entries []fdb.Entry, own fdb.MAC, cutoff time.Time) []fdb.MAC {
+	var stale []fdb.MAC
+	for _, e := range entries {
+		if e.Origin == fdb.OriginLocal && e.MAC != own && e.Updated.Before(cutoff) {
+			stale = append(stale, e.MAC)
+		}
+	}
+	return stale
+}
+
+// withdrawEndpoint removes a local endpoint and its ARP bindings, and
+// withdraws their announcements.
+func (n *Node) withdrawEndpoint(mac fdb.MAC) {
+	if !n.table.DeleteOrigin(n.cfg.VNI, mac, fdb.OriginLocal) {
+		return
+	}
+	n.gossip.WithdrawMAC(n.cfg.VNI, mac)
+	for _, b := range n.neigh.Entries() {
+		if b.Origin == fdb.OriginLocal && b.MAC == mac && n.neigh.DeleteOrigin(b.VNI, b.IP, fdb.OriginLocal) {
+			n.gossip.WithdrawNeigh(b.VNI, b.IP)
+		}
+	}
+	n.log.Info("endpoint behind the TAP aged out", "mac", mac, "ageing", n.cfg.Ageing)
 }
 
 // addLocalNeigh records and announces an IP → MAC binding behind our TAP.
