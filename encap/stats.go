@@ -47,15 +47,6 @@ func (r DropReason) String() string {
 	return "unknown"
 }
 
-// DropReasons lists every reason, for callers that want to show zeros too.
-func DropReasons() []DropReason {
-	rs := make([]DropReason, numDropReasons)
-	for i := range rs {
-		rs[i] = DropReason(i)
-	}
-	return rs
-}
-
 // counters are the engine's live counters, updated with atomics only.
 type counters struct {
 	rxPackets, rxBytes atomic.Uint64
