@@ -47,9 +47,19 @@ type neighVal struct {
 // with NewNeighbors. All methods are safe for concurrent use; Lookup never
 // blocks and never allocates.
 type Neighbors struct {
-	max int
-	mu  sync.Mutex // serialises writers
-	m   atomic.Pointer[map[neighKey]neighVal]
+	max     int
+	mu      sync.Mutex // serialises writers
+	m       atomic.Pointer[map[neighKey]neighVal]
+	subnets atomic.Pointer[[]SubnetNeigh]
+}
+
+// SubnetNeigh binds every address of a subnet to one MAC: in a routed
+// overlay, the addresses of a remote node's subnet are all answered with
+// that node's TAP MAC, so the local kernel routes to it.
+type SubnetNeigh struct {
+	VNI    VNI          `json:"vni"`
+	Subnet netip.Prefix `json:"subnet"`
+	MAC    MAC          `json:"mac"`
 }
 
 // NewNeighbors returns an empty table holding at most max bindings
@@ -64,10 +74,56 @@ func NewNeighbors(max int) *Neighbors {
 	return n
 }
 
-// Lookup returns the MAC bound to ip in vni.
+// Lookup returns the MAC bound to ip in vni: the binding of ip itself, else
+// that of the longest subnet (SetSubnets) that holds it.
 func (n *Neighbors) Lookup(vni VNI, ip netip.Addr) (MAC, bool) {
-	v, ok := (*n.m.Load())[neighKey{vni, ip.Unmap()}]
-	return v.mac, ok
+	ip = ip.Unmap()
+	if v, ok := (*n.m.Load())[neighKey{vni, ip}]; ok {
+		return v.mac, true
+	}
+	s := n.subnets.Load()
+	if s == nil {
+		return MAC{}, false
+	}
+	best := -1
+	for i := range *s {
+		e := &(*s)[i]
+		if e.VNI == vni && e.Subnet.Contains(ip) && (best < 0 || e.Subnet.Bits() > (*s)[best].Subnet.Bits()) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return MAC{}, false
+	}
+	return (*s)[best].MAC, true
+}
+
+// SetSubnets replaces the subnet bindings. Entries with an invalid VNI,
+// prefix or MAC are refused, all of them.
+func (n *Neighbors) SetSubnets(s []SubnetNeigh) error {
+	s = slices.Clone(s)
+	for i := range s {
+		e := &s[i]
+		switch {
+		case !e.VNI.Valid():
+			return fmt.Errorf("subnet %s: invalid VNI %d", e.Subnet, e.VNI)
+		case !e.Subnet.IsValid():
+			return fmt.Errorf("invalid subnet %s", e.Subnet)
+		case e.MAC.IsZero() || e.MAC.IsMulticast():
+			return fmt.Errorf("subnet %s: MAC %s is zero or multicast", e.Subnet, e.MAC)
+		}
+		e.Subnet = e.Subnet.Masked()
+	}
+	n.subnets.Store(&s)
+	return nil
+}
+
+// Subnets returns the subnet bindings.
+func (n *Neighbors) Subnets() []SubnetNeigh {
+	if s := n.subnets.Load(); s != nil {
+		return slices.Clone(*s)
+	}
+	return nil
 }
 
 // Set binds e.IP to e.MAC in e.VNI. It refuses an invalid VNI, IP or MAC,

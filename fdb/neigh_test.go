@@ -153,3 +153,50 @@ func TestSeen(t *testing.T) {
 		t.Errorf("Seen: %v allocs, want 0", a)
 	}
 }
+
+func TestNeighSubnets(t *testing.T) {
+	n := NewNeighbors(0)
+	macA, macB := MAC{2, 0, 0, 0, 0, 0xa}, MAC{2, 0, 0, 0, 0, 0xb}
+	if err := n.SetSubnets([]SubnetNeigh{
+		{VNI: 1, Subnet: netip.MustParsePrefix("10.244.5.0/24"), MAC: macA},
+		{VNI: 1, Subnet: netip.MustParsePrefix("10.244.0.0/16"), MAC: macB},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		vni  VNI
+		ip   string
+		want MAC
+		ok   bool
+	}{
+		{1, "10.244.5.0", macA, true},
+		{1, "10.244.5.77", macA, true}, // longest prefix
+		{1, "10.244.6.1", macB, true},
+		{1, "10.245.0.1", MAC{}, false},
+		{2, "10.244.5.1", MAC{}, false}, // another VNI
+	} {
+		if got, ok := n.Lookup(tt.vni, netip.MustParseAddr(tt.ip)); got != tt.want || ok != tt.ok {
+			t.Errorf("Lookup(%d, %s) = %s, %v; want %s, %v", tt.vni, tt.ip, got, ok, tt.want, tt.ok)
+		}
+	}
+	// An exact binding wins over a subnet.
+	if _, err := n.Set(Neigh{VNI: 1, IP: netip.MustParseAddr("10.244.5.9"), MAC: macB, Origin: OriginLocal}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := n.Lookup(1, netip.MustParseAddr("10.244.5.9")); got != macB {
+		t.Errorf("exact binding lost to the subnet: %s", got)
+	}
+	if allocs := testing.AllocsPerRun(100, func() { n.Lookup(1, netip.MustParseAddr("10.244.6.1")) }); allocs != 0 {
+		t.Errorf("subnet Lookup allocates %v times", allocs)
+	}
+	if err := n.SetSubnets([]SubnetNeigh{{VNI: 1, Subnet: netip.MustParsePrefix("10.0.0.0/8"), MAC: MAC{1}}}); err == nil {
+		t.Error("SetSubnets accepted a multicast MAC")
+	}
+	if len(n.Subnets()) != 2 {
+		t.Errorf("a refused SetSubnets changed the table: %v", n.Subnets())
+	}
+	n.SetSubnets(nil)
+	if _, ok := n.Lookup(1, netip.MustParseAddr("10.244.6.1")); ok {
+		t.Error("subnet binding survived SetSubnets(nil)")
+	}
+}

@@ -338,3 +338,135 @@ func validIP(a netip.Addr) bool {
 func validName(s string) bool {
 	return s != "" && len(s) <= maxNameLen && !strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f })
 }
+
+// Lease messages and push/pull states (see lease.go):
+//
+//	message:  type (1) = msgLeases | count (4) | lease × count
+//	lease:    flags (1) | version (8) | owner length (1) | owner
+//	          | subnet address length (1) = 4 | subnet address | subnet bits (1)
+//	          | claim (8) | expires (8) | VTEP address length (1) | VTEP address | VTEP port (2) | MAC (6)
+//
+//	state:    type (1) = msgState | entries message length (4) | entries message | leases message
+//
+// The lease decoder is strict in the same way: a valid owner, a masked IPv4
+// subnet, a usable VTEP, a unicast MAC, no unknown flags, no trailing bytes.
+
+const (
+	msgLeases byte = 3
+	msgState  byte = 4
+	// minLeaseLen is the smallest encoded lease.
+	minLeaseLen = 1 + 8 + 1 + 1 + 1 + 4 + 1 + 8 + 8 + 1 + 4 + 2 + 6
+)
+
+func appendLeases(b []byte, recs []leaseRec) []byte {
+	b = append(b, msgLeases)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(recs)))
+	for i := range recs {
+		r := &recs[i]
+		var flags byte
+		if r.deleted {
+			flags |= flagDeleted
+		}
+		b = append(b, flags)
+		b = binary.BigEndian.AppendUint64(b, r.version)
+		b = append(b, byte(len(r.owner)))
+		b = append(b, r.owner...)
+		b = appendAddr(b, r.subnet.Addr())
+		b = append(b, byte(r.subnet.Bits()))
+		b = binary.BigEndian.AppendUint64(b, r.claim)
+		b = binary.BigEndian.AppendUint64(b, r.expires)
+		b = appendAddr(b, r.vtep.Addr())
+		b = binary.BigEndian.AppendUint16(b, r.vtep.Port())
+		b = append(b, r.mac[:]...)
+	}
+	return b
+}
+
+// decodeLeases decodes a message made by appendLeases. Errors wrap errDecode.
+func decodeLeases(b []byte) ([]leaseRec, error) {
+	if len(b) < 5 {
+		return nil, fmt.Errorf("%w: %w", errDecode, io.ErrUnexpectedEOF)
+	}
+	if b[0] != msgLeases {
+		return nil, fmt.Errorf("%w: unknown message type %d", errDecode, b[0])
+	}
+	n := binary.BigEndian.Uint32(b[1:5])
+	if n > maxLeases || int(n) > len(b[5:])/minLeaseLen {
+		return nil, fmt.Errorf("%w: %d leases in %d bytes", errDecode, n, len(b)-5)
+	}
+	r := reader{b: b[5:]}
+	recs := make([]leaseRec, n)
+	for i := range recs {
+		l := &recs[i]
+		flags := r.u8()
+		l.deleted = flags&flagDeleted != 0
+		l.version = r.u64()
+		l.owner = string(r.next(int(r.u8())))
+		a := r.addr()
+		bits := int(r.u8())
+		l.claim = r.u64()
+		l.expires = r.u64()
+		va := r.addr()
+		l.vtep = netip.AddrPortFrom(va, r.u16())
+		l.mac = r.mac()
+		if r.err != nil {
+			return nil, fmt.Errorf("%w: lease %d: %w", errDecode, i, r.err)
+		}
+		var err error
+		switch {
+		case flags&^flagDeleted != 0:
+			err = fmt.Errorf("unknown flags %#x", flags)
+		case !validName(l.owner):
+			err = fmt.Errorf("bad owner name %q", l.owner)
+		case !a.Is4() || bits > 32:
+			err = fmt.Errorf("subnet %s/%d is not an IPv4 prefix", a, bits)
+		case !validVTEP(l.vtep):
+			err = fmt.Errorf("unusable VTEP %s", l.vtep)
+		case !validMAC(l.mac):
+			err = fmt.Errorf("MAC %s is zero or multicast", l.mac)
+		}
+		if err == nil {
+			l.subnet = netip.PrefixFrom(a, bits)
+			if l.subnet != l.subnet.Masked() {
+				err = fmt.Errorf("subnet %s has host bits set", l.subnet)
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: lease %d: %w", errDecode, i, err)
+		}
+	}
+	if len(r.b) != 0 {
+		return nil, fmt.Errorf("%w: %d trailing bytes", errDecode, len(r.b))
+	}
+	return recs, nil
+}
+
+// appendState appends a push/pull state: an entries message and a leases
+// message.
+func appendState(b []byte, entries []record, leases []leaseRec) []byte {
+	b = append(b, msgState, 0, 0, 0, 0)
+	start := len(b)
+	b = appendEntries(b, entries)
+	binary.BigEndian.PutUint32(b[start-4:start], uint32(len(b)-start))
+	return appendLeases(b, leases)
+}
+
+// decodeState decodes a message made by appendState. Errors wrap errDecode.
+func decodeState(b []byte) ([]record, []leaseRec, error) {
+	if len(b) < 5 || b[0] != msgState {
+		return nil, nil, fmt.Errorf("%w: not a state message", errDecode)
+	}
+	n := binary.BigEndian.Uint32(b[1:5])
+	if uint64(n) > uint64(len(b)-5) {
+		return nil, nil, fmt.Errorf("%w: entries of %d bytes in %d", errDecode, n, len(b)-5)
+	}
+	recs, err := decodeEntries(b[5 : 5+n])
+	if err != nil {
+		return nil, nil, err
+	}
+	leases, err := decodeLeases(b[5+n:])
+	if err != nil {
+		return nil, nil, err
+	}
+	return recs, leases, nil
+}

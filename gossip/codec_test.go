@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -155,7 +156,7 @@ func sampleMeta() meta {
 func TestMetaRoundTrip(t *testing.T) {
 	m := sampleMeta()
 	b := m.encode()
-	if want := 1 + 8 + 1 + 4 + 2 + 6 + 1 + 3*4; len(b) != want {
+	if want := 1 + 8 + 1 + 4 + 2 + 6 + 1 + 3*4 + 3; len(b) != want {
 		t.Errorf("encoded length %d, want %d", len(b), want)
 	}
 	got, err := decodeMeta(b)
@@ -168,6 +169,10 @@ func TestMetaRoundTrip(t *testing.T) {
 	for v := range fdb.VNI(maxVNIs) {
 		big.vnis = append(big.vnis, v+1)
 	}
+	big.network, big.subnetLen = netip.MustParsePrefix("10.244.0.0/16"), 24
+	if got, err := decodeMeta(big.encode()); err != nil || got.network != big.network || got.subnetLen != 24 {
+		t.Errorf("decodeMeta(with a network) = %+v, %v", got, err)
+	}
 	if n := len(big.encode()); n > 512 {
 		t.Errorf("largest metadata is %d bytes, more than memberlist's 512", n)
 	}
@@ -177,7 +182,7 @@ func TestMetaIncompatible(t *testing.T) {
 	b := sampleMeta().encode()
 	b[0] = protoVersion + 1
 	_, err := decodeMeta(b)
-	if !errors.Is(err, errIncompatible) || !strings.Contains(err.Error(), "version 2") {
+	if !errors.Is(err, errIncompatible) || !strings.Contains(err.Error(), fmt.Sprintf("version %d", protoVersion+1)) {
 		t.Errorf("decodeMeta(version %d) = %v; want errIncompatible naming the version", b[0], err)
 	}
 	// Whatever follows the version byte of a future protocol is not read.
@@ -217,6 +222,17 @@ func TestDecodeMetaErrors(t *testing.T) {
 		{"VNI twice", func() []byte { m := sampleMeta(); m.vnis = []fdb.VNI{5, 5}; return m.encode() }()},
 		{"port 0", func() []byte { m := sampleMeta(); m.vtep = netip.MustParseAddrPort("198.18.0.1:0"); return m.encode() }()},
 		{"multicast MAC", func() []byte { m := sampleMeta(); m.mac = fdb.MAC{1, 2, 3, 4, 5, 6}; return m.encode() }()},
+		{"network host bits", func() []byte {
+			m := sampleMeta()
+			m.network, m.subnetLen = netip.PrefixFrom(netip.MustParseAddr("10.244.1.0"), 16), 24
+			return m.encode()
+		}()},
+		{"subnet not longer than network", func() []byte {
+			m := sampleMeta()
+			m.network, m.subnetLen = netip.MustParsePrefix("10.244.0.0/16"), 16
+			return m.encode()
+		}()},
+		{"subnet length without network", append(bytes.Clone(good[:len(good)-3]), 0, 0, 24)},
 	}
 	for _, tt := range tests {
 		if m, err := decodeMeta(tt.in); err == nil {
@@ -228,6 +244,9 @@ func TestDecodeMetaErrors(t *testing.T) {
 func FuzzDecodeMeta(f *testing.F) {
 	f.Add(sampleMeta().encode())
 	f.Add([]byte{protoVersion})
+	withNet := sampleMeta()
+	withNet.network, withNet.subnetLen = netip.MustParsePrefix("10.244.0.0/16"), 24
+	f.Add(withNet.encode())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := decodeMeta(b)
 		if err != nil {
@@ -237,7 +256,8 @@ func FuzzDecodeMeta(f *testing.F) {
 		if err != nil {
 			t.Fatalf("re-encoded %+v does not decode: %v", m, err)
 		}
-		if again.boot != m.boot || again.vtep != m.vtep || again.mac != m.mac || !slices.Equal(again.vnis, m.vnis) {
+		if again.boot != m.boot || again.vtep != m.vtep || again.mac != m.mac || !slices.Equal(again.vnis, m.vnis) ||
+			again.network != m.network || again.subnetLen != m.subnetLen {
 			t.Fatalf("round trip changed the metadata: got %+v, want %+v", again, m)
 		}
 		if !bytes.Equal(m.encode(), b) {

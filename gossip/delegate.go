@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -34,6 +35,15 @@ func (d *delegate) NodeMeta(limit int) []byte {
 // what it keeps, so b is not retained; an undecodable message is counted and
 // dropped. It never waits on the network.
 func (d *delegate) NotifyMsg(b []byte) {
+	if len(b) > 0 && b[0] == msgLeases {
+		leases, err := decodeLeases(b)
+		if err != nil {
+			d.n.stats.decodeErrors.Add(1)
+			return
+		}
+		d.n.mergeLeases(leases, true)
+		return
+	}
 	if len(b) > 0 && b[0] == msgLeave {
 		name, boot, err := decodeLeave(b)
 		if err != nil {
@@ -56,18 +66,20 @@ func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
 	return d.n.queue.GetBroadcasts(overhead, limit)
 }
 
-// LocalState returns every record of alive owners, for a push/pull.
+// LocalState returns every record of alive owners and every lease, for a
+// push/pull.
 func (d *delegate) LocalState(join bool) []byte { return d.n.localState() }
 
 // MergeRemoteState merges a peer's LocalState with the usual rules. The
 // records are not broadcast again: the push/pull of others carries them.
 func (d *delegate) MergeRemoteState(buf []byte, join bool) {
-	recs, err := decodeEntries(buf)
+	recs, leases, err := decodeState(buf)
 	if err != nil {
 		d.n.stats.decodeErrors.Add(1)
 		return
 	}
 	d.n.merge(recs, false)
+	d.n.mergeLeases(leases, false)
 }
 
 // NotifyJoin: a member joined (or came back). memberlist holds its node lock.
@@ -98,8 +110,7 @@ func (d *delegate) NotifyAlive(peer *memberlist.Node) error {
 	if peer.Name == d.n.name {
 		return nil
 	}
-	if _, err := decodeMeta(peer.Meta); err != nil {
-		d.n.refuse(peer.Name, err)
+	if err := d.n.acceptable(peer.Name, peer.Meta); err != nil {
 		return fmt.Errorf("refusing node %q: %w", peer.Name, err)
 	}
 	return nil
@@ -112,12 +123,30 @@ func (d *delegate) NotifyMerge(peers []*memberlist.Node) error {
 		if p.Name == d.n.name || p.State != memberlist.StateAlive {
 			continue
 		}
-		if _, err := decodeMeta(p.Meta); err != nil {
-			d.n.refuse(p.Name, err)
+		if err := d.n.acceptable(p.Name, p.Meta); err != nil {
+			if errors.Is(err, errNetworkMismatch) && !d.n.joined.Load() {
+				// We are the one joining a cluster that disagrees: we cannot
+				// go on.
+				d.n.fail(fmt.Errorf("gossip: cannot join the cluster: %w", err))
+			}
 			return fmt.Errorf("refusing to merge with node %q: %w", p.Name, err)
 		}
 	}
 	return nil
+}
+
+// acceptable decodes a peer's metadata and checks that it can be a member:
+// our protocol version, our network configuration. A refusal is counted
+// and logged.
+func (n *Node) acceptable(name string, b []byte) error {
+	md, err := decodeMeta(b)
+	if err == nil && !sameNetwork(md, n.self) {
+		err = networkMismatch(name, md, n.self)
+	}
+	if err != nil {
+		n.refuse(name, err)
+	}
+	return err
 }
 
 // refuse counts a refused node and logs why, once per node and reason.

@@ -290,6 +290,9 @@ func (n *Node) memberUpLocked(node *memberlist.Node) {
 		n.applyLocked(k, olds[i], n.winnerLocked(k))
 	}
 	n.setFloodLocked()
+	if n.leases != nil {
+		n.leasesChangedLocked() // the owner's leases are alive again
+	}
 }
 
 // memberDownLocked handles memberlist declaring a member dead or left.
@@ -308,6 +311,9 @@ func (n *Node) memberDownLocked(name string) {
 		n.applyLocked(k, olds[i], n.winnerLocked(k))
 	}
 	n.setFloodLocked()
+	if n.leases != nil {
+		n.leasesChangedLocked() // the owner's leases are down
+	}
 }
 
 // leaving records the leave intent of a member's run started at boot, and
@@ -385,6 +391,9 @@ func (n *Node) gc(now time.Time) {
 			n.stats.unknownOwner.Add(1)
 		}
 	}
+	if n.leases != nil {
+		n.gcLeasesLocked(now)
+	}
 	for s, t := range n.warned {
 		if now.Sub(t) > time.Minute {
 			delete(n.warned, s)
@@ -398,6 +407,7 @@ func (n *Node) gc(now time.Time) {
 // stay here: their owners are not members of the cluster.
 func (n *Node) localState() []byte {
 	n.mu.Lock()
+	leases := n.leaseRecordsLocked()
 	recs := make([]record, 0, n.store.n)
 	for owner, byKey := range n.store.byOwner {
 		if m := n.members[owner]; owner != n.name && (m == nil || !m.alive) {
@@ -408,7 +418,7 @@ func (n *Node) localState() []byte {
 		}
 	}
 	n.mu.Unlock()
-	return appendEntries(nil, recs[:min(len(recs), maxBatch)])
+	return appendState(nil, recs[:min(len(recs), maxBatch)], leases)
 }
 
 // warnLocked logs a warning at most once a minute per subject.

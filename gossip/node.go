@@ -176,6 +176,10 @@ type Config struct {
 	// alive are joined again, so that a healed partition merges. Default
 	// 30s.
 	RejoinInterval time.Duration
+	// Leases, when set, turns on subnet leases (see lease.go): the node
+	// leases a subnet of Leases.Network once it has joined (WaitLease), and
+	// refuses nodes with another network. MAC must be set.
+	Leases *LeaseConfig
 	// Tune, when set, is called last on the memberlist configuration, for
 	// tests (faster timings, port 0 for any free port) and experiments.
 	Tune func(*memberlist.Config)
@@ -216,6 +220,13 @@ type Node struct {
 	closeOnce sync.Once
 	closed    chan struct{}
 	closeErr  error
+
+	leases *leaseState // nil: leases are off
+
+	failOnce sync.Once
+	failed   chan struct{} // closed by fail
+	failErr  error         // why; Run returns it
+	joined   atomic.Bool   // a join succeeded (or there was nobody to join)
 }
 
 // member is what we know of a node of the cluster (self included).
@@ -286,6 +297,12 @@ type Stats struct {
 	// RefusedNodes counts refusals of nodes with incompatible or bad
 	// metadata (alive messages and joins).
 	RefusedNodes uint64 `json:"refused_nodes"`
+	// RejectedLeases counts lease records for subnets outside our network
+	// or of another length.
+	RejectedLeases uint64 `json:"rejected_leases"`
+	// Leases is the number of lease records now held (all owners,
+	// tombstones included).
+	Leases uint64 `json:"leases"`
 	// Pending is the number of records now held for owners that are not
 	// alive members.
 	Pending uint64 `json:"pending"`
@@ -296,7 +313,7 @@ type Stats struct {
 
 type counters struct {
 	received, applied, stale, duplicate, foreignVTEP, unknownOwner, decodeErrors,
-	withdrawn, outranked, tableErrors, reannounced, refused atomic.Uint64
+	withdrawn, outranked, tableErrors, reannounced, refused, rejectedLeases atomic.Uint64
 }
 
 // New checks cfg, binds the gossip sockets (memberlist starts) and
@@ -317,8 +334,20 @@ func New(cfg Config) (*Node, error) {
 		warned:       map[string]time.Time{},
 		refused:      map[string]string{},
 		closed:       make(chan struct{}),
+		failed:       make(chan struct{}),
 	}
 	n.self = meta{version: protoVersion, boot: n.clock.next(), vtep: cfg.VTEP, mac: cfg.MAC, vnis: slices.Clone(cfg.VNIs)}
+	if cfg.Leases != nil {
+		ls, err := newLeaseState(*cfg.Leases)
+		if err != nil {
+			return nil, fmt.Errorf("gossip: %w", err)
+		}
+		if cfg.MAC.IsZero() {
+			return nil, errors.New("gossip: leases need the TAP MAC (config MAC)")
+		}
+		n.leases = ls
+		n.self.network, n.self.subnetLen = ls.subnets.network, ls.subnets.bits
+	}
 	n.meta = n.self.encode()
 	if len(n.meta) > memberlist.MetaMaxSize {
 		return nil, fmt.Errorf("gossip: node metadata is %d bytes, more than %d", len(n.meta), memberlist.MetaMaxSize)
@@ -365,7 +394,19 @@ func New(cfg Config) (*Node, error) {
 			}
 		}
 	}
+	if n.leases != nil && n.reclaimPrior(time.Now()) {
+		n.log.Info("reclaimed the subnet of the previous run", "subnet", n.leases.cfg.Prior.Subnet)
+	}
 	return n, nil
+}
+
+// fail stops the node because of err, which Run returns. It does not block:
+// callers may hold n.mu.
+func (n *Node) fail(err error) {
+	n.failOnce.Do(func() {
+		n.failErr = err
+		close(n.failed)
+	})
 }
 
 // check validates c and fills in defaults and normal forms.
@@ -466,20 +507,25 @@ func normSeed(s string) (string, error) {
 // members that are not alive. It also drops expired tombstones. It blocks until
 // ctx is done or Close is called; then it leaves the cluster (waiting at
 // most about two seconds for the leave message to go out), shuts memberlist
-// down and returns nil. Call it once.
+// down and returns nil. It returns an error, after leaving, when the node
+// cannot go on: a join refused because the cluster's network configuration
+// differs, no subnet to lease, a settled lease lost. Call it once.
 func (n *Node) Run(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		n.loop(ctx)
 	}()
+	var err error
 	select {
 	case <-ctx.Done():
 	case <-n.closed:
+	case <-n.failed:
+		err = n.failErr
 	}
 	n.Close()
 	<-done // a join in progress finishes within memberlist's TCPTimeout
-	return nil
+	return err
 }
 
 func (n *Node) loop(ctx context.Context) {
@@ -503,6 +549,30 @@ func (n *Node) loop(ctx context.Context) {
 	settle := time.NewTimer(n.settleDelay)
 	settle.Stop()
 	defer settle.Stop()
+	// Leases: claimed once joined (the join brings the cluster's leases),
+	// then renewed.
+	var renew <-chan time.Time
+	var renewT *time.Ticker
+	defer func() {
+		if renewT != nil {
+			renewT.Stop()
+		}
+	}()
+	acquired := n.leases == nil || n.leases.settled
+	startLeases := func() {
+		if !acquired {
+			acquired = true
+			go n.acquire(ctx, n.settleDelay)
+		}
+		if n.leases != nil && renewT == nil {
+			renewT = time.NewTicker(n.leases.renew)
+			renew = renewT.C
+		}
+	}
+	if len(seeds) == 0 {
+		n.joined.Store(true)
+		startLeases()
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -515,8 +585,10 @@ func (n *Node) loop(ctx context.Context) {
 			cnt, err := n.ml.Join(seeds)
 			if cnt > 0 {
 				n.log.Info("joined the cluster", "seeds", seeds, "contacted", cnt, "members", n.ml.NumMembers())
+				n.joined.Store(true)
 				rejoin.Reset(n.cfg.RejoinInterval)
 				settle.Reset(n.settleDelay)
+				startLeases()
 				continue
 			}
 			n.log.Info("could not join any seed; retrying", "seeds", seeds, "err", err, "retry_in", backoff)
@@ -526,6 +598,8 @@ func (n *Node) loop(ctx context.Context) {
 			n.settle()
 		case <-rejoin.C:
 			n.rejoin()
+		case <-renew:
+			n.renewLease(time.Now())
 		}
 	}
 }
@@ -720,9 +794,13 @@ func (n *Node) Stats() Stats {
 		TableErrors:          n.stats.tableErrors.Load(),
 		Reannounced:          n.stats.reannounced.Load(),
 		RefusedNodes:         n.stats.refused.Load(),
+		RejectedLeases:       n.stats.rejectedLeases.Load(),
 	}
 	n.mu.Lock()
 	s.Pending, s.Records = uint64(len(n.pending)), uint64(n.store.n)
+	if n.leases != nil {
+		s.Leases = uint64(n.leases.n)
+	}
 	n.mu.Unlock()
 	return s
 }
