@@ -75,7 +75,7 @@ func (c *LeaseConfig) check() (subnets, error) {
 		return s, fieldErr("Network", c.Network, "host bits are set (did you mean %s?)", c.Network.Masked())
 	}
 	if c.SubnetLen <= c.Network.Bits() || c.SubnetLen > 30 {
-		return s, fieldErr("SubnetLen", c.SubnetLen, "want more than the network's %d and at most 30", c.Network.Bits())
+		return s, fieldErr("SubnetLen", c.SubnetLen, "must be longer than the network's /%d and at most 30", c.Network.Bits())
 	}
 	if c.TTL == 0 {
 		c.TTL = DefaultLeaseTTL
@@ -101,7 +101,7 @@ func (c *LeaseConfig) check() (subnets, error) {
 		}
 	}
 	if lo > hi {
-		return s, fieldErr("SubnetMin", s.nth(uint32(lo)).Addr(), "is above SubnetMax %s", s.nth(uint32(hi)).Addr())
+		return s, fieldErr("SubnetMin", s.nth(uint32(lo)).Addr(), "is above the last subnet, %s", s.nth(uint32(hi)).Addr())
 	}
 	s.first, s.count = uint32(lo), uint32(hi-lo+1)
 	return s, nil

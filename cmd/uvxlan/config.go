@@ -16,6 +16,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/uvxlan/uvxlan/fdb"
+	"github.com/uvxlan/uvxlan/gossip"
 )
 
 // Config is the validated configuration of one node. Everything in it has
@@ -44,7 +45,19 @@ type Config struct {
 	GossipPort int
 	GossipKeys [][]byte // AES keys; the first encrypts; none: no encryption
 	Metrics    string   // listen address for /metrics; empty: off
+
+	// Routed overlay (flannel mode): on when Leases is not nil.
+	Leases     *gossip.LeaseConfig // Prior is filled in by the node from StateDir
+	SubnetFile string
+	IPMasq     bool
 }
+
+// defaultStateDir is --state-dir with --network when none is given: leases
+// must survive reboots.
+const defaultStateDir = "/var/lib/uvxlan"
+
+// defaultSubnetFile is where subnet.env goes by default.
+const defaultSubnetFile = "/run/uvxlan/subnet.env"
 
 // flagError is a bad flag value. main prints it on one line and exits 2.
 type flagError struct {
@@ -158,7 +171,63 @@ func configFromCLI(c *cli.Context) (Config, error) {
 	if cfg.FDBMax < 1 {
 		return cfg, badFlag("fdb-max", strconv.Itoa(cfg.FDBMax), "must be at least 1")
 	}
+	if err := routedConfig(c, &cfg); err != nil {
+		return cfg, err
+	}
 	return cfg, nil
+}
+
+// routedConfig reads the flags of the routed overlay.
+func routedConfig(c *cli.Context, cfg *Config) error {
+	s := c.String("network")
+	if s == "" {
+		for _, f := range []string{"subnet-min", "subnet-max", "ip-masq"} {
+			if c.IsSet(f) {
+				return usageError{fmt.Errorf("--%s needs --network", f)}
+			}
+		}
+		return nil
+	}
+	if cfg.Address.IsValid() {
+		return usageError{errors.New("--address and --network exclude each other: with --network the TAP gets its address from the subnet lease")}
+	}
+	network, err := netip.ParsePrefix(s)
+	if err != nil || !network.Addr().Is4() {
+		return badFlag("network", s, "must be an IPv4 CIDR such as 10.244.0.0/16")
+	}
+	lc := &gossip.LeaseConfig{Network: network, SubnetLen: c.Int("subnet-len"), TTL: c.Duration("lease-ttl")}
+	for _, f := range []struct {
+		name string
+		dst  *netip.Addr
+	}{{"subnet-min", &lc.SubnetMin}, {"subnet-max", &lc.SubnetMax}} {
+		if v := c.String(f.name); v != "" {
+			if *f.dst, err = netip.ParseAddr(v); err != nil {
+				return badFlag(f.name, v, "must be the network address of a subnet, such as 10.244.10.0")
+			}
+		}
+	}
+	if lc.TTL <= 0 {
+		return badFlag("lease-ttl", c.String("lease-ttl"), "must be a positive duration such as 24h")
+	}
+	if err := lc.Check(); err != nil {
+		var fe *gossip.FieldError
+		if errors.As(err, &fe) {
+			flag := map[string]string{"Network": "network", "SubnetLen": "subnet-len", "SubnetMin": "subnet-min",
+				"SubnetMax": "subnet-max", "TTL": "lease-ttl"}[fe.Field]
+			return badFlag(flag, c.String(flag), "%s", fe.Why)
+		}
+		return err
+	}
+	cfg.Leases = lc
+	cfg.IPMasq = c.Bool("ip-masq")
+	cfg.SubnetFile = c.String("subnet-file")
+	if cfg.SubnetFile == "" {
+		return badFlag("subnet-file", "", "must be a file path")
+	}
+	if cfg.StateDir == "" {
+		cfg.StateDir = defaultStateDir
+	}
+	return nil
 }
 
 // vxlanOverhead is what encapsulation adds below the inner frame's payload:

@@ -9,6 +9,7 @@ package main
 //	GET /v1/stats   statsView: encap.Stats and the gossip counters
 //	GET /v1/neigh   []neighRow
 //	GET /v1/members []memberRow
+//	GET /v1/leases  []gossip.Lease (routed overlay; empty otherwise)
 //
 // The client commands (`uvxlan fdb show`, `uvxlan stats`) print these as
 // tables, or as they are with --json.
@@ -30,6 +31,7 @@ import (
 
 	"github.com/uvxlan/uvxlan/encap"
 	"github.com/uvxlan/uvxlan/fdb"
+	"github.com/uvxlan/uvxlan/gossip"
 )
 
 type controlServer struct {
@@ -92,6 +94,13 @@ func (s *controlServer) Serve(n *Node) error {
 	})
 	mux.HandleFunc("GET /v1/neigh", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, neighRows(n.neigh.Entries())) })
 	mux.HandleFunc("GET /v1/members", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, n.gossip.Members()) })
+	mux.HandleFunc("GET /v1/leases", func(w http.ResponseWriter, r *http.Request) {
+		ls := n.gossip.Leases()
+		if ls == nil {
+			ls = []gossip.Lease{}
+		}
+		writeJSON(w, ls)
+	})
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	if err := s.srv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
 		return fmt.Errorf("control socket: %w", err)

@@ -15,6 +15,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/uvxlan/uvxlan/fdb"
+	"github.com/uvxlan/uvxlan/gossip"
 )
 
 // Exit statuses.
@@ -83,6 +84,7 @@ vxlan kernel module.
 			fdbCommand(),
 			neighCommand(),
 			membersCommand(),
+			leasesCommand(),
 			statsCommand(),
 			testbedCommand(),
 			demoCommand(),
@@ -129,7 +131,16 @@ On SIGINT or SIGTERM the agent stops and removes the TAP it created.
 Example, two hosts:
    host A# uvxlan run --local 198.18.0.1 --address 10.42.0.1/24 --peer 198.18.0.2
    host B# uvxlan run --local 198.18.0.2 --address 10.42.0.2/24 --peer 198.18.0.1
-   host A# ping 10.42.0.2`,
+   host A# ping 10.42.0.2
+
+Routed overlay (flannel mode): with --network every node leases a subnet
+(--subnet-len) of the cluster network through gossip, keeps it across restarts
+(--state-dir), gives the TAP its network address as a /32, routes the other
+nodes' subnets through the TAP, and writes --subnet-file for the bridge the
+containers use (Docker: --bip=$FLANNEL_SUBNET --mtu=$FLANNEL_MTU).
+   host A# uvxlan run --network 10.244.0.0/16 --name a
+   host B# uvxlan run --network 10.244.0.0/16 --name b --join hostA
+   host B# uvxlan leases`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "dev", Value: "uvx0", Usage: "TAP interface `NAME`", EnvVars: env("dev")},
 			&cli.Int64Flag{Name: "vni", Value: 1, Usage: "VXLAN network identifier, 1..16777215", EnvVars: env("vni")},
@@ -137,13 +148,13 @@ Example, two hosts:
 			&cli.StringFlag{Name: "src-port-range", Value: "49152-49159", Usage: "outer UDP source ports `MIN-MAX`, chosen by a hash of the inner flow; 0 sends from --port", EnvVars: env("src-port-range")},
 			&cli.StringFlag{Name: "local", Usage: "underlay `IP` of this VTEP (default: the address of the default-route interface)", EnvVars: env("local")},
 			&cli.StringFlag{Name: "address", Usage: "overlay address for the TAP, `CIDR` such as 10.42.0.1/24 (optional)", EnvVars: env("address")},
-			&cli.StringFlag{Name: "mac", Usage: "TAP `MAC` (default: kept from --state-dir, else random)", EnvVars: env("mac")},
+			&cli.StringFlag{Name: "mac", Usage: "TAP `MAC` (default: kept from --state-dir, else derived from --name and --local, so it survives restarts)", EnvVars: env("mac")},
 			&cli.IntFlag{Name: "mtu", Usage: "TAP MTU (default: underlay MTU - 50)", EnvVars: env("mtu")},
 			&cli.StringSliceFlag{Name: "peer", Usage: "static VTEP `IP[:PORT]` to flood to, repeatable (kernel VXLAN devices, switches, other agents)", EnvVars: env("peer")},
 			&cli.BoolFlag{Name: "learning", Value: true, Usage: "learn MAC -> VTEP from received frames", EnvVars: env("learning")},
 			&cli.DurationFlag{Name: "ageing", Value: 300 * time.Second, Usage: "forget learned MACs not seen for this long", EnvVars: env("ageing")},
 			&cli.IntFlag{Name: "fdb-max", Value: 16384, Usage: "most FDB entries; learning stops (and is counted) beyond", EnvVars: env("fdb-max")},
-			&cli.StringFlag{Name: "state-dir", Usage: "`DIR` to keep state across restarts (the TAP MAC)", EnvVars: env("state-dir")},
+			&cli.StringFlag{Name: "state-dir", Usage: "`DIR` to keep state across restarts and reboots: the TAP MAC, the subnet lease (default with --network: /var/lib/uvxlan)", EnvVars: env("state-dir")},
 			&cli.StringFlag{Name: "control", Usage: "control socket `PATH` (default: /run/uvxlan/<dev>.sock)", EnvVars: env("control")},
 			&cli.StringFlag{Name: "name", Usage: "node name, unique in the cluster (default: the hostname)", EnvVars: env("name")},
 			&cli.StringSliceFlag{Name: "join", Usage: "gossip seed `HOST[:PORT]` to join, repeatable; retried until one answers, and re-joined periodically", EnvVars: env("join")},
@@ -151,6 +162,13 @@ Example, two hosts:
 			&cli.IntFlag{Name: "gossip-port", Value: 7946, Usage: "gossip `PORT`", EnvVars: env("gossip-port")},
 			&cli.StringFlag{Name: "gossip-key", Usage: "base64 AES `KEY` (16, 24 or 32 bytes) encrypting gossip; nodes with different keys never merge", EnvVars: env("gossip-key")},
 			&cli.StringFlag{Name: "gossip-keyring", Usage: "`FILE` with a JSON array of base64 keys, primary first (key rotation)", EnvVars: env("gossip-keyring")},
+			&cli.StringFlag{Name: "network", Category: "routed overlay (flannel mode)", Usage: "cluster network `CIDR` such as 10.244.0.0/16: lease a subnet of it through gossip, route the others' subnets through the TAP (the same on every node)", EnvVars: env("network")},
+			&cli.IntFlag{Name: "subnet-len", Category: "routed overlay (flannel mode)", Value: 24, Usage: "prefix length of each node's subnet (the same on every node)", EnvVars: env("subnet-len")},
+			&cli.StringFlag{Name: "subnet-min", Category: "routed overlay (flannel mode)", Usage: "first subnet handed out, e.g. 10.244.10.0 (default: the network's second subnet)", EnvVars: env("subnet-min")},
+			&cli.StringFlag{Name: "subnet-max", Category: "routed overlay (flannel mode)", Usage: "last subnet handed out (default: the network's last subnet)", EnvVars: env("subnet-max")},
+			&cli.DurationFlag{Name: "lease-ttl", Category: "routed overlay (flannel mode)", Value: gossip.DefaultLeaseTTL, Usage: "how long a gone node's subnet stays reserved for it", EnvVars: env("lease-ttl")},
+			&cli.StringFlag{Name: "subnet-file", Category: "routed overlay (flannel mode)", Value: defaultSubnetFile, Usage: "where to write the flannel-style subnet.env (FLANNEL_NETWORK, FLANNEL_SUBNET, FLANNEL_MTU, FLANNEL_IPMASQ) for Docker --bip or flannel's CNI plugin", EnvVars: env("subnet-file")},
+			&cli.BoolFlag{Name: "ip-masq", Category: "routed overlay (flannel mode)", Usage: "masquerade traffic from the cluster network to destinations outside it (nftables or iptables; removed at exit)", EnvVars: env("ip-masq")},
 			&cli.StringFlag{Name: "metrics", Usage: "serve Prometheus metrics at http://`ADDR`/metrics, e.g. 127.0.0.1:9464 (default: off)", EnvVars: env("metrics")},
 			&cli.StringFlag{Name: "config", Usage: "YAML `FILE` with the same keys as these flags; flags and UVXLAN_* variables win over it", EnvVars: env("config")},
 		},
@@ -269,6 +287,15 @@ func membersCommand() *cli.Command {
 		Usage:  "show the gossip cluster as a running agent sees it: name, address, VTEP, state, VNIs, entries owned",
 		Flags:  controlFlags(),
 		Action: func(c *cli.Context) error { return show(c, "members", printMembers) },
+	}
+}
+
+func leasesCommand() *cli.Command {
+	return &cli.Command{
+		Name:   "leases",
+		Usage:  "show the subnet leases of the cluster (routed overlay): subnet, node, VTEP, state, expiry",
+		Flags:  controlFlags(),
+		Action: func(c *cli.Context) error { return show(c, "leases", printLeases) },
 	}
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -132,6 +133,7 @@ func NewNode(cfg Config, log *slog.Logger) (n *Node, err error) {
 		FDB:         n.table,
 		Neigh:       n.neigh,
 		Logger:      log,
+		Leases:      n.leaseConfig(),
 	})
 	if err != nil {
 		if strings.Contains(err.Error(), "address already in use") {
@@ -164,6 +166,17 @@ func NewNode(cfg Config, log *slog.Logger) (n *Node, err error) {
 		return nil, err
 	}
 	return n, nil
+}
+
+// leaseConfig is the gossip lease configuration, with the lease of the
+// previous run; nil without --network.
+func (n *Node) leaseConfig() *gossip.LeaseConfig {
+	if n.cfg.Leases == nil {
+		return nil
+	}
+	lc := *n.cfg.Leases
+	lc.Prior = n.loadLease()
+	return &lc
 }
 
 // openSenders opens one socket per port of the source port range; a port
@@ -221,18 +234,19 @@ func (n *Node) macFile() string {
 	return filepath.Join(n.cfg.StateDir, n.cfg.Dev+".mac")
 }
 
-// chooseMAC returns --mac, else the persisted MAC, else zero (kernel's).
+// chooseMAC returns --mac, else the persisted MAC, else one derived from
+// the node name and the underlay address (derivedMAC).
 func (n *Node) chooseMAC() (fdb.MAC, error) {
 	if !n.cfg.MAC.IsZero() {
 		return n.cfg.MAC, nil
 	}
 	path := n.macFile()
 	if path == "" {
-		return fdb.MAC{}, nil
+		return derivedMAC(n.cfg.Name, n.cfg.Local), nil
 	}
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return fdb.MAC{}, nil
+		return derivedMAC(n.cfg.Name, n.cfg.Local), nil
 	}
 	if err != nil {
 		return fdb.MAC{}, fmt.Errorf("state: %w", err)
@@ -242,6 +256,18 @@ func (n *Node) chooseMAC() (fdb.MAC, error) {
 		return fdb.MAC{}, fmt.Errorf("state: %s does not hold a unicast MAC; remove it to get a new one", path)
 	}
 	return mac, nil
+}
+
+// derivedMAC is a locally administered unicast MAC hashed from the node
+// name and its underlay address: the same at every start, so peers' ARP
+// caches and FDBs stay valid across restarts, and different for agents that
+// share a hostname (network namespaces) but not an address.
+func derivedMAC(name string, local netip.Addr) fdb.MAC {
+	h := sha256.Sum256([]byte("uvxlan-mac\x00" + name + "\x00" + local.String()))
+	var m fdb.MAC
+	copy(m[:], h[:6])
+	m[0] = m[0]&^0x01 | 0x02
+	return m
 }
 
 func (n *Node) saveMAC() error {
@@ -288,6 +314,9 @@ func (n *Node) Run(ctx context.Context) error {
 	spawn(func() error { return n.engine.Run(ctx) })
 	spawn(func() error { return n.gossip.Run(ctx) })
 	spawn(func() error { return n.ctl.Serve(n) })
+	if n.cfg.Leases != nil {
+		spawn(func() error { return n.runRouted(ctx) })
+	}
 	if n.metrics != nil {
 		spawn(n.metrics.Serve)
 	}

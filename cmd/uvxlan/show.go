@@ -8,6 +8,9 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
+	"time"
+
+	"github.com/uvxlan/uvxlan/gossip"
 )
 
 func printFDB(w io.Writer, rows []fdbRow) error {
@@ -41,6 +44,25 @@ func printMembers(w io.Writer, rows []memberRow) error {
 			vnis[i] = fmt.Sprint(v)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", name, r.Address, r.VTEP, r.State, strings.Join(vnis, ","), r.Entries)
+	}
+	return tw.Flush()
+}
+
+func printLeases(w io.Writer, rows []gossip.Lease) error {
+	if len(rows) == 0 {
+		_, err := fmt.Fprintln(w, "no leases (the agent runs without --network)")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SUBNET\tNODE\tVTEP\tMAC\tSTATE\tEXPIRES")
+	now := time.Now()
+	for _, r := range rows {
+		name := r.Node
+		if r.Self {
+			name += " (self)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s (in %s)\n", r.Subnet, name, r.VTEP, r.MAC, r.State,
+			r.Expires.UTC().Format(time.RFC3339), r.Expires.Sub(now).Round(time.Second))
 	}
 	return tw.Flush()
 }
