@@ -324,6 +324,9 @@ func TestRoutedOverlay(t *testing.T) {
 		if err := h3.proc.Stop(); err != nil {
 			t.Fatalf("stop: %v\n%s", err, h3.proc.Log())
 		}
+		if out, err := h3.host.Run(context.Background(), "nft", "list", "tables"); err != nil || strings.Contains(out, "uvxlan") {
+			t.Errorf("h3's masquerade table outlived the agent (%v):\n%s", err, out)
+		}
 		eventuallyT(t, 20*time.Second, "h1 drops the route to h3's subnet", func() bool {
 			out, err := h1.host.Run(context.Background(), "ip", "-4", "route", "show", "dev", "uvx0")
 			return err == nil && !strings.Contains(out, s3.String())
