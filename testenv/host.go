@@ -52,6 +52,12 @@ type KernelVXLAN struct {
 	Address  netip.Prefix // overlay address of the device; optional
 	MTU      int          // default: the underlay MTU - 50
 	Learning bool         // learn remote MACs from received frames (the kernel's "learning")
+	// KeepOffloads skips "ethtool -K NAME tx off": right when every peer is
+	// a kernel VXLAN device (they accept unfinished inner checksums, as the
+	// kernel marks them), wrong when a userspace peer (uvxlan) is among
+	// them. Benchmarks keep the kernel's offloads so that it runs at its
+	// real speed.
+	KeepOffloads bool
 }
 
 // AddKernelVXLAN creates a kernel VXLAN device in the host, bound to its
@@ -112,6 +118,9 @@ func (h *Host) AddKernelVXLAN(ctx context.Context, vx KernelVXLAN) error {
 		if err != nil {
 			return fmt.Errorf("testenv: %s: kernel vxlan %s: %w", h.Name, vx.Name, err)
 		}
+	}
+	if vx.KeepOffloads {
+		return nil
 	}
 	if out, err := h.Run(ctx, "ethtool", "-K", vx.Name, "tx", "off"); err != nil {
 		return fmt.Errorf("testenv: %s: kernel vxlan %s: turn checksum offload off: %w\n%s", h.Name, vx.Name, err, out)

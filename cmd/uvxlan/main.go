@@ -88,6 +88,7 @@ vxlan kernel module.
 			statsCommand(),
 			testbedCommand(),
 			demoCommand(),
+			benchCommand(),
 		},
 	}
 	setUsageErrors(app.Commands, app.OnUsageError)

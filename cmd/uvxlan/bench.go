@@ -1,0 +1,175 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/uvxlan/uvxlan/perf"
+	"github.com/uvxlan/uvxlan/testenv"
+)
+
+// maxBenchDuration bounds --duration: every load must end by itself.
+const maxBenchDuration = time.Hour
+
+func benchCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "bench",
+		Usage: "measure uvxlan against kernel VXLAN and a raw veth on a 2-host testbed, in one run (needs root, iperf3)",
+		Description: `Builds its own 2-host network-namespace testbed and measures, between the same
+two hosts and in the same run, three paths:
+
+   veth     the underlay itself (198.18.0.1 -> 198.18.0.2), no encapsulation
+   kernel   a Linux kernel VXLAN device per host (port 8472, 10.99.0.0/24, MTU 1450)
+   uvxlan   a uvxlan agent per host (port 4789, 10.42.0.0/24, static peers)
+
+For each: iperf3 TCP with 1 and 4 streams (Gbit/s received), iperf3 UDP with
+64- and 1400-byte payloads, unthrottled (datagrams/s received, and lost), ping
+RTT p50 and p99 over 400 samples; for uvxlan also the CPU time and peak RSS of
+both agents. Prints a table with the uvxlan/kernel ratios (--json: an object).
+--duration is split across the tests (each iperf3 run takes at least 1 s); the
+testbed is removed at the end, on failure and on Ctrl-C.
+
+   uvxlan bench
+   uvxlan bench --duration 10s --overlays kernel,uvxlan --svg ratios.svg
+   uvxlan bench gossip --nodes 100`,
+		Flags: []cli.Flag{
+			&cli.DurationFlag{Name: "duration", Value: perf.DefaultDuration, Usage: "measuring time of the whole run, split across the tests"},
+			&cli.StringFlag{Name: "overlays", Value: "veth,kernel,uvxlan", Usage: "comma-separated `LIST` of overlays to measure: veth, kernel, uvxlan"},
+			&cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"},
+			&cli.StringFlag{Name: "svg", Usage: "also write a bar chart of the uvxlan/kernel ratios to `FILE`"},
+			&cli.StringFlag{Name: "prefix", Usage: "name `PREFIX` of the testbed's namespaces (default: random)"},
+			&cli.StringFlag{Name: "bin", Usage: "uvxlan `BINARY` to run as the agents (default: this executable)"},
+		},
+		Action: benchAction,
+		Subcommands: []*cli.Command{{
+			Name:  "gossip",
+			Usage: "measure gossip convergence on an in-process cluster on 127.0.1.x: new entry -> everywhere, crash -> withdrawn everywhere",
+			Description: `Starts --nodes gossip nodes in this process on 127.0.1.1, 127.0.1.2, ...
+(loopback only; no root needed) with memberlist's LAN timings, as the agent
+uses them. Times --announces new entries, one at a time, from AnnounceMAC on a
+random node until every other node holds it; then crashes --kills nodes at once
+(their gossip falls silent, no leave) and times until every survivor has
+withdrawn their entries and flood-list VTEPs. Prints p50, p99 and max.`,
+			Flags: []cli.Flag{
+				&cli.IntFlag{Name: "nodes", Value: perf.DefaultGossipNodes, Usage: fmt.Sprintf("cluster size, 3 to %d", perf.MaxGossipNodes)},
+				&cli.IntFlag{Name: "announces", Value: perf.DefaultGossipAnnounces, Usage: "new entries to time, one after another"},
+				&cli.IntFlag{Name: "kills", Value: perf.DefaultGossipKills, Usage: "nodes to crash at once, at most nodes - 2"},
+				&cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"},
+			},
+			Action: benchGossipAction,
+		}},
+	}
+}
+
+func benchAction(c *cli.Context) error {
+	if c.Args().Present() {
+		return usageError{fmt.Errorf("bench takes no arguments (but the subcommand gossip), got %q", c.Args().Slice())}
+	}
+	cfg := perf.Config{Duration: c.Duration("duration"), Prefix: c.String("prefix"), Binary: c.String("bin"), Progress: c.App.ErrWriter}
+	if d := cfg.Duration; d <= 0 || d > maxBenchDuration {
+		return badFlag("duration", d.String(), "must be above 0 and at most %v", maxBenchDuration)
+	}
+	overlays, err := perf.ParseOverlays(c.String("overlays"))
+	if err != nil {
+		return badFlag("overlays", c.String("overlays"), "%v", err)
+	}
+	cfg.Overlays = overlays
+	if cfg.Prefix != "" {
+		if _, err := testenv.New(testenv.Config{Prefix: cfg.Prefix, Hosts: 2}); err != nil { // creates nothing
+			return badFlag("prefix", cfg.Prefix, "must be 1 to 12 ASCII letters or digits")
+		}
+	}
+	if cfg.Binary == "" {
+		if cfg.Binary, err = os.Executable(); err != nil {
+			return fmt.Errorf("bench: finding this executable (give --bin): %w", err)
+		}
+	} else if fi, err := os.Stat(cfg.Binary); err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+		return badFlag("bin", cfg.Binary, "not an executable file")
+	}
+	var svg *os.File
+	if path := c.String("svg"); path != "" {
+		var haveKernel, haveUVXLAN bool
+		for _, o := range overlays {
+			haveKernel = haveKernel || o == perf.Kernel
+			haveUVXLAN = haveUVXLAN || o == perf.UVXLAN
+		}
+		if !haveKernel || !haveUVXLAN {
+			return badFlag("svg", path, "charts uvxlan/kernel ratios: --overlays must include kernel and uvxlan")
+		}
+		if svg, err = os.Create(path); err != nil { // now, not after the run
+			return badFlag("svg", path, "%v", err)
+		}
+		defer svg.Close()
+	}
+
+	// Output piped into `head` must not kill the run before it tears down.
+	signal.Ignore(syscall.SIGPIPE)
+	ctx, stop := testenv.SignalContext(c.Context)
+	defer stop()
+	rep, err := perf.Run(ctx, cfg)
+	if err != nil {
+		if svg != nil {
+			os.Remove(svg.Name())
+		}
+		if ctx.Err() != nil {
+			return errors.New("bench: interrupted; the testbed is removed")
+		}
+		return err
+	}
+	if svg != nil {
+		if err := rep.WriteSVG(svg); err != nil {
+			return err
+		}
+		if err := svg.Close(); err != nil {
+			return err
+		}
+		fmt.Fprintf(c.App.ErrWriter, "==> wrote the uvxlan/kernel chart to %s\n", svg.Name())
+	}
+	if c.Bool("json") {
+		return printBenchJSON(c.App.Writer, rep)
+	}
+	return rep.WriteTable(c.App.Writer)
+}
+
+func benchGossipAction(c *cli.Context) error {
+	if c.Args().Present() {
+		return usageError{fmt.Errorf("bench gossip takes no arguments, got %q", c.Args().Slice())}
+	}
+	cfg := perf.GossipConfig{Nodes: c.Int("nodes"), Announces: c.Int("announces"), Kills: c.Int("kills"), Progress: c.App.ErrWriter}
+	switch {
+	case cfg.Nodes < 3 || cfg.Nodes > perf.MaxGossipNodes:
+		return badFlag("nodes", fmt.Sprint(cfg.Nodes), "must be between 3 and %d", perf.MaxGossipNodes)
+	case cfg.Announces < 1 || cfg.Announces > 1000:
+		return badFlag("announces", fmt.Sprint(cfg.Announces), "must be between 1 and 1000")
+	case cfg.Kills < 1 || cfg.Kills > cfg.Nodes-2:
+		return badFlag("kills", fmt.Sprint(cfg.Kills), "must be between 1 and --nodes - 2 (%d)", cfg.Nodes-2)
+	}
+	signal.Ignore(syscall.SIGPIPE)
+	ctx, stop := testenv.SignalContext(c.Context)
+	defer stop()
+	rep, err := perf.RunGossip(ctx, cfg)
+	if err != nil {
+		if ctx.Err() != nil {
+			return errors.New("bench gossip: interrupted; every node is stopped")
+		}
+		return err
+	}
+	if c.Bool("json") {
+		return printBenchJSON(c.App.Writer, rep)
+	}
+	return rep.WriteTable(c.App.Writer)
+}
+
+func printBenchJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

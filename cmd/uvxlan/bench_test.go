@@ -1,0 +1,298 @@
+package main
+
+// Smoke tests of `uvxlan bench`: the real binary (built by TestMain) on a
+// real testbed. They check that every figure is there, never how fast.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/uvxlan/uvxlan/perf"
+	"github.com/uvxlan/uvxlan/testenv"
+)
+
+// runBench runs uvxlan with args, bounded by timeout, and returns stdout,
+// stderr and the exit status.
+func runBench(t *testing.T, timeout time.Duration, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, uvxlanBin, args...)
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) } // let it tear down
+	cmd.WaitDelay = 30 * time.Second
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case ctx.Err() != nil:
+		t.Fatalf("uvxlan %v: not done within %v\nstderr:\n%s", args, timeout, errb.String())
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	case err != nil:
+		t.Fatalf("uvxlan %v: %v", args, err)
+	}
+	return out.String(), errb.String(), code
+}
+
+// requireTool fails (under UVXLAN_REQUIRE_NETNS=1) or skips when a program
+// the benchmark drives is missing.
+func requireTool(t *testing.T, name string) {
+	t.Helper()
+	if _, err := exec.LookPath(name); err != nil {
+		if os.Getenv(testenv.RequireEnv) == "1" {
+			t.Fatalf("%s missing: %v (%s=1 forbids skipping)", name, err, testenv.RequireEnv)
+		}
+		t.Skipf("skipping: %s missing: %v", name, err)
+	}
+}
+
+// namespacesOf lists the namespaces of the testbed with prefix.
+func namespacesOf(t *testing.T, prefix string) []string {
+	t.Helper()
+	out, err := exec.Command("ip", "netns", "list").CombinedOutput()
+	if err != nil {
+		t.Fatalf("ip netns list: %v: %s", err, out)
+	}
+	var names []string
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) > 0 && strings.HasPrefix(f[0], prefix+"-") {
+			names = append(names, f[0])
+		}
+	}
+	return names
+}
+
+func TestBenchSmoke(t *testing.T) {
+	testenv.Require(t)
+	requireTool(t, "iperf3")
+	prefix := testenv.RandomPrefix()
+	t.Cleanup(func() { _ = testenv.Cleanup(prefix) })
+	svg := filepath.Join(t.TempDir(), "ratios.svg")
+
+	start := time.Now()
+	stdout, stderr, code := runBench(t, 3*time.Minute, "bench", "--duration", "5s", "--json", "--prefix", prefix, "--svg", svg)
+	took := time.Since(start)
+	if code != 0 {
+		t.Fatalf("exit status %d\nstderr:\n%s", code, stderr)
+	}
+	t.Logf("took %v\n%s", took.Round(100*time.Millisecond), stderr)
+
+	var rep perf.Report
+	dec := json.NewDecoder(strings.NewReader(stdout))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&rep); err != nil {
+		t.Fatalf("--json output: %v\n%s", err, stdout)
+	}
+	var got []perf.Overlay
+	for _, o := range rep.Overlays {
+		got = append(got, o.Overlay)
+		figures := map[string]float64{
+			"tcp1_gbps": o.TCP1Gbps, "tcp4_gbps": o.TCP4Gbps, "udp64_pps": o.UDP64PPS, "udp1400_pps": o.UDP1400PPS,
+			"rtt_p50_us": o.RTTP50Micros, "rtt_p99_us": o.RTTP99Micros,
+		}
+		for name, v := range figures {
+			if !(v > 0) {
+				t.Errorf("%s %s = %v, want > 0", o.Overlay, name, v)
+			}
+		}
+		if o.RTTSamples < 100 || o.UDP64LossPercent < 0 || o.UDP1400LossPercent < 0 {
+			t.Errorf("%s: %d RTT samples, losses %v%% and %v%%", o.Overlay, o.RTTSamples, o.UDP64LossPercent, o.UDP1400LossPercent)
+		}
+		if o.Overlay == perf.UVXLAN {
+			if a := o.Agents; a == nil || !(a.CPUSeconds > 0) || a.PeakRSSBytes == 0 || len(a.PeakRSSBytesEach) != 2 {
+				t.Errorf("uvxlan agents: want CPU time and peak RSS of two agents, got %+v", a)
+			}
+		} else if o.Agents != nil {
+			t.Errorf("%s: agents %+v, want none", o.Overlay, o.Agents)
+		}
+	}
+	if !slices.Equal(got, perf.Overlays) {
+		t.Errorf("overlays: want %v, got %v", perf.Overlays, got)
+	}
+	if len(rep.Ratios) != 6 {
+		t.Errorf("want 6 uvxlan/kernel ratios, got %d", len(rep.Ratios))
+	}
+	for _, rt := range rep.Ratios {
+		if !(rt.Ratio > 0) {
+			t.Errorf("ratio %s = %v, want > 0", rt.Figure, rt.Ratio)
+		}
+	}
+	if m := rep.Machine; m.CPUs < 1 || m.Kernel == "" || m.GoVersion == "" || rep.DurationSeconds != 5 || rep.IperfSeconds != 1 {
+		t.Errorf("machine facts and plan: %+v, duration %v s, iperf3 %d s", m, rep.DurationSeconds, rep.IperfSeconds)
+	}
+	if m := rep.Missing(); len(m) > 0 {
+		t.Errorf("missing figures: %v", m)
+	}
+	for i := range 15 {
+		if !strings.Contains(stderr, "["+strconv.Itoa(i+1)+"/15] ") {
+			t.Errorf("no progress line [%d/15] on stderr", i+1)
+		}
+	}
+	if b, err := os.ReadFile(svg); err != nil || !bytes.HasPrefix(b, []byte("<svg")) {
+		t.Errorf("--svg %s: %v %.40q", svg, err, b)
+	}
+	if left := namespacesOf(t, prefix); len(left) > 0 {
+		t.Errorf("namespaces left behind: %v", left)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer a command writes to while the test reads.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// SIGTERM in the middle of a run stops it and removes the testbed.
+func TestBenchSIGTERMTearsDown(t *testing.T) {
+	testenv.Require(t)
+	requireTool(t, "iperf3")
+	prefix := testenv.RandomPrefix()
+	t.Cleanup(func() { _ = testenv.Cleanup(prefix) })
+
+	cmd := exec.Command(uvxlanBin, "bench", "--duration", "60s", "--prefix", prefix, "--overlays", "veth,uvxlan")
+	var stderr lockedBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+
+	// Wait for the first test to be under way: testbed up, agents running.
+	deadline := time.Now().Add(60 * time.Second)
+	for !strings.Contains(stderr.String(), "[1/10]") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no test started within a minute:\n%s", stderr.String())
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("bench exited early: %v\n%s", err, stderr.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if len(namespacesOf(t, prefix)) != 3 {
+		t.Fatalf("want the testbed's 3 namespaces while running, got %v", namespacesOf(t, prefix))
+	}
+	sent := time.Now()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != exitError {
+			t.Errorf("after SIGTERM: want exit status %d, got %v", exitError, err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("still running 30 s after SIGTERM:\n%s", stderr.String())
+	}
+	t.Logf("stopped %v after SIGTERM:\n%s", time.Since(sent).Round(10*time.Millisecond), stderr.String())
+	if !strings.Contains(stderr.String(), "tearing down") || !strings.Contains(stderr.String(), "interrupted") {
+		t.Errorf("want a teardown and an interrupted message:\n%s", stderr.String())
+	}
+	if left := namespacesOf(t, prefix); len(left) > 0 {
+		t.Errorf("namespaces left behind after SIGTERM: %v", left)
+	}
+}
+
+func TestBenchGossipSmoke(t *testing.T) {
+	stdout, stderr, code := runBench(t, 3*time.Minute, "bench", "gossip", "--nodes", "10", "--json")
+	if code != 0 {
+		t.Fatalf("exit status %d\nstderr:\n%s", code, stderr)
+	}
+	var rep perf.GossipReport
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatalf("--json output: %v\n%s", err, stdout)
+	}
+	if rep.Nodes != 10 || !(rep.FormSeconds > 0) {
+		t.Errorf("nodes %d, formed in %v s", rep.Nodes, rep.FormSeconds)
+	}
+	for name, d := range map[string]perf.Distribution{"announce": rep.Announce, "death": rep.Death} {
+		want := perf.DefaultGossipAnnounces
+		if name == "death" {
+			want = perf.DefaultGossipKills
+		}
+		if len(d.SamplesMillis) != want || !(d.P50Millis > 0) || !(d.P99Millis >= d.P50Millis) {
+			t.Errorf("%s: want %d samples and 0 < p50 <= p99, got %+v", name, want, d)
+		}
+	}
+	// And the table.
+	stdout, stderr, code = runBench(t, 3*time.Minute, "bench", "gossip", "--nodes", "4", "--announces", "2", "--kills", "1")
+	if code != 0 {
+		t.Fatalf("table: exit status %d\nstderr:\n%s", code, stderr)
+	}
+	for _, want := range []string{"4 nodes", "new entry → all 3 others", "crash → withdrawn on all survivors"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("table lacks %q:\n%s", want, stdout)
+		}
+	}
+}
+
+// Bad flags of bench are exit status 2 with the flag named, before anything
+// is built.
+func TestBenchBadFlags(t *testing.T) {
+	tests := []struct {
+		args []string
+		flag string
+	}{
+		{[]string{"bench", "--duration", "0s"}, "--duration"},
+		{[]string{"bench", "--duration", "-5s"}, "--duration"},
+		{[]string{"bench", "--duration", "2h"}, "--duration"},
+		{[]string{"bench", "--duration", "soon"}, "duration"},
+		{[]string{"bench", "--overlays", "kernel,wireguard"}, "--overlays"},
+		{[]string{"bench", "--overlays", "veth", "--svg", filepath.Join(t.TempDir(), "x.svg")}, "--svg"},
+		{[]string{"bench", "--svg", filepath.Join(t.TempDir(), "no", "such", "dir.svg")}, "--svg"},
+		{[]string{"bench", "--prefix", "bad-prefix"}, "--prefix"},
+		{[]string{"bench", "--prefix", "waytoolongprefix"}, "--prefix"},
+		{[]string{"bench", "--bin", "/nonexistent/uvxlan"}, "--bin"},
+		{[]string{"bench", "--no-such-flag"}, "no-such-flag"},
+		{[]string{"bench", "gossip", "--nodes", "2"}, "--nodes"},
+		{[]string{"bench", "gossip", "--nodes", "201"}, "--nodes"},
+		{[]string{"bench", "gossip", "--nodes", "ten"}, "nodes"},
+		{[]string{"bench", "gossip", "--nodes", "10", "--kills", "9"}, "--kills"},
+		{[]string{"bench", "gossip", "--announces", "0"}, "--announces"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args[1:], " "), func(t *testing.T) {
+			_, stderr, code := runBench(t, 30*time.Second, tt.args...)
+			if code != exitUsage {
+				t.Errorf("exit status %d, want %d; stderr: %s", code, exitUsage, stderr)
+			}
+			if !strings.Contains(stderr, tt.flag) {
+				t.Errorf("stderr does not name %s: %s", tt.flag, stderr)
+			}
+			if strings.Contains(stderr, "building testbed") || strings.Contains(stderr, "starting") {
+				t.Errorf("started work despite the bad flag: %s", stderr)
+			}
+		})
+	}
+	if _, stderr, code := runBench(t, 30*time.Second, "bench", "extra"); code != exitUsage {
+		t.Errorf("bench extra: exit status %d, want %d: %s", code, exitUsage, stderr)
+	}
+}

@@ -1,0 +1,575 @@
+// Run: the data-path benchmark on a 2-host namespace testbed.
+//
+// The stages, in order:
+//
+//  1. build the testbed (testenv): hosts h1 and h2 on an underlay bridge;
+//  2. set up the overlays side by side: kernel VXLAN (vx0, port 8472,
+//     10.99.0.i/24) and a uvxlan agent per host (uvx0, port 4789,
+//     10.42.0.i/24, static peers); wait until each answers ping;
+//  3. start one iperf3 server (-s -1) per overlay and test on h2, each on
+//     its own port, bound to h2's overlay address; wait until all listen;
+//  4. per overlay, from h1: iperf3 TCP with 1 and 4 streams, UDP with 64-
+//     and 1400-byte payloads, then ping; around uvxlan's tests, the
+//     agents' CPU time; after them, their peak RSS;
+//  5. tear everything down (also on error or cancellation).
+
+package perf
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/uvxlan/uvxlan/testenv"
+)
+
+// DefaultDuration is the measuring budget when Config.Duration is zero.
+const DefaultDuration = 60 * time.Second
+
+// Addresses and ports of the overlays.
+const (
+	kernelVNI  = 100
+	kernelPort = 8472 // uvxlan keeps 4789
+	// iperfBasePort is the first iperf3 server port; overlay o (its index
+	// in Overlays) and test t use iperfBasePort + 10*o + t.
+	iperfBasePort = 5201
+	// agentStartTimeout bounds the wait for an overlay to answer ping.
+	agentStartTimeout = 20 * time.Second
+	// listenTimeout bounds the wait for the iperf3 servers to listen.
+	listenTimeout = 10 * time.Second
+	// iperfGrace is how much longer than its -t an iperf3 client may take
+	// before it is killed.
+	iperfGrace = 20 * time.Second
+	// pingCount samples per overlay.
+	pingCount = 400
+)
+
+func kernelAddr(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 99, 0, byte(i)}) }
+func uvxlanAddr(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 42, 0, byte(i)}) }
+
+// Config of a Run.
+type Config struct {
+	// Duration is the measuring budget, split across the tests: each
+	// overlay gets four iperf3 runs of whole seconds (at least one each)
+	// and a ping run. The testbed's setup and teardown come on top, and a
+	// budget too small for one second per iperf3 run is exceeded.
+	// Default DefaultDuration.
+	Duration time.Duration
+	// Overlays to measure; default all, in the order of Overlays.
+	Overlays []Overlay
+	// Prefix of the testbed's namespaces; default a random one. A testbed
+	// with this prefix must not exist.
+	Prefix string
+	// Binary is the uvxlan executable to run as the agent; required when
+	// UVXLAN is measured.
+	Binary string
+	// Progress receives a line per step ("[3/15] kernel tcp-4 ... 9.1
+	// Gbit/s"); nil for none.
+	Progress io.Writer
+}
+
+// plan is how the budget is spent.
+type plan struct {
+	iperfSecs    int           // -t of each iperf3 run
+	pingCount    int           // -c of each ping run
+	pingInterval time.Duration // -i of each ping run
+}
+
+func makePlan(d time.Duration, overlays int) plan {
+	p := plan{pingCount: pingCount, pingInterval: 2 * time.Millisecond}
+	if d < 20*time.Second {
+		p.pingInterval = time.Millisecond
+	}
+	overlays = max(overlays, 1)
+	left := d - time.Duration(overlays*p.pingCount)*p.pingInterval
+	p.iperfSecs = max(1, int(left/time.Duration(len(iperfTests)*overlays)/time.Second))
+	return p
+}
+
+// iperfTest is one iperf3 client run per overlay.
+type iperfTest struct {
+	name string
+	args []string // besides -c, -p, -t and -J
+	set  func(*OverlayResult, iperfResult)
+}
+
+var iperfTests = []iperfTest{
+	{"tcp-1", nil, func(o *OverlayResult, r iperfResult) { o.TCP1Gbps = r.BitsPerS / 1e9 }},
+	{"tcp-4", []string{"-P", "4"}, func(o *OverlayResult, r iperfResult) { o.TCP4Gbps = r.BitsPerS / 1e9 }},
+	{"udp-64", []string{"-u", "-b", "0", "-l", "64"}, func(o *OverlayResult, r iperfResult) {
+		o.UDP64PPS, o.UDP64LossPercent = r.PPS(), r.LossPercent()
+	}},
+	{"udp-1400", []string{"-u", "-b", "0", "-l", "1400"}, func(o *OverlayResult, r iperfResult) {
+		o.UDP1400PPS, o.UDP1400LossPercent = r.PPS(), r.LossPercent()
+	}},
+}
+
+// path is one overlay between h1 and h2.
+type path struct {
+	overlay Overlay
+	index   int        // in Overlays: picks the iperf3 ports
+	dst     netip.Addr // h2's address on it; h1 sends from its own
+	mtu     int
+}
+
+func (p path) port(test int) int { return iperfBasePort + 10*p.index + test }
+
+// bench is one Run in progress.
+type bench struct {
+	cfg    Config
+	plan   plan
+	work   string // temporary directory: sockets, state, logs
+	h1, h2 *testenv.Host
+	agents []*testenv.Proc // uvxlan on h1, h2
+	step   int
+	steps  int
+	out    io.Writer
+}
+
+// Run builds a 2-host testbed, measures the overlays of cfg between its
+// hosts and returns the report; see the package documentation. It needs
+// root, iperf3, ping and ss. It blocks for about cfg.Duration plus a few
+// seconds of setup and teardown. Everything it starts is stopped and the
+// testbed removed before it returns, also when ctx is canceled (the error
+// is then ctx's).
+func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
+	if cfg.Duration == 0 {
+		cfg.Duration = DefaultDuration
+	}
+	if cfg.Duration < 0 {
+		return nil, fmt.Errorf("perf: duration %v is negative", cfg.Duration)
+	}
+	if len(cfg.Overlays) == 0 {
+		cfg.Overlays = Overlays
+	}
+	for _, o := range cfg.Overlays {
+		if !isOverlay(o) {
+			return nil, fmt.Errorf("perf: unknown overlay %q: want veth, kernel or uvxlan", o)
+		}
+	}
+	var selected []Overlay // in measuring order, once each
+	for _, o := range Overlays {
+		if slices.Contains(cfg.Overlays, o) {
+			selected = append(selected, o)
+		}
+	}
+	if slices.Contains(selected, UVXLAN) && cfg.Binary == "" {
+		return nil, errors.New("perf: no uvxlan binary to run (Config.Binary)")
+	}
+	if os.Geteuid() != 0 {
+		return nil, errors.New("perf: needs root: it builds network namespaces and runs agents in them")
+	}
+	for _, tool := range []string{"iperf3", "ping", "ss", "ip"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return nil, fmt.Errorf("perf: %s is needed: %w", tool, err)
+		}
+	}
+	b := &bench{cfg: cfg, plan: makePlan(cfg.Duration, len(selected)), out: cfg.Progress,
+		steps: len(selected) * (len(iperfTests) + 1)}
+	if b.out == nil {
+		b.out = io.Discard
+	}
+	start := time.Now()
+	rep = &Report{
+		Machine:            machine(),
+		Started:            start,
+		DurationSeconds:    cfg.Duration.Seconds(),
+		IperfSeconds:       b.plan.iperfSecs,
+		PingCount:          b.plan.pingCount,
+		PingIntervalMillis: float64(b.plan.pingInterval) / float64(time.Millisecond),
+	}
+
+	b.work, err = os.MkdirTemp("", "uvxlan-bench-")
+	if err != nil {
+		return nil, fmt.Errorf("perf: %w", err)
+	}
+	defer os.RemoveAll(b.work)
+	tb, err := testenv.New(testenv.Config{Prefix: cfg.Prefix, Hosts: 2, LogDir: b.work})
+	if err != nil {
+		return nil, fmt.Errorf("perf: %w", err)
+	}
+	b.h1, b.h2 = tb.Host(1), tb.Host(2)
+	b.say("building testbed %s: h1 %s, h2 %s on a bridge; %d tests, iperf3 %d s each, ping %d × %v",
+		tb.Prefix(), b.h1.Underlay, b.h2.Underlay, b.steps, b.plan.iperfSecs, b.plan.pingCount, b.plan.pingInterval)
+	if err := tb.Up(ctx); err != nil {
+		return nil, fmt.Errorf("perf: %w", err)
+	}
+	defer func() {
+		b.say("tearing down testbed %s", tb.Prefix())
+		if derr := tb.Down(); derr != nil && err == nil {
+			rep, err = nil, fmt.Errorf("perf: %w", derr)
+		}
+	}()
+
+	var paths []path
+	for _, o := range selected {
+		var p path
+		var err error
+		switch o {
+		case Veth:
+			p = path{overlay: Veth, dst: b.h2.Underlay, mtu: b.h1.MTU}
+		case Kernel:
+			p, err = b.setupKernel(ctx)
+		case UVXLAN:
+			p, err = b.setupUVXLAN(ctx)
+		}
+		if err != nil {
+			return nil, err
+		}
+		p.index = slices.Index(Overlays, o)
+		paths = append(paths, p)
+	}
+	if err := b.startServers(ctx, paths); err != nil {
+		return nil, err
+	}
+	for _, p := range paths {
+		res, err := b.measure(ctx, p, rep)
+		if err != nil {
+			return nil, err
+		}
+		rep.Overlays = append(rep.Overlays, res)
+	}
+	rep.computeRatios()
+	rep.ElapsedSeconds = time.Since(start).Seconds() // Down is not counted; it takes well under a second
+	return rep, nil
+}
+
+// say prints a progress line.
+func (b *bench) say(format string, args ...any) {
+	fmt.Fprintf(b.out, "==> "+format+"\n", args...)
+}
+
+// begin prints the start of a numbered step's line; end finishes it.
+func (b *bench) begin(o Overlay, test string) {
+	b.step++
+	fmt.Fprintf(b.out, "[%d/%d] %s %s ...", b.step, b.steps, o, test)
+}
+
+func (b *bench) end(format string, args ...any) {
+	fmt.Fprintf(b.out, " "+format+"\n", args...)
+}
+
+// fail finishes a step's line that failed.
+func (b *bench) fail(ctx context.Context) {
+	if ctx.Err() != nil {
+		b.end("interrupted")
+		return
+	}
+	b.end("failed")
+}
+
+// setupKernel creates a kernel VXLAN device in each host and waits until
+// it carries ping.
+func (b *bench) setupKernel(ctx context.Context) (path, error) {
+	b.say("kernel VXLAN: vx0 in each host, VNI %d, port %d, %s ↔ %s", kernelVNI, kernelPort, kernelAddr(1), kernelAddr(2))
+	for _, pair := range [][2]*testenv.Host{{b.h1, b.h2}, {b.h2, b.h1}} {
+		vx := testenv.KernelVXLAN{VNI: kernelVNI, Port: kernelPort, Remotes: []netip.Addr{pair[1].Underlay},
+			Address: netip.PrefixFrom(kernelAddr(pair[0].Index), 24), KeepOffloads: true}
+		if err := pair[0].AddKernelVXLAN(ctx, vx); err != nil {
+			return path{}, fmt.Errorf("perf: %w", err)
+		}
+	}
+	p := path{overlay: Kernel, dst: kernelAddr(2), mtu: b.h1.MTU - 50}
+	return p, b.waitPing(ctx, p)
+}
+
+// setupUVXLAN starts an agent in each host, the other as its static peer,
+// and waits until the overlay carries ping.
+func (b *bench) setupUVXLAN(ctx context.Context) (path, error) {
+	b.say("uvxlan: an agent in each host (%s), port 4789, %s ↔ %s", b.cfg.Binary, uvxlanAddr(1), uvxlanAddr(2))
+	for _, pair := range [][2]*testenv.Host{{b.h1, b.h2}, {b.h2, b.h1}} {
+		h := pair[0]
+		state := filepath.Join(b.work, h.Name+"-state")
+		if err := os.MkdirAll(state, 0o700); err != nil {
+			return path{}, fmt.Errorf("perf: %w", err)
+		}
+		args := []string{"run", "--name", h.Name, "--local", h.Underlay.String(),
+			"--address", netip.PrefixFrom(uvxlanAddr(h.Index), 24).String(),
+			"--peer", pair[1].Underlay.String(),
+			"--control", filepath.Join(b.work, h.Name+".sock"), "--state-dir", state}
+		p, err := h.Start(ctx, filepath.Join(b.work, h.Name+"-uvxlan.log"), b.cfg.Binary, args...)
+		if err != nil {
+			return path{}, fmt.Errorf("perf: %w", err)
+		}
+		b.agents = append(b.agents, p)
+	}
+	p := path{overlay: UVXLAN, dst: uvxlanAddr(2), mtu: b.h1.MTU - 50}
+	return p, b.waitPing(ctx, p)
+}
+
+// waitPing waits until h1 gets a reply from p.dst, or an agent exits, or
+// agentStartTimeout passes.
+func (b *bench) waitPing(ctx context.Context, p path) error {
+	deadline := time.Now().Add(agentStartTimeout)
+	for {
+		if err := b.agentsAlive(); err != nil {
+			return err
+		}
+		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		_, err := b.h1.Run(pctx, "ping", "-n", "-c", "1", "-W", "1", p.dst.String())
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("perf: %s: %s does not answer ping from h1 after %v: %w%s", p.overlay, p.dst, agentStartTimeout, err, b.agentLogs())
+		}
+		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// agentsAlive returns an error, with the agent's log, when an agent has
+// exited.
+func (b *bench) agentsAlive() error {
+	for i, a := range b.agents {
+		if a.Exited() {
+			return fmt.Errorf("perf: the uvxlan agent on h%d exited: %v\n%s", i+1, a.Wait(), tail(a.Log(), 2048))
+		}
+	}
+	return nil
+}
+
+// agentLogs returns the tails of the agents' logs, for error messages.
+func (b *bench) agentLogs() string {
+	var s strings.Builder
+	for i, a := range b.agents {
+		fmt.Fprintf(&s, "\nuvxlan on h%d (%s):\n%s", i+1, a.LogPath(), tail(a.Log(), 1024))
+	}
+	return s.String()
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "…" + s[len(s)-n:]
+	}
+	return s
+}
+
+// startServers starts an iperf3 server on h2 for every path and test, then
+// waits until all of them listen.
+func (b *bench) startServers(ctx context.Context, paths []path) error {
+	want := map[string]bool{}
+	for _, p := range paths {
+		for t, test := range iperfTests {
+			port := strconv.Itoa(p.port(t))
+			log := filepath.Join(b.work, "iperf3-"+string(p.overlay)+"-"+test.name+".log")
+			if _, err := b.h2.Start(ctx, log, "iperf3", "-s", "-1", "-B", p.dst.String(), "-p", port); err != nil {
+				return fmt.Errorf("perf: %w", err)
+			}
+			want[netip.AddrPortFrom(p.dst, uint16(p.port(t))).String()] = true
+		}
+	}
+	deadline := time.Now().Add(listenTimeout)
+	for {
+		out, err := b.h2.Run(ctx, "ss", "-Hltn")
+		if err != nil {
+			return fmt.Errorf("perf: %w", err)
+		}
+		listening := parseListening(out)
+		var missing []string
+		for a := range want {
+			if !listening[a] {
+				missing = append(missing, a)
+			}
+		}
+		if len(missing) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			slices.Sort(missing)
+			return fmt.Errorf("perf: iperf3 servers on h2 not listening after %v: %s (logs in %s)", listenTimeout, strings.Join(missing, ", "), b.work)
+		}
+		if err := sleep(ctx, 50*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// measure runs every test over p.
+func (b *bench) measure(ctx context.Context, p path, rep *Report) (OverlayResult, error) {
+	res := OverlayResult{Overlay: p.overlay, Target: p.dst.String(), MTU: p.mtu}
+	var cpu0 []time.Duration
+	t0 := time.Now()
+	if p.overlay == UVXLAN {
+		var err error
+		if cpu0, err = b.agentCPU(); err != nil {
+			return res, err
+		}
+	}
+	for t, test := range iperfTests {
+		b.begin(p.overlay, test.name)
+		r, err := b.iperf(ctx, p, t, test.args)
+		if err != nil {
+			b.fail(ctx)
+			return res, fmt.Errorf("perf: %s %s: %w%s", p.overlay, test.name, err, b.agentLogsIf(p))
+		}
+		if rep.Machine.Iperf3 == "" {
+			rep.Machine.Iperf3 = r.Version
+		}
+		test.set(&res, r)
+		if r.Protocol == "UDP" {
+			b.end("%s received, %.1f%% lost", fmtPPS(r.PPS()), r.LossPercent())
+		} else {
+			b.end("%s", fmtGbps(r.BitsPerS/1e9))
+		}
+	}
+
+	b.begin(p.overlay, "ping")
+	rtts, err := b.ping(ctx, p)
+	if err != nil {
+		b.fail(ctx)
+		return res, fmt.Errorf("perf: %s ping: %w%s", p.overlay, err, b.agentLogsIf(p))
+	}
+	p50, p99 := percentile(rtts, 0.50), percentile(rtts, 0.99)
+	res.RTTP50Micros, res.RTTP99Micros, res.RTTSamples = micros(p50), micros(p99), len(rtts)
+	b.end("p50 %s, p99 %s (%d replies)", fmtMicros(res.RTTP50Micros), fmtMicros(res.RTTP99Micros), len(rtts))
+
+	if p.overlay == UVXLAN {
+		wall := time.Since(t0)
+		cpu1, err := b.agentCPU()
+		if err != nil {
+			return res, err
+		}
+		a := &AgentUsage{WallSeconds: wall.Seconds()}
+		for i := range cpu1 {
+			a.CPUSeconds += (cpu1[i] - cpu0[i]).Seconds()
+		}
+		a.CPUPercent = 100 * a.CPUSeconds / a.WallSeconds
+		for _, ag := range b.agents {
+			st, err := os.ReadFile("/proc/" + strconv.Itoa(ag.Pid()) + "/status")
+			if err != nil {
+				return res, fmt.Errorf("perf: uvxlan agent's peak RSS: %w", err)
+			}
+			hwm, err := parseVmHWM(st)
+			if err != nil {
+				return res, fmt.Errorf("perf: uvxlan agent's peak RSS: %w", err)
+			}
+			a.PeakRSSBytesEach = append(a.PeakRSSBytesEach, hwm)
+			a.PeakRSSBytes = max(a.PeakRSSBytes, hwm)
+		}
+		res.Agents = a
+		b.say("uvxlan agents: %.2f s of CPU in %.1f s (%.0f%% of a core), peak RSS %.1f MiB",
+			a.CPUSeconds, a.WallSeconds, a.CPUPercent, float64(a.PeakRSSBytes)/(1<<20))
+	}
+	return res, nil
+}
+
+func (b *bench) agentLogsIf(p path) string {
+	if p.overlay != UVXLAN {
+		return ""
+	}
+	if err := b.agentsAlive(); err != nil {
+		return "\n" + err.Error()
+	}
+	return b.agentLogs()
+}
+
+// agentCPU returns each agent's CPU time so far (user+system). Both run in
+// the root PID namespace (only the network namespace differs), so their
+// /proc entries are where the Pid says.
+func (b *bench) agentCPU() ([]time.Duration, error) {
+	if err := b.agentsAlive(); err != nil {
+		return nil, err
+	}
+	var out []time.Duration
+	for _, a := range b.agents {
+		st, err := os.ReadFile("/proc/" + strconv.Itoa(a.Pid()) + "/stat")
+		if err != nil {
+			return nil, fmt.Errorf("perf: uvxlan agent's CPU time: %w", err)
+		}
+		d, err := parseProcStat(st)
+		if err != nil {
+			return nil, fmt.Errorf("perf: uvxlan agent's CPU time: %w", err)
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// iperf runs test t of p as an iperf3 client on h1 and parses its report.
+// A refused connection (the server not listening yet) is retried a few
+// times.
+func (b *bench) iperf(ctx context.Context, p path, t int, extra []string) (iperfResult, error) {
+	args := append([]string{"-c", p.dst.String(), "-p", strconv.Itoa(p.port(t)),
+		"-t", strconv.Itoa(b.plan.iperfSecs), "-J"}, extra...)
+	for attempt := 1; ; attempt++ {
+		cctx, cancel := context.WithTimeout(ctx, time.Duration(b.plan.iperfSecs)*time.Second+iperfGrace)
+		cmd := b.h1.Exec(cctx, "iperf3", args...)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		runErr := cmd.Run()
+		timedOut := cctx.Err() != nil
+		cancel()
+		if ctx.Err() != nil {
+			return iperfResult{}, ctx.Err()
+		}
+		if timedOut {
+			return iperfResult{}, fmt.Errorf("iperf3 %s: no result within %v", strings.Join(args, " "), time.Duration(b.plan.iperfSecs)*time.Second+iperfGrace)
+		}
+		res, err := parseIperf(stdout.Bytes())
+		if err == nil {
+			return res, nil
+		}
+		if errors.Is(err, errIperfConnect) && attempt < 5 {
+			if err := sleep(ctx, 200*time.Millisecond); err != nil {
+				return iperfResult{}, err
+			}
+			continue
+		}
+		if runErr != nil {
+			err = fmt.Errorf("%w (%v)", err, runErr)
+		}
+		return iperfResult{}, fmt.Errorf("iperf3 %s: %w %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+}
+
+// ping sends the plan's echo requests over p from h1 and returns the RTT of
+// every reply.
+func (b *bench) ping(ctx context.Context, p path) ([]time.Duration, error) {
+	interval := strconv.FormatFloat(b.plan.pingInterval.Seconds(), 'f', -1, 64)
+	timeout := time.Duration(b.plan.pingCount)*b.plan.pingInterval + 15*time.Second
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	args := []string{"-n", "-i", interval, "-c", strconv.Itoa(b.plan.pingCount), "-W", "1", p.dst.String()}
+	out, runErr := b.h1.Run(pctx, "ping", args...) // exits 1 when a reply is missing: judged below
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	res, err := parsePing(out)
+	if err != nil {
+		return nil, fmt.Errorf("ping %s: %w (%v)", strings.Join(args, " "), err, runErr)
+	}
+	if len(res.RTTs) == 0 {
+		return nil, fmt.Errorf("ping %s: no reply to %d requests", strings.Join(args, " "), res.Sent)
+	}
+	return res.RTTs, nil
+}
+
+func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+// sleep waits for d or until ctx is done.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

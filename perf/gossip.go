@@ -1,0 +1,521 @@
+// RunGossip: how fast the control plane converges, on a cluster of
+// gossip.Node in this process.
+//
+//  1. start Nodes nodes on 127.0.1.1, 127.0.1.2, ... (loopback only, ports
+//     chosen by the kernel), all joining the first, with memberlist's LAN
+//     timings as the agent uses them; wait until every node holds every
+//     other node's TAP MAC;
+//  2. Announces times, one at a time: a random node announces a new MAC;
+//     time until every other node maps it to that node's VTEP;
+//  3. crash Kills nodes at once (never the first) and time, for each, how
+//     long until every surviving node has withdrawn its entries and dropped
+//     its VTEP from the flood list;
+//  4. stop every node.
+
+package perf
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+
+	"github.com/uvxlan/uvxlan/fdb"
+	"github.com/uvxlan/uvxlan/gossip"
+)
+
+// Defaults and limits of GossipConfig.
+const (
+	DefaultGossipNodes     = 50
+	MaxGossipNodes         = 200
+	DefaultGossipAnnounces = 10
+	DefaultGossipKills     = 3
+)
+
+// Time limits of RunGossip's stages.
+const (
+	formTimeout = 2 * time.Minute
+	// announceTimeout leaves room for push/pull anti-entropy to repair a
+	// broadcast a node missed (UDP is lossy on a busy machine): memberlist
+	// syncs each node with a random other every 30 s, scaled up with the
+	// cluster size (60 s on 50 nodes, 120 s on 200).
+	announceTimeout = 3 * time.Minute
+	// deathTimeout: memberlist's longest suspicion on 200 nodes is under a
+	// minute, and a node that misses the death hears of it by push/pull.
+	deathTimeout = 3 * time.Minute
+	gossipPoll   = 2 * time.Millisecond
+)
+
+const gossipVNI fdb.VNI = 1
+
+// GossipConfig of a RunGossip.
+type GossipConfig struct {
+	// Nodes in the cluster, 3 to MaxGossipNodes. Default DefaultGossipNodes.
+	Nodes int
+	// Announces is how many new entries are timed, one after another.
+	// Default DefaultGossipAnnounces.
+	Announces int
+	// Kills is how many nodes crash (together), at most Nodes-2. Default
+	// DefaultGossipKills.
+	Kills int
+	// Progress receives a line per step; nil for none.
+	Progress io.Writer
+}
+
+// GossipReport is the result of RunGossip.
+type GossipReport struct {
+	Machine Machine   `json:"machine"`
+	Started time.Time `json:"started"`
+	Nodes   int       `json:"nodes"`
+	// Timings names the memberlist configuration: the agent's.
+	Timings string `json:"timings"`
+	// FormSeconds is from the first node's start until every node holds
+	// every other node's TAP MAC.
+	FormSeconds float64 `json:"form_seconds"`
+	// Announce is from AnnounceMAC on one node until every other node maps
+	// the MAC to that node's VTEP.
+	Announce Distribution `json:"announce"`
+	// Death is from a node's crash (its gossip goes silent: no leave
+	// message) until every surviving node has withdrawn its entries and its
+	// VTEP from the flood list. The crashes are simultaneous.
+	Death          Distribution `json:"death"`
+	ElapsedSeconds float64      `json:"elapsed_seconds"`
+}
+
+// Distribution summarizes timed samples, in milliseconds.
+type Distribution struct {
+	SamplesMillis []float64 `json:"samples_ms"`
+	P50Millis     float64   `json:"p50_ms"`
+	P99Millis     float64   `json:"p99_ms"`
+	MaxMillis     float64   `json:"max_ms"`
+}
+
+func distribution(ds []time.Duration) Distribution {
+	var d Distribution
+	for _, x := range ds {
+		d.SamplesMillis = append(d.SamplesMillis, millis(x))
+	}
+	d.P50Millis, d.P99Millis, d.MaxMillis = millis(percentile(ds, 0.5)), millis(percentile(ds, 0.99)), millis(percentile(ds, 1))
+	return d
+}
+
+func millis(d time.Duration) float64 {
+	return float64(d.Round(10*time.Microsecond)) / float64(time.Millisecond)
+}
+
+// gossipAddr is node i's gossip address and VTEP.
+func gossipAddr(i int) netip.Addr { return netip.AddrFrom4([4]byte{127, 0, 1, byte(1 + i)}) }
+
+// gnode is one node of the cluster.
+type gnode struct {
+	*gossip.Node
+	name   string
+	vtep   netip.AddrPort
+	macs   []fdb.MAC // what it announced, TAP MAC first
+	fdb    *fdb.Table
+	tr     *crashTransport
+	cancel context.CancelFunc
+	done   chan struct{}
+	err    error // from Run; read after done
+}
+
+// RunGossip builds a cluster of cfg.Nodes gossip nodes in this process and
+// times how entries spread and how a crashed node's entries are withdrawn;
+// see the package documentation. All traffic stays on 127.0.1.0/24. It
+// blocks until done (about 20 s for 50 nodes) or ctx is canceled; every
+// node is stopped before it returns.
+func RunGossip(ctx context.Context, cfg GossipConfig) (rep *GossipReport, err error) {
+	if cfg.Nodes == 0 {
+		cfg.Nodes = DefaultGossipNodes
+	}
+	if cfg.Announces == 0 {
+		cfg.Announces = DefaultGossipAnnounces
+	}
+	if cfg.Kills == 0 {
+		cfg.Kills = DefaultGossipKills
+	}
+	switch {
+	case cfg.Nodes < 3 || cfg.Nodes > MaxGossipNodes:
+		return nil, fmt.Errorf("perf: gossip: %d nodes, want 3 to %d", cfg.Nodes, MaxGossipNodes)
+	case cfg.Announces < 1 || cfg.Announces > 1000:
+		return nil, fmt.Errorf("perf: gossip: %d announces, want 1 to 1000", cfg.Announces)
+	case cfg.Kills < 1 || cfg.Kills > cfg.Nodes-2:
+		return nil, fmt.Errorf("perf: gossip: %d kills, want 1 to %d (nodes - 2)", cfg.Kills, cfg.Nodes-2)
+	}
+	out := cfg.Progress
+	if out == nil {
+		out = io.Discard
+	}
+	say := func(format string, args ...any) { fmt.Fprintf(out, "==> "+format+"\n", args...) }
+
+	start := time.Now()
+	rep = &GossipReport{Machine: machine(), Started: start, Nodes: cfg.Nodes,
+		Timings: "memberlist DefaultLANConfig, as the agent uses it"}
+	say("starting %d gossip nodes on %s-%s", cfg.Nodes, gossipAddr(0), gossipAddr(cfg.Nodes-1))
+	var nodes []*gnode
+	defer func() {
+		say("stopping %d nodes", len(nodes))
+		if serr := stopNodes(nodes); serr != nil && err == nil {
+			rep, err = nil, serr
+		}
+	}()
+	for i := range cfg.Nodes {
+		var seeds []string
+		if i > 0 {
+			seeds = []string{nodes[0].Addr().String()}
+		}
+		n, err := startNode(i, seeds)
+		if err != nil {
+			return nil, err
+		}
+		nodes = append(nodes, n)
+	}
+
+	// 1. Formation: every node holds every other node's TAP MAC.
+	if err := waitAll(ctx, formTimeout, nodes, func(n *gnode) bool { return n.fdb.Len() >= cfg.Nodes-1 }); err != nil {
+		return nil, fmt.Errorf("perf: gossip: cluster of %d not formed: %w", cfg.Nodes, err)
+	}
+	rep.FormSeconds = time.Since(start).Seconds()
+	say("cluster formed in %.2f s: every node holds the %d others' TAP MACs", rep.FormSeconds, cfg.Nodes-1)
+
+	// 2. Announces, one at a time.
+	var took []time.Duration
+	for r := range cfg.Announces {
+		owner := nodes[rand.IntN(len(nodes))]
+		mac := fdb.MAC{0x02, 0xaa, 0, 0, byte(r >> 8), byte(r)}
+		others := slices.DeleteFunc(slices.Clone(nodes), func(n *gnode) bool { return n == owner })
+		fmt.Fprintf(out, "[%d/%d] announce from %s ...", r+1, cfg.Announces, owner.name)
+		t0 := time.Now()
+		if err := owner.AnnounceMAC(gossipVNI, mac); err != nil {
+			fmt.Fprintln(out, " failed")
+			return nil, fmt.Errorf("perf: gossip: announce: %w", err)
+		}
+		owner.macs = append(owner.macs, mac)
+		err := waitAll(ctx, announceTimeout, others, func(n *gnode) bool {
+			v, ok := n.fdb.Lookup(gossipVNI, mac)
+			return ok && v == owner.vtep
+		})
+		if err != nil {
+			fmt.Fprintln(out, " failed")
+			return nil, fmt.Errorf("perf: gossip: %s from %s did not reach every node: %w", mac, owner.name, err)
+		}
+		took = append(took, time.Since(t0))
+		fmt.Fprintf(out, " on all %d others in %v\n", len(others), took[r].Round(time.Millisecond))
+	}
+	rep.Announce = distribution(took)
+
+	// 3. Crashes, together.
+	victims := slices.Clone(nodes[1:]) // never the seed
+	rand.Shuffle(len(victims), func(i, j int) { victims[i], victims[j] = victims[j], victims[i] })
+	victims = victims[:cfg.Kills]
+	survivors := slices.DeleteFunc(slices.Clone(nodes), func(n *gnode) bool { return slices.Contains(victims, n) })
+	names := make([]string, len(victims))
+	for i, v := range victims {
+		names[i] = v.name
+	}
+	say("crashing %s at once; waiting for the %d others to withdraw their entries", strings.Join(names, ", "), len(survivors))
+	deaths, err := timeDeaths(ctx, victims, survivors, out)
+	if err != nil {
+		return nil, err
+	}
+	rep.Death = distribution(deaths)
+	rep.ElapsedSeconds = time.Since(start).Seconds()
+	return rep, nil
+}
+
+// timeDeaths crashes the victims together and returns, for each, the time
+// until no survivor holds any of its entries or floods to its VTEP.
+func timeDeaths(ctx context.Context, victims, survivors []*gnode, out io.Writer) ([]time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, deathTimeout)
+	defer cancel()
+	took := make([]time.Duration, len(victims))
+	next := make([]int, len(victims)) // survivors[:next[v]] have withdrawn victim v
+	t0 := time.Now()
+	for _, v := range victims {
+		v.tr.crash()
+	}
+	gone := func(n, v *gnode) bool {
+		for _, mac := range v.macs {
+			if _, ok := n.fdb.Lookup(gossipVNI, mac); ok {
+				return false
+			}
+		}
+		return !slices.Contains(n.fdb.Flood(gossipVNI), v.vtep)
+	}
+	for left := len(victims); left > 0; {
+		for i, v := range victims {
+			if took[i] > 0 {
+				continue
+			}
+			for next[i] < len(survivors) && gone(survivors[next[i]], v) {
+				next[i]++
+			}
+			if next[i] == len(survivors) {
+				took[i] = time.Since(t0)
+				left--
+				fmt.Fprintf(out, "[%d/%d] %s withdrawn on all %d survivors in %v\n", len(victims)-left, len(victims), v.name, len(survivors), took[i].Round(time.Millisecond))
+			}
+		}
+		if err := sleep(ctx, gossipPoll); err != nil {
+			if errors.Is(err, context.DeadlineExceeded) {
+				var slow []string
+				for i, v := range victims {
+					if took[i] == 0 {
+						slow = append(slow, fmt.Sprintf("%s (still held by %s)", v.name, survivors[next[i]].name))
+					}
+				}
+				return nil, fmt.Errorf("perf: gossip: not withdrawn everywhere within %v: %s", deathTimeout, strings.Join(slow, ", "))
+			}
+			return nil, err
+		}
+	}
+	return took, nil
+}
+
+// waitAll polls until cond holds for every node (once it holds for a node,
+// that node is not asked again), or timeout passes, or ctx is done.
+func waitAll(ctx context.Context, timeout time.Duration, nodes []*gnode, cond func(*gnode) bool) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	i := 0
+	for {
+		for i < len(nodes) && cond(nodes[i]) {
+			i++
+		}
+		if i == len(nodes) {
+			return nil
+		}
+		if err := sleep(ctx, gossipPoll); err != nil {
+			if errors.Is(err, context.DeadlineExceeded) {
+				return fmt.Errorf("%s (and maybe others) not there after %v", nodes[i].name, timeout)
+			}
+			return err
+		}
+	}
+}
+
+// startNode creates node i and runs it.
+func startNode(i int, seeds []string) (*gnode, error) {
+	addr := gossipAddr(i)
+	n := &gnode{
+		name: fmt.Sprintf("n%03d", i),
+		vtep: netip.AddrPortFrom(addr, 4789),
+		macs: []fdb.MAC{{0x02, 0xb0, 0, 0, byte(i >> 8), byte(i)}},
+		fdb:  fdb.New(fdb.Config{}),
+		done: make(chan struct{}),
+	}
+	var tuneErr error
+	cfg := gossip.Config{
+		Name:     n.name,
+		BindAddr: addr,
+		VTEP:     n.vtep,
+		VNIs:     []fdb.VNI{gossipVNI},
+		MAC:      n.macs[0],
+		Seeds:    seeds,
+		FDB:      n.fdb,
+		Neigh:    fdb.NewNeighbors(0),
+		Logger:   slog.New(slog.DiscardHandler),
+		// The agent's timings (DefaultLANConfig, untouched), on a port the
+		// kernel picks, through a transport that can crash.
+		Tune: func(c *memberlist.Config) {
+			tr, port, err := newCrashTransport(c.BindAddr, c.Logger)
+			if err != nil {
+				tuneErr = err
+				return
+			}
+			n.tr = tr
+			c.Transport = tr
+			c.BindPort, c.AdvertisePort = port, port
+		},
+	}
+	node, err := gossip.New(cfg)
+	if err == nil && tuneErr != nil {
+		node.Close()
+		err = tuneErr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("perf: gossip: node %s on %s: %w", n.name, addr, err)
+	}
+	n.Node = node
+	ctx, cancel := context.WithCancel(context.Background())
+	n.cancel = cancel
+	go func() {
+		defer close(n.done)
+		n.err = node.Run(ctx)
+	}()
+	return n, nil
+}
+
+// stopNodes stops every node at once (the crashed ones included: their
+// leave goes nowhere) and returns the first error a node's Run returned.
+func stopNodes(nodes []*gnode) error {
+	var wg sync.WaitGroup
+	for _, n := range nodes {
+		wg.Go(func() {
+			n.cancel()
+			<-n.done
+		})
+	}
+	wg.Wait()
+	for _, n := range nodes {
+		if n.err != nil {
+			return fmt.Errorf("perf: gossip: %s: %w", n.name, n.err)
+		}
+	}
+	return nil
+}
+
+// crashTransport is memberlist's UDP+TCP transport with a switch that makes
+// the node fall silent as if its process had died: from crash on, nothing
+// it sends leaves, nothing sent to it arrives and it connects to no one.
+// The gossip package offers no crash (Close always leaves), and a crash is
+// what failure detection is about.
+type crashTransport struct {
+	*memberlist.NetTransport
+	crashed  atomic.Bool
+	packets  chan *memberlist.Packet
+	streams  chan net.Conn
+	stop     chan struct{}
+	stopOnce sync.Once
+}
+
+var _ memberlist.NodeAwareTransport = (*crashTransport)(nil)
+
+var errCrashed = errors.New("perf: crashed node (simulated)")
+
+// newCrashTransport listens on addr, on a port the kernel picks (the same
+// for TCP and UDP), and returns the transport and the port.
+func newCrashTransport(addr string, logger *log.Logger) (*crashTransport, int, error) {
+	var nt *memberlist.NetTransport
+	var err error
+	for range 10 { // the UDP port may be taken where TCP's was free
+		nt, err = memberlist.NewNetTransport(&memberlist.NetTransportConfig{BindAddrs: []string{addr}, Logger: logger})
+		if err == nil {
+			break
+		}
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	t := &crashTransport{NetTransport: nt, packets: make(chan *memberlist.Packet), streams: make(chan net.Conn), stop: make(chan struct{})}
+	go t.forwardPackets()
+	go t.forwardStreams()
+	return t, nt.GetAutoBindPort(), nil
+}
+
+func (t *crashTransport) crash() { t.crashed.Store(true) }
+
+func (t *crashTransport) forwardPackets() {
+	for {
+		select {
+		case p := <-t.NetTransport.PacketCh():
+			if t.crashed.Load() {
+				continue
+			}
+			select {
+			case t.packets <- p:
+			case <-t.stop:
+				return
+			}
+		case <-t.stop:
+			return
+		}
+	}
+}
+
+func (t *crashTransport) forwardStreams() {
+	for {
+		select {
+		case c := <-t.NetTransport.StreamCh():
+			if t.crashed.Load() {
+				c.Close()
+				continue
+			}
+			select {
+			case t.streams <- c:
+			case <-t.stop:
+				c.Close()
+				return
+			}
+		case <-t.stop:
+			return
+		}
+	}
+}
+
+func (t *crashTransport) PacketCh() <-chan *memberlist.Packet { return t.packets }
+func (t *crashTransport) StreamCh() <-chan net.Conn           { return t.streams }
+
+func (t *crashTransport) WriteTo(b []byte, addr string) (time.Time, error) {
+	if t.crashed.Load() {
+		return time.Now(), nil // lost on the way
+	}
+	return t.NetTransport.WriteTo(b, addr)
+}
+
+func (t *crashTransport) WriteToAddress(b []byte, a memberlist.Address) (time.Time, error) {
+	if t.crashed.Load() {
+		return time.Now(), nil
+	}
+	return t.NetTransport.WriteToAddress(b, a)
+}
+
+func (t *crashTransport) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
+	if t.crashed.Load() {
+		return nil, errCrashed
+	}
+	return t.NetTransport.DialTimeout(addr, timeout)
+}
+
+func (t *crashTransport) DialAddressTimeout(a memberlist.Address, timeout time.Duration) (net.Conn, error) {
+	if t.crashed.Load() {
+		return nil, errCrashed
+	}
+	return t.NetTransport.DialAddressTimeout(a, timeout)
+}
+
+// Shutdown stops the listeners, then the forwarders. In that order:
+// memberlist reads from PacketCh and StreamCh until Shutdown returns, and
+// the listeners may be blocked handing over a last packet to a forwarder.
+func (t *crashTransport) Shutdown() error {
+	err := t.NetTransport.Shutdown()
+	t.stopOnce.Do(func() { close(t.stop) })
+	return err
+}
+
+// WriteTable writes the report as a table.
+func (r *GossipReport) WriteTable(w io.Writer) error {
+	fmt.Fprintf(w, "gossip convergence: %d nodes in one process on 127.0.1.x, %s\n\n", r.Nodes, r.Timings)
+	tw := newTable(w)
+	fmt.Fprintln(tw, "figure\tp50\tp99\tmax\tsamples")
+	fmt.Fprintf(tw, "cluster formed (all TAP MACs everywhere)\t%s\t\t\t1\n", fmtMillis(r.FormSeconds*1000))
+	row := func(label string, d Distribution) {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", label, fmtMillis(d.P50Millis), fmtMillis(d.P99Millis), fmtMillis(d.MaxMillis), len(d.SamplesMillis))
+	}
+	row(fmt.Sprintf("new entry → all %d others", r.Nodes-1), r.Announce)
+	row("crash → withdrawn on all survivors", r.Death)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "\n%s; took %.1f s\n", r.Machine, r.ElapsedSeconds)
+	return err
+}
+
+func fmtMillis(ms float64) string {
+	if ms >= 1000 {
+		return fmt.Sprintf("%.2f s", ms/1000)
+	}
+	return fmt.Sprintf("%.0f ms", ms)
+}

@@ -1,0 +1,297 @@
+package perf
+
+import (
+	"encoding/json"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The files in testdata are real outputs: iperf3 3.12 and iputils ping
+// 20221126 between two namespaces of a testbed, ss from iproute2, and
+// /proc/<pid>/{stat,status} of a running `uvxlan bench gossip`.
+
+func readTestdata(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(math.Abs(a), math.Abs(b)) }
+
+func TestParseIperf(t *testing.T) {
+	tests := []struct {
+		desc, file string
+		want       iperfResult
+		pps, loss  float64
+	}{
+		{
+			desc: "tcp, 1 stream", file: "iperf3-tcp-1.json",
+			want: iperfResult{Version: "iperf 3.12", Protocol: "TCP", Streams: 1, Seconds: 1.000732,
+				Bytes: 1537473056, BitsPerS: 12290787591.483034},
+		},
+		{
+			desc: "tcp, 4 streams: the sum of the streams", file: "iperf3-tcp-4.json",
+			want: iperfResult{Version: "iperf 3.12", Protocol: "TCP", Streams: 4, Seconds: 1.000764,
+				Bytes: 2289630856, BitsPerS: 18303063307.63297},
+		},
+		{
+			desc: "udp, 64 bytes: receiver's packets and losses", file: "iperf3-udp-64.json",
+			want: iperfResult{Version: "iperf 3.12", Protocol: "UDP", Streams: 1, Seconds: 1.000092,
+				Bytes: 10847424, BitsPerS: 86771409.0303692, Packets: 169760, Lost: 269},
+			pps: (169760 - 269) / 1.000092, loss: 100 * 269.0 / 169760,
+		},
+		{
+			desc: "udp, 1400 bytes", file: "iperf3-udp-1400.json",
+			want: iperfResult{Version: "iperf 3.12", Protocol: "UDP", Streams: 1, Seconds: 1.000235,
+				Bytes: 215763800, BitsPerS: 1725704859.3580508, Packets: 155000, Lost: 883},
+			pps: (155000 - 883) / 1.000235, loss: 100 * 883.0 / 155000,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.desc, func(t *testing.T) {
+			got, err := parseIperf(readTestdata(t, tt.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tt.want {
+				t.Fatalf("want %+v, got %+v", tt.want, got)
+			}
+			if !near(got.PPS(), tt.pps) || !near(got.LossPercent(), tt.loss) {
+				t.Errorf("pps, loss: want %v, %v, got %v, %v", tt.pps, tt.loss, got.PPS(), got.LossPercent())
+			}
+		})
+	}
+}
+
+func TestParseIperfErrors(t *testing.T) {
+	_, err := parseIperf(readTestdata(t, "iperf3-refused.json"))
+	if !errors.Is(err, errIperfConnect) || !strings.Contains(err.Error(), "Connection refused") {
+		t.Errorf("refused: want errIperfConnect with the reason, got %v", err)
+	}
+	_, err = parseIperf([]byte(`{"start": {}, "end": {}, "error": "the server is busy running a test. try again later"}`))
+	if err == nil || errors.Is(err, errIperfConnect) || !strings.Contains(err.Error(), "busy") {
+		t.Errorf("busy: want a plain error with the reason, got %v", err)
+	}
+	if _, err := parseIperf([]byte("iperf3: error - unable to connect\n")); err == nil {
+		t.Error("not JSON: want an error, got nil")
+	}
+	// Killed before the end: no summary.
+	if _, err := parseIperf([]byte(`{"start": {"test_start": {"protocol": "TCP"}}, "intervals": [], "end": {}}`)); err == nil {
+		t.Error("no end summary: want an error, got nil")
+	}
+}
+
+// An iperf3 without end.sum_received for UDP: end.sum has the receiver's
+// counts.
+func TestParseIperfUDPWithoutSumReceived(t *testing.T) {
+	var doc map[string]any
+	if err := json.Unmarshal(readTestdata(t, "iperf3-udp-64.json"), &doc); err != nil {
+		t.Fatal(err)
+	}
+	delete(doc["end"].(map[string]any), "sum_received")
+	b, _ := json.Marshal(doc)
+	got, err := parseIperf(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Packets != 169760 || got.Lost != 269 || got.Seconds != 1.000092 {
+		t.Errorf("want the end.sum counts (169760 packets, 269 lost, 1.000092 s), got %+v", got)
+	}
+}
+
+func TestParsePing(t *testing.T) {
+	const overlay = `PING 10.42.0.2 (10.42.0.2) 56(84) bytes of data.
+64 bytes from 10.42.0.2: icmp_seq=1 ttl=64 time=0.412 ms
+64 bytes from 10.42.0.2: icmp_seq=2 ttl=64 time=0.133 ms
+64 bytes from 10.42.0.2: icmp_seq=2 ttl=64 time=0.140 ms (DUP!)
+64 bytes from 10.42.0.2: icmp_seq=4 ttl=64 time=1.05 ms
+64 bytes from 10.42.0.2: icmp_seq=5 ttl=64 time=12 ms
+
+--- 10.42.0.2 ping statistics ---
+5 packets transmitted, 4 received, +1 duplicates, 20% packet loss, time 9ms
+rtt min/avg/max/mdev = 0.133/3.399/12.000/4.848 ms
+`
+	us := func(v ...int) []time.Duration {
+		var out []time.Duration
+		for _, x := range v {
+			out = append(out, time.Duration(x)*time.Microsecond)
+		}
+		return out
+	}
+	tests := []struct {
+		desc string
+		out  string
+		sent int
+		rtts []time.Duration
+	}{
+		{"veth, 20 replies", string(readTestdata(t, "ping-veth.txt")), 20,
+			us(49, 28, 23, 19, 20, 20, 19, 19, 19, 19, 20, 21, 18, 20, 20, 20, 20, 19, 22, 21)},
+		{"no reply at all", string(readTestdata(t, "ping-unreachable.txt")), 5, nil},
+		{"a loss, a duplicate (left out), ms and whole ms", overlay, 5, us(412, 133, 1050, 12000)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.desc, func(t *testing.T) {
+			got, err := parsePing(tt.out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Sent != tt.sent || !slices.Equal(got.RTTs, tt.rtts) {
+				t.Fatalf("want %d sent, RTTs %v; got %d, %v", tt.sent, tt.rtts, got.Sent, got.RTTs)
+			}
+		})
+	}
+	if _, err := parsePing("ping: connect: Network is unreachable\n"); err == nil {
+		t.Error("no summary: want an error, got nil")
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	ms := func(v ...int) []time.Duration {
+		var out []time.Duration
+		for _, x := range v {
+			out = append(out, time.Duration(x)*time.Millisecond)
+		}
+		return out
+	}
+	hundred := make([]time.Duration, 100)
+	for i := range hundred {
+		hundred[i] = time.Duration(100-i) * time.Millisecond // descending: order must not matter
+	}
+	tests := []struct {
+		desc string
+		ds   []time.Duration
+		p    float64
+		want time.Duration
+	}{
+		{"empty", nil, 0.5, 0},
+		{"one sample", ms(7), 0.99, 7 * time.Millisecond},
+		{"p50 of 1..100", hundred, 0.50, 50 * time.Millisecond},
+		{"p99 of 1..100", hundred, 0.99, 99 * time.Millisecond},
+		{"p100 of 1..100 is the max", hundred, 1, 100 * time.Millisecond},
+		{"p50 of 4: the 2nd", ms(40, 10, 30, 20), 0.5, 20 * time.Millisecond},
+		{"p99 of 10 is the max", ms(1, 2, 3, 4, 5, 6, 7, 8, 9, 10), 0.99, 10 * time.Millisecond},
+		{"p0 is the min", ms(3, 1, 2), 0, time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.desc, func(t *testing.T) {
+			before := slices.Clone(tt.ds)
+			if got := percentile(tt.ds, tt.p); got != tt.want {
+				t.Errorf("want %v, got %v", tt.want, got)
+			}
+			if !slices.Equal(before, tt.ds) {
+				t.Error("percentile reordered its input")
+			}
+		})
+	}
+}
+
+func TestParseProcStat(t *testing.T) {
+	tests := []struct {
+		desc string
+		stat string
+		want time.Duration
+	}{
+		// utime 31, stime 16 ticks of 10 ms.
+		{"uvxlan", string(readTestdata(t, "proc-stat.txt")), 470 * time.Millisecond},
+		// comm may hold spaces and parentheses.
+		{"odd comm", "42 (a) b (c)) R 1 42 42 0 -1 4194304 0 0 0 0 1234 566 0 0 20 0 1 0 100 0 0", 18 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.desc, func(t *testing.T) {
+			got, err := parseProcStat([]byte(tt.stat))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tt.want {
+				t.Errorf("want %v, got %v", tt.want, got)
+			}
+		})
+	}
+	for _, bad := range []string{"", "42 (x) R 1 2 3", "42 (x) R 1 42 42 0 -1 4194304 0 0 0 0 ten 5 0"} {
+		if _, err := parseProcStat([]byte(bad)); err == nil {
+			t.Errorf("%q: want an error, got nil", bad)
+		}
+	}
+}
+
+func TestParseVmHWM(t *testing.T) {
+	got, err := parseVmHWM(readTestdata(t, "proc-status.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := uint64(23212 * 1024); got != want {
+		t.Errorf("want %d, got %d", want, got)
+	}
+	for _, bad := range []string{"Name:\tkthreadd\nState:\tS (sleeping)\n", "VmHWM:\t  12 MB\n", "VmHWM:\n"} {
+		if _, err := parseVmHWM([]byte(bad)); err == nil {
+			t.Errorf("%q: want an error, got nil", bad)
+		}
+	}
+}
+
+func TestParseListening(t *testing.T) {
+	got := parseListening(string(readTestdata(t, "ss-listening.txt")))
+	for _, want := range []string{"10.42.0.2:5221", "10.99.0.2:5211", "198.18.0.2:5201", "198.18.0.2:7946"} {
+		if !got[want] {
+			t.Errorf("%s: not listed in %v", want, got)
+		}
+	}
+	if got["10.42.0.2:5201"] {
+		t.Error("10.42.0.2:5201 listed, but nothing listens there")
+	}
+}
+
+func TestMakePlan(t *testing.T) {
+	tests := []struct {
+		d        time.Duration
+		overlays int
+		want     plan
+	}{
+		{60 * time.Second, 3, plan{iperfSecs: 4, pingCount: 400, pingInterval: 2 * time.Millisecond}},
+		{5 * time.Second, 3, plan{iperfSecs: 1, pingCount: 400, pingInterval: time.Millisecond}},
+		{time.Millisecond, 3, plan{iperfSecs: 1, pingCount: 400, pingInterval: time.Millisecond}},
+		{60 * time.Second, 1, plan{iperfSecs: 14, pingCount: 400, pingInterval: 2 * time.Millisecond}},
+		{10 * time.Minute, 3, plan{iperfSecs: 49, pingCount: 400, pingInterval: 2 * time.Millisecond}},
+	}
+	for _, tt := range tests {
+		got := makePlan(tt.d, tt.overlays)
+		if got != tt.want {
+			t.Errorf("makePlan(%v, %d): want %+v, got %+v", tt.d, tt.overlays, tt.want, got)
+		}
+		// The budget holds whenever one second per iperf3 run fits.
+		total := time.Duration(tt.overlays) * (time.Duration(len(iperfTests)*got.iperfSecs)*time.Second + time.Duration(got.pingCount)*got.pingInterval)
+		if got.iperfSecs > 1 && total > tt.d {
+			t.Errorf("makePlan(%v, %d): %v of tests exceed the budget", tt.d, tt.overlays, total)
+		}
+	}
+}
+
+func TestParseOverlays(t *testing.T) {
+	tests := []struct {
+		in   string
+		want []Overlay
+		err  bool
+	}{
+		{"", Overlays, false},
+		{"all", Overlays, false},
+		{"uvxlan,kernel", []Overlay{Kernel, UVXLAN}, false},
+		{" veth , veth ", []Overlay{Veth}, false},
+		{"kernel,wireguard", nil, true},
+		{"kernel,", nil, true},
+	}
+	for _, tt := range tests {
+		got, err := ParseOverlays(tt.in)
+		if (err != nil) != tt.err || !slices.Equal(got, tt.want) {
+			t.Errorf("ParseOverlays(%q): want %v (error %v), got %v, %v", tt.in, tt.want, tt.err, got, err)
+		}
+	}
+}

@@ -1,0 +1,283 @@
+package tap
+
+import (
+	"encoding/binary"
+	"errors"
+	"io"
+)
+
+// Transmit-side offload: a TAP with IFF_VNET_HDR and TUNSETOFFLOAD(TSO4,
+// TSO6, USO4, USO6, CSUM) hands us frames the kernel has not finished:
+//
+//  1. GSONone with FlagNeedsCsum: one frame whose L4 checksum holds only the
+//     pseudo-header sum. CompleteChecksum finishes it in place.
+//  2. GSOTCPv4/GSOTCPv6/GSOUDPL4: a super-frame of up to 64 KB that must be
+//     cut into GSOSize-byte segments, each with its own headers and
+//     checksums, before it goes on the wire. GSOSplit does that, copying
+//     each segment once into a caller buffer with headroom for VXLAN.
+
+// Ethernet, IP and L4 constants used by the offload code.
+const (
+	ethHdrLen     = 14
+	ethTypeIPv4   = 0x0800
+	ethTypeIPv6   = 0x86dd
+	ipv4MinHdrLen = 20
+	ipv6HdrLen    = 40
+	tcpMinHdrLen  = 20
+	udpHdrLen     = 8
+	protoTCP      = 6
+	protoUDP      = 17
+
+	tcpCsumOffset = 16
+	udpCsumOffset = 6
+
+	tcpFlagFIN = 0x01
+	tcpFlagSYN = 0x02
+	tcpFlagRST = 0x04
+	tcpFlagPSH = 0x08
+	tcpFlagURG = 0x20
+	tcpFlagCWR = 0x80
+
+	// maxIPLen bounds the IPv4 total length and the IPv6 payload length.
+	maxIPLen = 0xffff
+)
+
+// Errors returned by GSOSplit and CompleteChecksum; a caller counts them as
+// drop reasons.
+var (
+	// ErrGSOHeader: the virtio-net header contradicts the frame (CsumStart
+	// is not the L4 header, CsumOffset is not the L4 checksum, HdrLen is
+	// beyond the frame, GSOSize is 0 or makes segments longer than IP
+	// allows, or the GSO type does not match the IP version or protocol).
+	ErrGSOHeader = errors.New("tap: virtio-net header does not match the frame")
+	// ErrNotOffloadable: a GSO frame that is not TCP or UDP directly over
+	// IPv4 or IPv6 (other ethertypes, VLAN tags, IPv6 extension headers,
+	// IPv4 fragments).
+	ErrNotOffloadable = errors.New("tap: GSO frame is not TCP or UDP over IPv4 or IPv6")
+	// ErrMalformed: the frame is too short for the headers it announces.
+	ErrMalformed = errors.New("tap: malformed frame")
+	// ErrTooManySegments: the super-frame has more segments than len(outs)
+	// or len(sizes).
+	ErrTooManySegments = errors.New("tap: GSO frame has more segments than output buffers")
+)
+
+// CompleteChecksum finishes, in place, the checksum of a frame whose header
+// has FlagNeedsCsum: it sums frame[CsumStart:] (whose checksum field holds
+// the pseudo-header sum) and stores the complement at CsumStart+CsumOffset,
+// as the kernel's skb_checksum_help does (a result of 0 is stored as 0xffff,
+// which UDP requires and TCP accepts). Without FlagNeedsCsum it does nothing.
+// It returns ErrGSOHeader if the checksum field is beyond the frame. It does
+// not allocate.
+func CompleteChecksum(frame []byte, hdr VirtioNetHdr) error {
+	if hdr.Flags&FlagNeedsCsum == 0 {
+		return nil
+	}
+	start := int(hdr.CsumStart)
+	field := start + int(hdr.CsumOffset)
+	if field+2 > len(frame) {
+		return ErrGSOHeader
+	}
+	c := ^FoldChecksum(Checksum(frame[start:], 0))
+	if c == 0 {
+		c = 0xffff
+	}
+	binary.BigEndian.PutUint16(frame[field:], c)
+	return nil
+}
+
+// GSOSplit turns one frame read from a VNET_HDR TAP (in, the Ethernet frame
+// after the virtio-net header hdr) into wire-ready Ethernet frames. Frame i
+// is written to outs[i][outOffset:] and its length stored in sizes[i];
+// outOffset is headroom the caller keeps for the outer headers. It returns
+// the number of frames written.
+//
+//   - GSONone: in is copied to outs[0], its checksum completed if hdr has
+//     FlagNeedsCsum (see CompleteChecksum, which does the same in place
+//     without a copy).
+//   - GSOTCPv4, GSOTCPv6 (with or without GSOECN): the payload is cut into
+//     hdr.GSOSize-byte segments, each behind a copy of the Ethernet, IP and
+//     TCP headers, with the IPv4 total length, ID (+1 per segment) and
+//     header checksum, or the IPv6 payload length, fixed; the TCP sequence
+//     number advanced; FIN and PSH kept on the last segment only and CWR on
+//     the first only; and the TCP checksum computed in full.
+//   - GSOUDPL4: the same for UDP datagrams, with the UDP length and checksum
+//     fixed.
+//
+// The header length is parsed from the frame (IPv4 options are fine), not
+// taken from hdr.HdrLen, which the kernel may set to its linear buffer
+// length. Errors: ErrGSOType (GSOUDP or unknown types), ErrGSOHeader,
+// ErrNotOffloadable, ErrMalformed, ErrTooManySegments, and io.ErrShortBuffer
+// if an outs[i] is too short (checked before anything is written). A bad
+// frame never panics.
+//
+// in and outs must not overlap. GSOSplit does not allocate and is safe for
+// concurrent use with distinct buffers.
+func GSOSplit(in []byte, hdr VirtioNetHdr, outs [][]byte, sizes []int, outOffset int) (int, error) {
+	if outOffset < 0 {
+		return 0, io.ErrShortBuffer
+	}
+	if !validGSOType(hdr.GSOType) {
+		return 0, ErrGSOType
+	}
+	if hdr.GSOType == GSONone {
+		if len(outs) < 1 || len(sizes) < 1 {
+			return 0, ErrTooManySegments
+		}
+		if len(outs[0])-outOffset < len(in) {
+			return 0, io.ErrShortBuffer
+		}
+		f := outs[0][outOffset : outOffset+len(in)]
+		copy(f, in)
+		if err := CompleteChecksum(f, hdr); err != nil {
+			return 0, err
+		}
+		sizes[0] = len(in)
+		return 1, nil
+	}
+
+	gsoType := hdr.GSOType &^ GSOECN
+	if gsoType == GSOUDP {
+		return 0, ErrGSOType
+	}
+	if len(in) < ethHdrLen {
+		return 0, ErrMalformed
+	}
+	var (
+		v4    bool
+		ipHL  int
+		proto uint8
+	)
+	switch binary.BigEndian.Uint16(in[12:]) {
+	case ethTypeIPv4:
+		if len(in) < ethHdrLen+ipv4MinHdrLen || in[ethHdrLen]>>4 != 4 {
+			return 0, ErrMalformed
+		}
+		ipHL = int(in[ethHdrLen]&0x0f) * 4
+		if ipHL < ipv4MinHdrLen || len(in) < ethHdrLen+ipHL {
+			return 0, ErrMalformed
+		}
+		if binary.BigEndian.Uint16(in[ethHdrLen+6:])&0x3fff != 0 {
+			return 0, ErrNotOffloadable // MF or a fragment offset
+		}
+		v4, proto = true, in[ethHdrLen+9]
+	case ethTypeIPv6:
+		if len(in) < ethHdrLen+ipv6HdrLen || in[ethHdrLen]>>4 != 6 {
+			return 0, ErrMalformed
+		}
+		ipHL, proto = ipv6HdrLen, in[ethHdrLen+6]
+	default:
+		return 0, ErrNotOffloadable
+	}
+	if proto != protoTCP && proto != protoUDP {
+		return 0, ErrNotOffloadable // IPv6 extension headers land here
+	}
+	tcp := gsoType == GSOTCPv4 || gsoType == GSOTCPv6
+	if tcp && (proto != protoTCP || v4 != (gsoType == GSOTCPv4)) ||
+		!tcp && proto != protoUDP {
+		return 0, ErrGSOHeader
+	}
+
+	l4Off := ethHdrLen + ipHL
+	l4HL, csumOff := udpHdrLen, udpCsumOffset
+	if tcp {
+		if len(in) < l4Off+tcpMinHdrLen {
+			return 0, ErrMalformed
+		}
+		l4HL, csumOff = int(in[l4Off+12]>>4)*4, tcpCsumOffset
+		if l4HL < tcpMinHdrLen {
+			return 0, ErrMalformed
+		}
+	}
+	hdrLen := l4Off + l4HL
+	if len(in) < hdrLen {
+		return 0, ErrMalformed
+	}
+	if hdr.Flags&FlagNeedsCsum != 0 && (int(hdr.CsumStart) != l4Off || int(hdr.CsumOffset) != csumOff) {
+		return 0, ErrGSOHeader
+	}
+	gso := int(hdr.GSOSize)
+	if int(hdr.HdrLen) > len(in) || gso == 0 {
+		return 0, ErrGSOHeader
+	}
+	payload := len(in) - hdrLen
+	first := min(gso, payload) // length of the first (longest) segment
+	ipLen := l4HL + first      // IPv6 payload length, UDP length
+	if v4 {
+		ipLen += ipHL // IPv4 total length
+	}
+	if ipLen > maxIPLen {
+		return 0, ErrGSOHeader
+	}
+	nseg := max(1, (payload+gso-1)/gso)
+	if nseg > len(outs) || nseg > len(sizes) {
+		return 0, ErrTooManySegments
+	}
+	for i := range nseg {
+		segLen := min(gso, payload-i*gso)
+		if len(outs[i])-outOffset < hdrLen+segLen {
+			return 0, io.ErrShortBuffer
+		}
+	}
+
+	const ip = ethHdrLen
+	var (
+		sum0  = pseudoHeaderSum(in, v4, proto) // addresses and protocol
+		seq   uint32
+		flags uint8
+		id    uint16
+	)
+	if tcp {
+		seq = binary.BigEndian.Uint32(in[l4Off+4:])
+		flags = in[l4Off+13]
+	}
+	if v4 {
+		id = binary.BigEndian.Uint16(in[ip+4:])
+	}
+	for i := range nseg {
+		start := hdrLen + i*gso
+		segLen := min(gso, len(in)-start)
+		out := outs[i][outOffset : outOffset+hdrLen+segLen]
+		copy(out, in[:hdrLen])
+		copy(out[hdrLen:], in[start:start+segLen])
+
+		l4Len := l4HL + segLen
+		if v4 {
+			binary.BigEndian.PutUint16(out[ip+2:], uint16(ipHL+l4Len))
+			binary.BigEndian.PutUint16(out[ip+4:], id+uint16(i))
+			out[ip+10], out[ip+11] = 0, 0
+			binary.BigEndian.PutUint16(out[ip+10:], ^FoldChecksum(Checksum(out[ip:ip+ipHL], 0)))
+		} else {
+			binary.BigEndian.PutUint16(out[ip+4:], uint16(l4Len))
+		}
+		if tcp {
+			binary.BigEndian.PutUint32(out[l4Off+4:], seq+uint32(i*gso))
+			f := flags
+			if i != nseg-1 {
+				f &^= tcpFlagFIN | tcpFlagPSH
+			}
+			if i != 0 {
+				f &^= tcpFlagCWR
+			}
+			out[l4Off+13] = f
+		} else {
+			binary.BigEndian.PutUint16(out[l4Off+4:], uint16(l4Len))
+		}
+		out[l4Off+csumOff], out[l4Off+csumOff+1] = 0, 0
+		c := ^FoldChecksum(Checksum(out[l4Off:], sum0+uint64(l4Len)))
+		if c == 0 && !tcp {
+			c = 0xffff // 0 means "no checksum" in UDP
+		}
+		binary.BigEndian.PutUint16(out[l4Off+csumOff:], c)
+		sizes[i] = len(out)
+	}
+	return nseg, nil
+}
+
+// pseudoHeaderSum is the running sum of the pseudo-header of the IP packet
+// in frame, without the length: addresses and protocol.
+func pseudoHeaderSum(frame []byte, v4 bool, proto uint8) uint64 {
+	if v4 {
+		return addrSum(frame[ethHdrLen+12:ethHdrLen+16], frame[ethHdrLen+16:ethHdrLen+20]) + uint64(proto)
+	}
+	return addrSum(frame[ethHdrLen+8:ethHdrLen+24], frame[ethHdrLen+24:ethHdrLen+40]) + uint64(proto)
+}
