@@ -46,6 +46,11 @@ import (
 // for the VXLAN header, written in place in front of the frame.
 const Headroom = HeaderLen
 
+// rxHeadroom is the room left in front of each received datagram: with the
+// VXLAN header, it makes tap.VirtioNetHdrLen bytes in front of the inner
+// frame, where a TAP with offloads writes its virtio-net header.
+const rxHeadroom = tap.VirtioNetHdrLen - HeaderLen
+
 const (
 	ethHeaderLen = 14
 	// maxDatagram is the receive buffer per datagram: the largest UDP
@@ -343,10 +348,13 @@ func (e *Engine) report(s Sighting) {
 func (e *Engine) receiveLoop() error {
 	batch := e.rx.BatchSize()
 	msgs := make([]Message, batch)
+	raws := make([][]byte, batch) // msgs[i].Buf with rxHeadroom in front
 	for i := range msgs {
-		msgs[i].Buf = make([]byte, maxDatagram)
+		raws[i] = make([]byte, rxHeadroom+maxDatagram)
+		msgs[i].Buf = raws[i][rxHeadroom:]
 	}
 	frames := make([][]byte, 0, batch)
+	const offset = rxHeadroom + HeaderLen // of the frames in raws
 
 	for {
 		n, err := e.rx.ReadBatch(msgs)
@@ -358,17 +366,17 @@ func (e *Engine) receiveLoop() error {
 		}
 		frames = frames[:0]
 		for i := 0; i < n; i++ {
-			if pkt, ok := e.accept(&msgs[i]); ok {
-				frames = append(frames, pkt)
+			if e.accept(&msgs[i]) {
+				frames = append(frames, raws[i][:rxHeadroom+msgs[i].N])
 			}
 		}
 		if len(frames) == 0 {
 			continue
 		}
-		w, err := e.writeTAP(frames, HeaderLen)
+		w, err := e.writeTAP(frames, offset)
 		for _, f := range frames[:w] {
 			e.c.rxPackets.Add(1)
-			e.c.rxBytes.Add(uint64(len(f) - HeaderLen))
+			e.c.rxBytes.Add(uint64(len(f) - offset))
 		}
 		if err != nil && isClosed(err) {
 			return nil
@@ -376,9 +384,9 @@ func (e *Engine) receiveLoop() error {
 	}
 }
 
-// accept validates one datagram and learns from it. It returns the datagram
-// (VXLAN header + frame) to write to the TAP at offset HeaderLen.
-func (e *Engine) accept(m *Message) ([]byte, bool) {
+// accept validates one datagram (VXLAN header + frame) and learns from it.
+// It reports whether the frame goes to the TAP.
+func (e *Engine) accept(m *Message) bool {
 	pkt := m.Buf[:m.N]
 	var h Header
 	if err := h.Unmarshal(pkt); err != nil {
@@ -390,30 +398,30 @@ func (e *Engine) accept(m *Message) ([]byte, bool) {
 		default:
 			e.c.drop(DropShortHeader)
 		}
-		return nil, false
+		return false
 	}
 	if h.VNI != e.cfg.VNI {
 		e.c.drop(DropWrongVNI)
-		return nil, false
+		return false
 	}
 	frame := pkt[HeaderLen:]
 	if len(frame) < ethHeaderLen {
 		e.c.drop(DropShortFrame)
-		return nil, false
+		return false
 	}
 	src := fdb.MAC(frame[6:12])
 	switch {
 	case src.IsMulticast() || src.IsZero():
 		e.c.drop(DropBadSrcMAC)
-		return nil, false
+		return false
 	case src == e.cfg.MAC:
 		e.c.drop(DropOwnMAC)
-		return nil, false
+		return false
 	}
 	if e.cfg.Learning {
 		e.learn(src, m.Addr.Addr())
 	}
-	return pkt, true
+	return true
 }
 
 // learn records src as living behind the VTEP at addr.

@@ -10,7 +10,13 @@ package encap
 //
 // Send (WriteBatch):
 //  1. Encode each destination into a preallocated sockaddr; a destination
-//     of the wrong family is skipped.
+//     of the wrong family is skipped. With UDP GSO (UDP_SEGMENT, Linux
+//     4.18+), consecutive messages to the same destination with the same
+//     length (the last one may be shorter) become one message with one
+//     iovec each and a UDP_SEGMENT control message: the kernel sends them
+//     as one super-datagram down the stack, cut into the same datagrams at
+//     the end (or by the NIC). A kernel that refuses it turns GSO off for
+//     the socket; the messages of the refused group are reported failed.
 //  2. sendmmsg from the head of the batch; a message the kernel refuses is
 //     skipped, and the rest are sent by the next call; on EAGAIN the
 //     goroutine parks until the socket is writable.
@@ -36,6 +42,10 @@ const (
 	defaultBatchSize    = 64
 	maxBatchSize        = 1024 // UIO_MAXIOV: the kernel caps vlen there
 	defaultSocketBuffer = 4 << 20
+	// maxGSOSegments and maxGSOBytes bound one UDP GSO send: the kernel's
+	// UDP_MAX_SEGMENTS, and the largest UDP payload.
+	maxGSOSegments = 64
+	maxGSOBytes    = 65507
 )
 
 // errAddrFamily is wrapped by WriteBatch for a message whose address does
@@ -53,6 +63,9 @@ type UDPOptions struct {
 	// SO_SNDBUFFORCE first, which pass the net.core.[rw]mem_max limits
 	// when the process has CAP_NET_ADMIN; otherwise the kernel caps it.
 	SocketBuffer int
+
+	// NoGSO turns UDP GSO off (it is on wherever the kernel has it).
+	NoGSO bool
 }
 
 // UDPConn is a UDP socket that sends and receives in batches with
@@ -71,6 +84,9 @@ type UDPConn struct {
 	closed atomic.Bool
 
 	r, w mmsgBatch
+	// gso says UDP_SEGMENT works on this socket (probed at open, turned
+	// off when the kernel refuses a send).
+	gso atomic.Bool
 	// recvFn and sendFn are c.recv and c.send, bound once: passing a
 	// method value to RawConn.Read would allocate on every call.
 	recvFn, sendFn func(fd uintptr) bool
@@ -84,6 +100,8 @@ type mmsgBatch struct {
 	hdrs  []unix.Mmsghdr
 	iovs  []unix.Iovec
 	names []unix.RawSockaddrInet6 // big enough for IPv4 too
+	cmsgs [][]byte                // send: the UDP_SEGMENT control message of hdrs[i]
+	cnt   []int                   // send: messages (iovecs) in hdrs[i]
 
 	n     int        // messages in hdrs for this system call loop
 	head  int        // send: first message not yet sent or skipped
@@ -97,12 +115,18 @@ func newMmsgBatch(n int) mmsgBatch {
 		hdrs:  make([]unix.Mmsghdr, n),
 		iovs:  make([]unix.Iovec, n),
 		names: make([]unix.RawSockaddrInet6, n),
+		cmsgs: make([][]byte, n),
+		cnt:   make([]int, n),
 	}
 	for i := range b.hdrs {
 		h := &b.hdrs[i].Hdr
 		h.Name = (*byte)(unsafe.Pointer(&b.names[i]))
 		h.Iov = &b.iovs[i]
 		h.SetIovlen(1)
+		b.cmsgs[i] = make([]byte, unix.CmsgSpace(2))
+		cm := (*unix.Cmsghdr)(unsafe.Pointer(&b.cmsgs[i][0]))
+		cm.Level, cm.Type = unix.SOL_UDP, unix.UDP_SEGMENT
+		cm.SetLen(unix.CmsgLen(2))
 	}
 	return b
 }
@@ -199,8 +223,13 @@ func listenUDP(laddr netip.AddrPort, opts UDPOptions) (*UDPConn, error) {
 	}
 	c.recvFn = c.recv
 	c.sendFn = c.send
+	// UDP GSO: a kernel without it refuses the option.
+	c.gso.Store(!opts.NoGSO && unix.SetsockoptInt(fd, unix.SOL_UDP, unix.UDP_SEGMENT, 0) == nil)
 	return c, nil
 }
+
+// GSO reports whether sends use UDP GSO.
+func (c *UDPConn) GSO() bool { return c.gso.Load() }
 
 // setupSocket sets the socket options ListenUDP promises.
 func setupSocket(fd, family, bufSize int) error {
@@ -314,9 +343,11 @@ func (c *UDPConn) recv(fd uintptr) bool {
 func (c *UDPConn) WriteBatch(msgs []Message) (int, error) {
 	w := &c.w
 	w.done, w.err = 0, nil
+	gso := c.gso.Load()
 	for len(msgs) > 0 {
 		w.n, w.head = 0, 0
-		for len(msgs) > 0 && w.n < c.batch {
+		iov := 0 // next free iovec
+		for len(msgs) > 0 && w.n < c.batch && iov < len(w.iovs) {
 			m := &msgs[0]
 			namelen := c.putRawAddrPort(&w.names[w.n], m.Addr)
 			if namelen == 0 {
@@ -329,21 +360,65 @@ func (c *UDPConn) WriteBatch(msgs []Message) (int, error) {
 				msgs = msgs[1:]
 				continue
 			}
-			w.hdrs[w.n].Hdr.Namelen = namelen
-			setIovec(&w.iovs[w.n], m.Buf[:m.N])
+			// With GSO, the group: the messages after m to the same
+			// destination with m's length, and one shorter one to end it.
+			k := 1
+			if gso {
+				total := m.N
+				for k < len(msgs) && k < maxGSOSegments && iov+k < len(w.iovs) {
+					next := &msgs[k]
+					if next.Addr != m.Addr || next.N > m.N || next.N == 0 || total+next.N > maxGSOBytes {
+						break
+					}
+					total += next.N
+					k++
+					if next.N < m.N {
+						break
+					}
+				}
+			}
+			h := &w.hdrs[w.n].Hdr
+			h.Namelen = namelen
+			h.Iov = &w.iovs[iov]
+			h.SetIovlen(k)
+			for j := range k {
+				setIovec(&w.iovs[iov+j], msgs[j].Buf[:msgs[j].N])
+			}
+			if k > 1 {
+				putSegment(w.cmsgs[w.n], uint16(m.N))
+				h.Control = &w.cmsgs[w.n][0]
+				h.SetControllen(len(w.cmsgs[w.n]))
+			} else {
+				h.Control = nil
+				h.SetControllen(0)
+			}
+			w.cnt[w.n] = k
+			iov += k
 			w.n++
-			msgs = msgs[1:]
+			msgs = msgs[k:]
 		}
 		if w.n == 0 {
 			continue
 		}
 		err := c.rc.Write(c.sendFn)
-		w.release()
+		w.releaseSend(iov)
 		if err != nil {
 			return w.done, c.pollError("write", err)
 		}
 	}
 	return w.done, w.err
+}
+
+// putSegment sets the segment size of a UDP_SEGMENT control message.
+func putSegment(cmsg []byte, size uint16) {
+	*(*uint16)(unsafe.Pointer(&cmsg[unix.CmsgLen(0)])) = size
+}
+
+// releaseSend forgets the caller's buffers after a send.
+func (b *mmsgBatch) releaseSend(iovs int) {
+	for i := range iovs {
+		b.iovs[i].Base = nil
+	}
 }
 
 // send is the RawConn.Write callback of WriteBatch. It returns false to
@@ -356,14 +431,19 @@ func (c *UDPConn) send(fd uintptr) bool {
 			uintptr(unsafe.Pointer(&w.hdrs[w.head])), uintptr(w.n-w.head), 0, 0, 0)
 		switch errno {
 		case 0:
-			w.head += int(n)
-			w.done += int(n)
+			for range int(n) {
+				w.done += w.cnt[w.head]
+				w.head++
+			}
 		case unix.EINTR:
 		case unix.EAGAIN:
 			return false
 		default:
 			// sendmmsg stops at the first failing message and reports the
 			// error only when it is the first one: skip it.
+			if w.cnt[w.head] > 1 && (errno == unix.EIO || errno == unix.EINVAL || errno == unix.ENOPROTOOPT) {
+				c.gso.Store(false) // the kernel or the device refuses GSO
+			}
 			if w.err == nil {
 				dst := rawAddrPort(&w.names[w.head])
 				w.err = fmt.Errorf("encap: write to %s from %s: %w", dst, c.laddr, os.NewSyscallError("sendmmsg", errno))

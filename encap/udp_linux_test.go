@@ -430,3 +430,52 @@ func BenchmarkUDPLoopback(b *testing.B) {
 		})
 	}
 }
+
+// Runs of equal-sized datagrams to one destination go out as UDP GSO
+// super-datagrams; the receiver still gets every datagram as it was sent,
+// also across groups, batches, destinations and a shorter last datagram.
+func TestUDPWriteBatchGSO(t *testing.T) {
+	for _, noGSO := range []bool{false, true} {
+		t.Run(fmt.Sprintf("NoGSO=%v", noGSO), func(t *testing.T) {
+			tx := listen(t, "127.0.0.1:0", encap.UDPOptions{NoGSO: noGSO})
+			rx1 := listen(t, "127.0.0.1:0", encap.UDPOptions{})
+			rx2 := listen(t, "127.0.0.2:0", encap.UDPOptions{})
+			watchdog(t, rx1)
+			watchdog(t, rx2)
+			if tx.GSO() == noGSO {
+				t.Logf("GSO() = %v with NoGSO %v (a kernel without UDP_SEGMENT?)", tx.GSO(), noGSO)
+			}
+			var out, to1, to2 []encap.Message
+			add := func(dst *encap.UDPConn, n, size int) {
+				for range n {
+					b := make([]byte, size)
+					for j := range b {
+						b[j] = byte(len(out) + j)
+					}
+					m := encap.Message{Buf: b, N: size, Addr: dst.LocalAddr()}
+					out = append(out, m)
+					if dst == rx1 {
+						to1 = append(to1, m)
+					} else {
+						to2 = append(to2, m)
+					}
+				}
+			}
+			add(rx1, 150, 1000) // more than a group (64) and a batch
+			add(rx1, 1, 300)    // a shorter one ends the group
+			add(rx2, 70, 1400)  // another destination
+			add(rx1, 3, 1400)   // larger than the group before: a new group
+			add(rx2, 1, 20)
+			sent, err := tx.WriteBatch(out)
+			if sent != len(out) || err != nil {
+				t.Fatalf("WriteBatch: got (%d, %v), want (%d, nil)", sent, err, len(out))
+			}
+			in1, in2 := buffers(len(to1), 2000), buffers(len(to2), 2000)
+			readAll(t, rx1, in1)
+			readAll(t, rx2, in2)
+			if !slices.Equal(payloads(in1), payloads(to1)) || !slices.Equal(payloads(in2), payloads(to2)) {
+				t.Errorf("the datagrams read differ from those sent")
+			}
+		})
+	}
+}

@@ -26,8 +26,20 @@ type Config struct {
 	MTU int
 	// Addrs are added to the interface (an address already present is fine).
 	Addrs []netip.Prefix
-	// BatchSize is the most frames one Read returns; default 64.
+	// BatchSize is the most frames one Read returns; default 64, and 128
+	// with Offload.
 	BatchSize int
+	// Offload opens the TAP with a virtio-net header (IFF_VNET_HDR) and
+	// turns on checksum, TSO4/6 and (where the kernel has them) USO4/6
+	// offloads: the kernel then hands over TCP and UDP super-frames of up to
+	// 64 KB, which Read splits into MTU-sized frames (GSOSplit), and Write
+	// coalesces consecutive segments of a flow into such super-frames
+	// (GRO) so the kernel takes them in one write. Device semantics do not
+	// change: Read returns MTU-sized frames. Write coalesces into the spare
+	// capacity of the buffers (cap, beyond len): give it buffers of
+	// offset+14+65535 bytes capacity, and an offset of at least
+	// VirtioNetHdrLen, or frames are written one by one.
+	Offload bool
 }
 
 // Errors returned by Open when the host cannot give us a TAP.
@@ -63,6 +75,19 @@ type TAP struct {
 	wOff  int
 	wN    int
 	wErr  error
+
+	// Offload (see Config.Offload).
+	vnet    bool
+	offload int    // the TUN_F_* flags the kernel accepted
+	sbuf    []byte // a super-frame read from the TAP, with its virtio header
+	pending int    // bytes of sbuf waiting to be split; 0: none
+	gro     *GRO
+	gBufs   [][]byte // Write's frames extended to their capacity, for GRO
+	gSizes  []int
+	gOut    [][]byte // frames being written; nil between Writes
+	gNext   int      // gOut[:gNext] are written
+	zeroHdr [VirtioNetHdrLen]byte
+	drops   atomic.Uint64 // super-frames that could not be split
 }
 
 var _ Device = (*TAP)(nil)
@@ -83,28 +108,41 @@ func Open(cfg Config) (*TAP, error) {
 	if existed && link.Type() != "tuntap" {
 		return nil, fmt.Errorf("tap: %s exists and is a %s device, not a TAP; choose another --dev", cfg.Name, link.Type())
 	}
-	ifce, err := water.New(water.Config{
-		DeviceType:             water.TAP,
-		PlatformSpecificParams: water.PlatformSpecificParams{Name: cfg.Name, Persist: existed},
-	})
+	var (
+		f    *os.File
+		name string
+		err  error
+		t    = &TAP{batch: cfg.BatchSize}
+	)
+	if cfg.Offload {
+		f, name, t.offload, err = openVnet(cfg.Name, existed)
+		t.vnet = true
+		if t.batch <= 0 {
+			t.batch = 2 * defaultBatches
+		}
+	} else {
+		f, name, err = openWater(cfg.Name, existed)
+	}
 	if err != nil {
 		if errors.Is(err, unix.EPERM) || errors.Is(err, os.ErrPermission) {
 			return nil, fmt.Errorf("tap: open %s: %w", cfg.Name, ErrNoNetAdmin)
 		}
 		return nil, fmt.Errorf("tap: open %s: %w", cfg.Name, err)
 	}
-	f, ok := ifce.ReadWriteCloser.(*os.File)
-	if !ok {
-		ifce.Close()
-		return nil, errNotTAPFile
-	}
-	t := &TAP{file: f, name: ifce.Name(), batch: cfg.BatchSize}
+	t.file, t.name = f, name
 	if t.batch <= 0 {
 		t.batch = defaultBatches
 	}
 	if err := t.setup(cfg); err != nil {
 		f.Close()
 		return nil, err
+	}
+	if t.vnet {
+		t.sbuf = make([]byte, VirtioNetHdrLen+maxSuperFrame)
+		t.gro = NewGRO(t.batch)
+		t.gro.SetUDP(t.offload&unix.TUN_F_USO4 != 0)
+		t.gBufs = make([][]byte, t.batch)
+		t.gSizes = make([]int, t.batch)
 	}
 	if t.rc, err = f.SyscallConn(); err != nil {
 		f.Close()
@@ -113,6 +151,71 @@ func Open(cfg Config) (*TAP, error) {
 	t.rd = t.readFd
 	t.wr = t.writeFd
 	return t, nil
+}
+
+// maxSuperFrame is the largest frame a TAP with TSO hands over: a 64 KB IP
+// packet and its Ethernet header (with a VLAN tag).
+const maxSuperFrame = 65535 + 14 + 4
+
+// openWater opens the TAP through songgao/water (no offloads).
+func openWater(name string, existed bool) (*os.File, string, error) {
+	// water sets TUNSETPERSIST from Config.Persist: opening an existing
+	// persistent TAP with Persist false would make it vanish on Close.
+	ifce, err := water.New(water.Config{
+		DeviceType:             water.TAP,
+		PlatformSpecificParams: water.PlatformSpecificParams{Name: name, Persist: existed},
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	f, ok := ifce.ReadWriteCloser.(*os.File)
+	if !ok {
+		ifce.Close()
+		return nil, "", errNotTAPFile
+	}
+	return f, ifce.Name(), nil
+}
+
+// openVnet opens the TAP with IFF_VNET_HDR and turns on the offloads:
+// checksum, TSO4, TSO6 (with ECN), and USO4/USO6 where the kernel has them
+// (Linux 6.2+). It returns the TUN_F_* flags in force. An existing TAP is
+// attached to and stays persistent.
+func openVnet(name string, existed bool) (*os.File, string, int, error) {
+	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, "", 0, err
+	}
+	ifr, err := unix.NewIfreq(name)
+	if err != nil {
+		unix.Close(fd)
+		return nil, "", 0, err
+	}
+	ifr.SetUint16(unix.IFF_TAP | unix.IFF_NO_PI | unix.IFF_VNET_HDR)
+	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
+		unix.Close(fd)
+		return nil, "", 0, fmt.Errorf("TUNSETIFF: %w", err)
+	}
+	if err := unix.IoctlSetInt(fd, unix.TUNSETPERSIST, boolInt(existed)); err != nil {
+		unix.Close(fd)
+		return nil, "", 0, fmt.Errorf("TUNSETPERSIST: %w", err)
+	}
+	base := unix.TUN_F_CSUM | unix.TUN_F_TSO4 | unix.TUN_F_TSO6 | unix.TUN_F_TSO_ECN
+	flags := base | unix.TUN_F_USO4 | unix.TUN_F_USO6
+	if err := unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, flags); err != nil {
+		flags = base // a kernel without USO
+		if err := unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, flags); err != nil {
+			unix.Close(fd)
+			return nil, "", 0, fmt.Errorf("TUNSETOFFLOAD: %w", err)
+		}
+	}
+	return os.NewFile(uintptr(fd), "/dev/net/tun"), ifr.Name(), flags, nil
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // setup programs MAC, MTU, addresses and link state through netlink.
@@ -135,6 +238,12 @@ func (t *TAP) setup(cfg Config) error {
 		a := &netlink.Addr{IPNet: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}}
 		if err := netlink.AddrReplace(link, a); err != nil {
 			return fmt.Errorf("tap: add address %s to %s: %w", p, t.name, err)
+		}
+	}
+	if t.vnet {
+		// Never more segments in a super-frame than one Read returns.
+		if err := netlink.LinkSetGSOMaxSegs(link, t.batch); err != nil {
+			return fmt.Errorf("tap: set gso_max_segs %d on %s: %w", t.batch, t.name, err)
 		}
 	}
 	if err := netlink.LinkSetUp(link); err != nil {
@@ -167,6 +276,9 @@ func (t *TAP) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 // readFd is the RawConn callback of Read: it returns false (wait for
 // readiness) only when nothing has been read yet.
 func (t *TAP) readFd(fd uintptr) bool {
+	if t.vnet {
+		return t.readVnet(fd)
+	}
 	for t.rN < len(t.rBufs) {
 		n, err := unix.Read(int(fd), t.rBufs[t.rN][t.rOff:])
 		switch {
@@ -184,6 +296,60 @@ func (t *TAP) readFd(fd uintptr) bool {
 	return true
 }
 
+// readVnet reads super-frames and splits them into the caller's buffers
+// until they are full or the TAP is empty. A super-frame that does not fit
+// the buffers left waits in sbuf for the next Read.
+func (t *TAP) readVnet(fd uintptr) bool {
+	for t.rN < len(t.rBufs) {
+		if t.pending == 0 {
+			n, err := unix.Read(int(fd), t.sbuf)
+			switch {
+			case err == unix.EINTR:
+				continue
+			case err == unix.EAGAIN:
+				return t.rN > 0
+			case err != nil:
+				t.rErr = fmt.Errorf("tap: read %s: %w", t.name, err)
+				return true
+			}
+			t.pending = n
+		}
+		var h VirtioNetHdr
+		if t.pending < VirtioNetHdrLen || h.Decode(t.sbuf) != nil {
+			t.pending = 0
+			t.drops.Add(1)
+			continue
+		}
+		n, err := GSOSplit(t.sbuf[VirtioNetHdrLen:t.pending], h, t.rBufs[t.rN:], t.rSize[t.rN:], t.rOff)
+		if errors.Is(err, ErrTooManySegments) && t.rN > 0 {
+			return true // the rest next time
+		}
+		t.pending = 0
+		if err != nil {
+			t.drops.Add(1)
+			continue
+		}
+		t.rN += n
+	}
+	return true
+}
+
+// OffloadDrops counts the frames read with a virtio-net header that could
+// not be split (malformed, or more segments than a batch).
+func (t *TAP) OffloadDrops() uint64 { return t.drops.Load() }
+
+// Offloads describes the offloads in force, for logs: "" without Offload.
+func (t *TAP) Offloads() string {
+	if !t.vnet {
+		return ""
+	}
+	s := "csum,tso4,tso6"
+	if t.offload&unix.TUN_F_USO4 != 0 {
+		s += ",uso4,uso6"
+	}
+	return s
+}
+
 // Write implements Device. A TAP takes one frame per write(2).
 func (t *TAP) Write(bufs [][]byte, offset int) (int, error) {
 	t.wBufs, t.wOff, t.wN, t.wErr = bufs, offset, 0, nil
@@ -197,6 +363,9 @@ func (t *TAP) Write(bufs [][]byte, offset int) (int, error) {
 }
 
 func (t *TAP) writeFd(fd uintptr) bool {
+	if t.vnet {
+		return t.writeVnet(fd)
+	}
 	for t.wN < len(t.wBufs) {
 		_, err := unix.Write(int(fd), t.wBufs[t.wN][t.wOff:])
 		switch {
@@ -211,6 +380,77 @@ func (t *TAP) writeFd(fd uintptr) bool {
 		t.wN++
 	}
 	return true
+}
+
+// writeVnet coalesces the frames (GRO) and writes each result with its
+// virtio-net header. With less headroom than a header it writes each frame
+// with a zero header (writev). wN counts the caller's frames: all of them
+// once the coalesced frames are written. A write that would block resumes
+// where it stopped (gOut, gNext): the coalesced frames are not rebuilt.
+func (t *TAP) writeVnet(fd uintptr) bool {
+	if t.wOff < VirtioNetHdrLen {
+		for t.wN < len(t.wBufs) {
+			iov := [2][]byte{t.zeroHdr[:], t.wBufs[t.wN][t.wOff:]}
+			_, err := unix.Writev(int(fd), iov[:])
+			switch {
+			case err == unix.EINTR:
+				continue
+			case err == unix.EAGAIN:
+				return false
+			case err != nil:
+				t.wErr = fmt.Errorf("tap: write %s: %w", t.name, err)
+				return true
+			}
+			t.wN++
+		}
+		return true
+	}
+	if t.gOut == nil {
+		if err := t.coalesce(); err != nil {
+			t.wErr = err
+			return true
+		}
+	}
+	for t.gNext < len(t.gOut) {
+		_, err := unix.Write(int(fd), t.gOut[t.gNext][t.wOff-VirtioNetHdrLen:])
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err == unix.EAGAIN:
+			return false
+		case err != nil:
+			t.wErr = fmt.Errorf("tap: write %s: %w", t.name, err)
+			t.gOut, t.gNext = nil, 0
+			return true
+		}
+		t.gNext++
+	}
+	t.wN = len(t.wBufs)
+	t.gOut, t.gNext = nil, 0
+	return true
+}
+
+// coalesce fills gOut with the frames to write: the GRO result, or, for a
+// batch larger than GRO's, the frames as they are with a zero header.
+func (t *TAP) coalesce() error {
+	if len(t.wBufs) > len(t.gBufs) {
+		for _, b := range t.wBufs {
+			copy(b[t.wOff-VirtioNetHdrLen:t.wOff], t.zeroHdr[:])
+		}
+		t.gOut = t.wBufs
+		return nil
+	}
+	for i, b := range t.wBufs {
+		t.gBufs[i] = b[:cap(b)]
+		t.gSizes[i] = len(b) - t.wOff
+	}
+	out, err := t.gro.Coalesce(t.gBufs[:len(t.wBufs)], t.gSizes, t.wOff)
+	clear(t.gBufs)
+	if err != nil {
+		return fmt.Errorf("tap: write %s: %w", t.name, err)
+	}
+	t.gOut = out
+	return nil
 }
 
 // BatchSize implements Device.

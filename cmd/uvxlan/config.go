@@ -32,6 +32,7 @@ type Config struct {
 	MTU      int
 	Peers    []netip.AddrPort
 	Learning bool
+	Offload  bool // TAP offloads (virtio-net header, TSO, GRO)
 	Ageing   time.Duration
 	FDBMax   int
 	StateDir string // empty: nothing persisted
@@ -81,6 +82,7 @@ func configFromCLI(c *cli.Context) (Config, error) {
 		Name:     c.String("name"),
 		Dev:      c.String("dev"),
 		Learning: c.Bool("learning"),
+		Offload:  c.Bool("offload"),
 		Ageing:   c.Duration("ageing"),
 		FDBMax:   c.Int("fdb-max"),
 		StateDir: c.String("state-dir"),

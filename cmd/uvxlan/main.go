@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -152,6 +153,7 @@ containers use (Docker: --bip=$FLANNEL_SUBNET --mtu=$FLANNEL_MTU).
 			&cli.StringFlag{Name: "mac", Usage: "TAP `MAC` (default: kept from --state-dir, else derived from --name and --local, so it survives restarts)", EnvVars: env("mac")},
 			&cli.IntFlag{Name: "mtu", Usage: "TAP MTU (default: underlay MTU - 50)", EnvVars: env("mtu")},
 			&cli.StringSliceFlag{Name: "peer", Usage: "static VTEP `IP[:PORT]` to flood to, repeatable (kernel VXLAN devices, switches, other agents)", EnvVars: env("peer")},
+			&cli.BoolFlag{Name: "offload", Value: true, Usage: "open the TAP with a virtio-net header and TSO/checksum offloads: 64 KB super-frames are split and coalesced in userspace (falls back to plain frames where the kernel refuses)", EnvVars: env("offload")},
 			&cli.BoolFlag{Name: "learning", Value: true, Usage: "learn MAC -> VTEP from received frames", EnvVars: env("learning")},
 			&cli.DurationFlag{Name: "ageing", Value: 300 * time.Second, Usage: "forget learned MACs not seen for this long", EnvVars: env("ageing")},
 			&cli.IntFlag{Name: "fdb-max", Value: 16384, Usage: "most FDB entries; learning stops (and is counted) beyond", EnvVars: env("fdb-max")},
@@ -172,6 +174,7 @@ containers use (Docker: --bip=$FLANNEL_SUBNET --mtu=$FLANNEL_MTU).
 			&cli.BoolFlag{Name: "ip-masq", Category: "routed overlay (flannel mode)", Usage: "masquerade traffic from the cluster network to destinations outside it (nftables or iptables; removed at exit)", EnvVars: env("ip-masq")},
 			&cli.StringFlag{Name: "metrics", Usage: "serve Prometheus metrics at http://`ADDR`/metrics, e.g. 127.0.0.1:9464 (default: off)", EnvVars: env("metrics")},
 			&cli.StringFlag{Name: "config", Usage: "YAML `FILE` with the same keys as these flags; flags and UVXLAN_* variables win over it", EnvVars: env("config")},
+			&cli.StringFlag{Name: "cpu-profile", Usage: "write a CPU profile (go tool pprof) to `FILE` from start to exit", EnvVars: env("cpu-profile")},
 		},
 		Action: func(c *cli.Context) error {
 			if c.Args().Present() {
@@ -189,6 +192,17 @@ containers use (Docker: --bip=$FLANNEL_SUBNET --mtu=$FLANNEL_MTU).
 			cfg, err := configFromCLI(c)
 			if err != nil {
 				return err
+			}
+			if path := c.String("cpu-profile"); path != "" {
+				f, err := os.Create(path)
+				if err != nil {
+					return badFlag("cpu-profile", path, "%v", err)
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return badFlag("cpu-profile", path, "%v", err)
+				}
+				defer pprof.StopCPUProfile()
 			}
 			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
 			defer stop()

@@ -96,7 +96,7 @@ func NewNode(cfg Config, log *slog.Logger) (n *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
-	tcfg := tap.Config{Name: cfg.Dev, MTU: cfg.MTU}
+	tcfg := tap.Config{Name: cfg.Dev, MTU: cfg.MTU, Offload: cfg.Offload}
 	if !mac.IsZero() {
 		tcfg.MAC = net.HardwareAddr(mac[:])
 	}
@@ -104,6 +104,11 @@ func NewNode(cfg Config, log *slog.Logger) (n *Node, err error) {
 		tcfg.Addrs = []netip.Prefix{cfg.Address}
 	}
 	dev, err := tap.Open(tcfg)
+	if err != nil && tcfg.Offload && !errors.Is(err, tap.ErrNoNetAdmin) && !errors.Is(err, tap.ErrNoTUN) {
+		log.Warn("TAP offloads refused; using plain frames", "err", err)
+		tcfg.Offload = false
+		dev, err = tap.Open(tcfg)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -320,7 +325,7 @@ func (n *Node) Run(ctx context.Context) error {
 	if n.metrics != nil {
 		spawn(n.metrics.Serve)
 	}
-	n.log.Info("uvxlan running", "name", n.cfg.Name, "dev", n.dev.Name(), "mac", n.mac,
+	n.log.Info("uvxlan running", "name", n.cfg.Name, "dev", n.dev.Name(), "mac", n.mac, "offloads", n.dev.Offloads(),
 		"vni", n.cfg.VNI, "local", n.cfg.Local, "port", n.cfg.Port, "mtu", n.dev.MTU(),
 		"peers", len(n.cfg.Peers), "gossip", n.gossip.Addr(), "join", strings.Join(n.cfg.Join, ","),
 		"control", n.cfg.Control, "metrics", n.cfg.Metrics)
