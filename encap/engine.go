@@ -344,7 +344,10 @@ func (e *Engine) report(s Sighting) {
 }
 
 // receiveLoop reads datagrams from the underlay and writes their frames to
-// the TAP.
+// the TAP. A message in which the kernel coalesced a run of datagrams (UDP
+// GRO) is cut into its datagrams, each copied into a buffer of its own, so
+// that the TAP can coalesce their frames in turn (GRO on the TAP side appends
+// into a frame's buffer, which must not overlap the next frame).
 func (e *Engine) receiveLoop() error {
 	batch := e.rx.BatchSize()
 	msgs := make([]Message, batch)
@@ -354,7 +357,7 @@ func (e *Engine) receiveLoop() error {
 		msgs[i].Buf = raws[i][rxHeadroom:]
 	}
 	frames := make([][]byte, 0, batch)
-	const offset = rxHeadroom + HeaderLen // of the frames in raws
+	var segBufs, segs [][]byte // for runs of datagrams; allocated at the first
 
 	for {
 		n, err := e.rx.ReadBatch(msgs)
@@ -366,22 +369,66 @@ func (e *Engine) receiveLoop() error {
 		}
 		frames = frames[:0]
 		for i := 0; i < n; i++ {
-			if e.accept(&msgs[i]) {
-				frames = append(frames, raws[i][:rxHeadroom+msgs[i].N])
+			m := &msgs[i]
+			if m.Seg <= 0 || m.N <= m.Seg {
+				if e.accept(m) {
+					frames = append(frames, raws[i][:rxHeadroom+m.N])
+				}
+				continue
+			}
+			if segBufs == nil {
+				segBufs = make([][]byte, maxGROSegments)
+				for j := range segBufs {
+					segBufs[j] = make([]byte, rxHeadroom+maxDatagram)
+				}
+				segs = make([][]byte, 0, maxGROSegments)
+			}
+			if e.deliver(frames) { // keep the order of the datagrams
+				return nil
+			}
+			frames = frames[:0]
+			segs = segs[:0]
+			for off := 0; off < m.N; off += m.Seg {
+				if len(segs) == len(segBufs) {
+					if e.deliver(segs) {
+						return nil
+					}
+					segs = segs[:0]
+				}
+				b := segBufs[len(segs)]
+				sm := Message{Buf: b[rxHeadroom:], Addr: m.Addr}
+				sm.N = copy(sm.Buf, m.Buf[off:min(off+m.Seg, m.N)])
+				if e.accept(&sm) {
+					segs = append(segs, b[:rxHeadroom+sm.N])
+				}
+			}
+			if e.deliver(segs) {
+				return nil
 			}
 		}
-		if len(frames) == 0 {
-			continue
-		}
-		w, err := e.writeTAP(frames, offset)
-		for _, f := range frames[:w] {
-			e.c.rxPackets.Add(1)
-			e.c.rxBytes.Add(uint64(len(f) - offset))
-		}
-		if err != nil && isClosed(err) {
+		if e.deliver(frames) {
 			return nil
 		}
 	}
+}
+
+// maxGROSegments bounds the datagrams the kernel coalesces into one
+// message (UDP_GRO_CNT_MAX is 64).
+const maxGROSegments = 64
+
+// deliver writes frames (datagrams with rxHeadroom in front) to the TAP and
+// counts them. It reports whether the TAP is closed.
+func (e *Engine) deliver(frames [][]byte) (closed bool) {
+	if len(frames) == 0 {
+		return false
+	}
+	const offset = rxHeadroom + HeaderLen
+	w, err := e.writeTAP(frames, offset)
+	for _, f := range frames[:w] {
+		e.c.rxPackets.Add(1)
+		e.c.rxBytes.Add(uint64(len(f) - offset))
+	}
+	return err != nil && isClosed(err)
 }
 
 // accept validates one datagram (VXLAN header + frame) and learns from it.

@@ -344,3 +344,46 @@ func BenchmarkEngineAccept(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pkts/s")
 }
+
+// A run of datagrams coalesced by the kernel (UDP GRO) is cut at the
+// segment size: each good one reaches the TAP as its own frame, in order,
+// and a bad one among them is dropped and counted on its own.
+func TestEngineReceiveGRORun(t *testing.T) {
+	var n fakeNet
+	a := startNode(t, &n, macA, vtepA, nil, true)
+	const seg = 8 + 14 + 100
+	var run []byte
+	for i := range 70 { // more than one message's worth of segments (64)
+		vni := testVNI
+		if i == 3 {
+			vni++ // a bad one in the middle
+		}
+		f := ethFrame(macA, macB, 100)
+		f[14] = byte(i)
+		run = append(run, vxlanDatagram(goodHeader(vni), f)...)
+	}
+	last := ethFrame(macA, macB, 10) // a shorter last one
+	last[14] = 70
+	run = append(run, vxlanDatagram(goodHeader(testVNI), last)...)
+	a.conn.in <- datagram{b: run, from: vtepB, seg: seg}
+	eventually(t, "70 frames delivered", func() bool { return len(a.dev.written()) == 70 })
+	got := a.dev.written()
+	for i, f := range got {
+		want := byte(i)
+		if i >= 3 {
+			want++ // after the dropped one
+		}
+		if f[14] != want {
+			t.Fatalf("frame %d carries %d, want %d", i, f[14], want)
+		}
+	}
+	if len(got[69]) != 14+10 {
+		t.Errorf("the short last frame is %d bytes", len(got[69]))
+	}
+	if d := a.eng.Stats().Drops["wrong_vni"]; d != 1 {
+		t.Errorf("wrong_vni = %d, want 1", d)
+	}
+	if vtep, ok := a.table.Lookup(testVNI, macB); !ok || vtep != vtepB {
+		t.Errorf("not learned from the run: %v %v", vtep, ok)
+	}
+}

@@ -67,6 +67,7 @@ type fakeNet struct {
 type datagram struct {
 	b    []byte
 	from netip.AddrPort
+	seg  int // a run of datagrams coalesced by UDP GRO, of this size
 }
 
 type fakeConn struct {
@@ -93,6 +94,7 @@ func (c *fakeConn) ReadBatch(msgs []Message) (int, error) {
 	case d := <-c.in:
 		msgs[0].N = copy(msgs[0].Buf, d.b)
 		msgs[0].Addr = d.from
+		msgs[0].Seg = d.seg
 		return 1, nil
 	case <-c.closed:
 		return 0, net.ErrClosed

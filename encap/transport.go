@@ -11,6 +11,10 @@ type Message struct {
 	Buf  []byte
 	N    int
 	Addr netip.AddrPort
+	// Seg, set by ReadBatch on a socket with UDP GRO, is the size of the
+	// datagrams the kernel coalesced into Buf[:N]: every Seg bytes start a
+	// datagram (the last one may be shorter). 0: Buf[:N] is one datagram.
+	Seg int
 }
 
 // Transport sends and receives UDP datagrams in batches. The engine sees only

@@ -66,6 +66,11 @@ type UDPOptions struct {
 
 	// NoGSO turns UDP GSO off (it is on wherever the kernel has it).
 	NoGSO bool
+
+	// GRO turns UDP GRO on (UDP_GRO, Linux 5.0+): the kernel may hand
+	// over a run of datagrams of one flow as one message, with
+	// Message.Seg set. Ignored where the kernel does not have it.
+	GRO bool
 }
 
 // UDPConn is a UDP socket that sends and receives in batches with
@@ -87,6 +92,7 @@ type UDPConn struct {
 	// gso says UDP_SEGMENT works on this socket (probed at open, turned
 	// off when the kernel refuses a send).
 	gso atomic.Bool
+	gro bool // UDP_GRO is on: received messages may carry a segment size
 	// recvFn and sendFn are c.recv and c.send, bound once: passing a
 	// method value to RawConn.Read would allocate on every call.
 	recvFn, sendFn func(fd uintptr) bool
@@ -123,7 +129,7 @@ func newMmsgBatch(n int) mmsgBatch {
 		h.Name = (*byte)(unsafe.Pointer(&b.names[i]))
 		h.Iov = &b.iovs[i]
 		h.SetIovlen(1)
-		b.cmsgs[i] = make([]byte, unix.CmsgSpace(2))
+		b.cmsgs[i] = make([]byte, unix.CmsgSpace(4)) // UDP_GRO's int; UDP_SEGMENT's uint16 fits
 		cm := (*unix.Cmsghdr)(unsafe.Pointer(&b.cmsgs[i][0]))
 		cm.Level, cm.Type = unix.SOL_UDP, unix.UDP_SEGMENT
 		cm.SetLen(unix.CmsgLen(2))
@@ -225,8 +231,12 @@ func listenUDP(laddr netip.AddrPort, opts UDPOptions) (*UDPConn, error) {
 	c.sendFn = c.send
 	// UDP GSO: a kernel without it refuses the option.
 	c.gso.Store(!opts.NoGSO && unix.SetsockoptInt(fd, unix.SOL_UDP, unix.UDP_SEGMENT, 0) == nil)
+	c.gro = opts.GRO && unix.SetsockoptInt(fd, unix.SOL_UDP, unix.UDP_GRO, 1) == nil
 	return c, nil
 }
+
+// GRO reports whether the kernel coalesces received datagrams (UDP_GRO).
+func (c *UDPConn) GRO() bool { return c.gro }
 
 // GSO reports whether sends use UDP GSO.
 func (c *UDPConn) GSO() bool { return c.gso.Load() }
@@ -291,7 +301,12 @@ func (c *UDPConn) ReadBatch(msgs []Message) (int, error) {
 	}
 	for i := range r.n {
 		setIovec(&r.iovs[i], msgs[i].Buf)
-		r.hdrs[i].Hdr.Namelen = unix.SizeofSockaddrInet6
+		h := &r.hdrs[i].Hdr
+		h.Namelen = unix.SizeofSockaddrInet6
+		if c.gro {
+			h.Control = &r.cmsgs[i][0]
+			h.SetControllen(len(r.cmsgs[i]))
+		}
 	}
 	err := c.rc.Read(c.recvFn)
 	r.release()
@@ -304,6 +319,10 @@ func (c *UDPConn) ReadBatch(msgs []Message) (int, error) {
 	for i := range r.done {
 		msgs[i].N = int(r.hdrs[i].Len)
 		msgs[i].Addr = rawAddrPort(&r.names[i])
+		msgs[i].Seg = 0
+		if c.gro {
+			msgs[i].Seg = groSegment(r.cmsgs[i][:r.hdrs[i].Hdr.Controllen])
+		}
 	}
 	return r.done, nil
 }
@@ -387,7 +406,7 @@ func (c *UDPConn) WriteBatch(msgs []Message) (int, error) {
 			if k > 1 {
 				putSegment(w.cmsgs[w.n], uint16(m.N))
 				h.Control = &w.cmsgs[w.n][0]
-				h.SetControllen(len(w.cmsgs[w.n]))
+				h.SetControllen(unix.CmsgSpace(2))
 			} else {
 				h.Control = nil
 				h.SetControllen(0)
@@ -407,6 +426,23 @@ func (c *UDPConn) WriteBatch(msgs []Message) (int, error) {
 		}
 	}
 	return w.done, w.err
+}
+
+// groSegment returns the segment size of a UDP_GRO control message among
+// the control messages b, or 0.
+func groSegment(b []byte) int {
+	for len(b) >= unix.CmsgLen(0) {
+		cm := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
+		l := int(cm.Len)
+		if l < unix.CmsgLen(0) || l > len(b) {
+			return 0
+		}
+		if cm.Level == unix.SOL_UDP && cm.Type == unix.UDP_GRO && l >= unix.CmsgLen(4) {
+			return int(*(*int32)(unsafe.Pointer(&b[unix.CmsgLen(0)])))
+		}
+		b = b[min(unix.CmsgSpace(l-unix.CmsgLen(0)), len(b)):]
+	}
+	return 0
 }
 
 // putSegment sets the segment size of a UDP_SEGMENT control message.

@@ -479,3 +479,54 @@ func TestUDPWriteBatchGSO(t *testing.T) {
 		})
 	}
 }
+
+// With GRO, a GSO send arrives as one message (or a few) with the segment
+// size set; cut at Seg, it holds every datagram as sent.
+func TestUDPReadBatchGRO(t *testing.T) {
+	tx := listen(t, "127.0.0.1:0", encap.UDPOptions{})
+	rx := listen(t, "127.0.0.1:0", encap.UDPOptions{GRO: true})
+	watchdog(t, rx)
+	if !tx.GSO() || !rx.GRO() {
+		t.Skipf("kernel without UDP GSO (%v) or GRO (%v)", tx.GSO(), rx.GRO())
+	}
+	const count, size = 20, 1000
+	var out []encap.Message
+	for i := range count {
+		b := make([]byte, size)
+		b[0] = byte(i)
+		out = append(out, encap.Message{Buf: b, N: size, Addr: rx.LocalAddr()})
+	}
+	if sent, err := tx.WriteBatch(out); sent != count || err != nil {
+		t.Fatalf("WriteBatch: %d, %v", sent, err)
+	}
+	in := buffers(4, 65536)
+	var got []byte
+	coalesced := false
+	for len(got) < count {
+		n, err := rx.ReadBatch(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range in[:n] {
+			seg := m.N
+			if m.Seg > 0 {
+				seg = m.Seg
+				coalesced = coalesced || m.N > m.Seg
+			}
+			for off := 0; off < m.N; off += seg {
+				if min(seg, m.N-off) != size {
+					t.Fatalf("a datagram of %d bytes", min(seg, m.N-off))
+				}
+				got = append(got, m.Buf[off])
+			}
+		}
+	}
+	for i, g := range got {
+		if g != byte(i) {
+			t.Fatalf("datagram %d is %d", i, g)
+		}
+	}
+	if !coalesced {
+		t.Error("no message carried more than one datagram")
+	}
+}

@@ -64,7 +64,7 @@ func NewNode(cfg Config, log *slog.Logger) (n *Node, err error) {
 	}()
 
 	// Sockets first: a port in use should fail before a TAP appears.
-	rx, err := encap.ListenUDP(netip.AddrPortFrom(cfg.Local, cfg.Port), encap.UDPOptions{})
+	rx, err := encap.ListenUDP(netip.AddrPortFrom(cfg.Local, cfg.Port), encap.UDPOptions{GRO: cfg.Offload})
 	if err != nil {
 		return nil, listenError("port", fmt.Sprint(cfg.Port), err)
 	}
