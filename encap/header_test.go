@@ -308,6 +308,7 @@ func BenchmarkHeaderUnmarshal(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pkts/s")
 }
 
 func BenchmarkHeaderMarshalTo(b *testing.B) {
@@ -320,6 +321,7 @@ func BenchmarkHeaderMarshalTo(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pkts/s")
 }
 
 func BenchmarkPutHeader(b *testing.B) {
@@ -329,4 +331,5 @@ func BenchmarkPutHeader(b *testing.B) {
 	for b.Loop() {
 		encap.PutHeader(buf[:], goldenVNI)
 	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pkts/s")
 }

@@ -607,6 +607,7 @@ func BenchmarkLookup(b *testing.B) {
 			b.Fatal("miss")
 		}
 	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "lookups/s")
 }
 
 func BenchmarkLookupParallel(b *testing.B) {
