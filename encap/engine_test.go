@@ -387,3 +387,16 @@ func TestEngineReceiveGRORun(t *testing.T) {
 		t.Errorf("not learned from the run: %v %v", vtep, ok)
 	}
 }
+
+func TestStatsAdd(t *testing.T) {
+	a := Stats{RxPackets: 1, TxBytes: 2, ARPFlooded: 3, Drops: map[string]uint64{"wrong_vni": 4, "own_mac": 1}}
+	b := Stats{RxPackets: 10, TxBytes: 20, SnoopDropped: 5, Drops: map[string]uint64{"wrong_vni": 6}}
+	s := a.Add(b)
+	if s.RxPackets != 11 || s.TxBytes != 22 || s.ARPFlooded != 3 || s.SnoopDropped != 5 ||
+		s.Drops["wrong_vni"] != 10 || s.Drops["own_mac"] != 1 {
+		t.Errorf("Add = %+v", s)
+	}
+	if a.Drops["wrong_vni"] != 4 {
+		t.Error("Add changed its receiver's drops")
+	}
+}

@@ -103,3 +103,23 @@ func (c *counters) snapshot() Stats {
 	}
 	return s
 }
+
+// Add returns the sum of s and o: the counters of several engines (one per
+// TAP queue) as one.
+func (s Stats) Add(o Stats) Stats {
+	sum := Stats{
+		RxPackets: s.RxPackets + o.RxPackets, RxBytes: s.RxBytes + o.RxBytes,
+		TxPackets: s.TxPackets + o.TxPackets, TxBytes: s.TxBytes + o.TxBytes,
+		Floods: s.Floods + o.Floods, Learned: s.Learned + o.Learned, Moved: s.Moved + o.Moved,
+		LearnFull: s.LearnFull + o.LearnFull, ARPSuppressed: s.ARPSuppressed + o.ARPSuppressed,
+		ARPFlooded: s.ARPFlooded + o.ARPFlooded, SnoopDropped: s.SnoopDropped + o.SnoopDropped,
+		Drops: make(map[string]uint64, numDropReasons),
+	}
+	for k, v := range s.Drops {
+		sum.Drops[k] += v
+	}
+	for k, v := range o.Drops {
+		sum.Drops[k] += v
+	}
+	return sum
+}

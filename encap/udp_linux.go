@@ -71,6 +71,11 @@ type UDPOptions struct {
 	// over a run of datagrams of one flow as one message, with
 	// Message.Seg set. Ignored where the kernel does not have it.
 	GRO bool
+
+	// ReusePort sets SO_REUSEPORT before binding, so that several sockets
+	// (one per TAP queue) share the port and the kernel spreads the flows
+	// over them. Every socket on the port must set it.
+	ReusePort bool
 }
 
 // UDPConn is a UDP socket that sends and receives in batches with
@@ -198,6 +203,12 @@ func listenUDP(laddr netip.AddrPort, opts UDPOptions) (*UDPConn, error) {
 	if err := setupSocket(fd, family, bufSize); err != nil {
 		unix.Close(fd)
 		return nil, err
+	}
+	if opts.ReusePort {
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEPORT, 1); err != nil {
+			unix.Close(fd)
+			return nil, os.NewSyscallError("setsockopt SO_REUSEPORT", err)
+		}
 	}
 	if err := unix.Bind(fd, sa); err != nil {
 		unix.Close(fd)

@@ -150,3 +150,46 @@ func udpChecksumOK(ip *layers.IPv4, seg []byte) bool {
 	sum := tap.PseudoHeaderIPv4([4]byte(ip.SrcIP.To4()), [4]byte(ip.DstIP.To4()), 17, uint16(len(seg)))
 	return tap.FoldChecksum(tap.Checksum(seg, sum)) == 0xffff
 }
+
+// A multi-queue TAP: every queue carries frames, and the device goes with
+// the last queue.
+func TestTAPQueues(t *testing.T) {
+	tb := testenv.NewForTest(t, testenv.Config{Hosts: 1})
+	h := tb.Host(1)
+	if _, err := tap.OpenQueues(tap.Config{Name: "uvxm0", Queues: 2}); err == nil {
+		t.Fatal("two queues without offloads were accepted")
+	}
+	var qs []*tap.TAP
+	err := h.Do(func() (err error) {
+		qs, err = tap.OpenQueues(tap.Config{Name: "uvxm0", MTU: 1400, Addrs: []netip.Prefix{netip.MustParsePrefix("10.78.0.1/24")}, Offload: true, Queues: 3})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(qs) != 3 {
+		t.Fatalf("%d queues", len(qs))
+	}
+	for i, q := range qs {
+		if q.Name() != "uvxm0" || q.MTU() != 1400 || !bytes.Equal(q.MAC(), qs[0].MAC()) {
+			t.Errorf("queue %d: %s %d %s", i, q.Name(), q.MTU(), q.MAC())
+		}
+	}
+	out, err := h.Run(t.Context(), "ip", "-d", "link", "show", "uvxm0")
+	if err != nil || !bytes.Contains([]byte(out), []byte("multi_queue")) {
+		t.Errorf("not a multi-queue TAP (%v):\n%s", err, out)
+	}
+	// Every queue takes a write: a gratuitous ARP from a peer.
+	for i, q := range qs {
+		f := append(make([]byte, 10), arpRequest(t, net.HardwareAddr{2, 0, 0, 0, 9, byte(i)}, netip.MustParseAddr("10.78.0.9"), netip.MustParseAddr("10.78.0.1"))...)
+		if n, err := q.Write([][]byte{f}, 10); n != 1 || err != nil {
+			t.Errorf("queue %d: Write = %d, %v", i, n, err)
+		}
+	}
+	for _, q := range qs {
+		q.Close()
+	}
+	if _, err := h.Run(t.Context(), "ip", "link", "show", "uvxm0"); err == nil {
+		t.Error("the TAP outlived its queues")
+	}
+}

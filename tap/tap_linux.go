@@ -40,6 +40,10 @@ type Config struct {
 	// offset+14+65535 bytes capacity, and an offset of at least
 	// VirtioNetHdrLen, or frames are written one by one.
 	Offload bool
+	// Queues is the number of queues (IFF_MULTI_QUEUE) OpenQueues opens,
+	// each a Device of its own that one goroutine reads and writes; the
+	// kernel spreads flows over them. Default 1. More than 1 needs Offload.
+	Queues int
 }
 
 // Errors returned by Open when the host cannot give us a TAP.
@@ -93,8 +97,29 @@ type TAP struct {
 var _ Device = (*TAP)(nil)
 
 // Open creates (or attaches to) the TAP named cfg.Name, sets its MAC, MTU and
-// addresses, and brings it up.
+// addresses, and brings it up. cfg.Queues must be 0 or 1.
 func Open(cfg Config) (*TAP, error) {
+	if cfg.Queues > 1 {
+		return nil, fmt.Errorf("tap: Open opens one queue; use OpenQueues for %d", cfg.Queues)
+	}
+	qs, err := OpenQueues(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return qs[0], nil
+}
+
+// OpenQueues is Open for a multi-queue TAP: it opens cfg.Queues queues of
+// one device. The device disappears (unless it existed before) when the
+// last queue is closed.
+func OpenQueues(cfg Config) ([]*TAP, error) {
+	nq := max(cfg.Queues, 1)
+	if nq > 1 && !cfg.Offload {
+		return nil, fmt.Errorf("tap: %d queues need Offload", nq)
+	}
+	if nq > 256 {
+		return nil, fmt.Errorf("tap: %d queues, the kernel allows 256", nq)
+	}
 	if cfg.Name == "" || len(cfg.Name) >= unix.IFNAMSIZ {
 		return nil, fmt.Errorf("tap: bad interface name %q (1 to %d characters)", cfg.Name, unix.IFNAMSIZ-1)
 	}
@@ -115,7 +140,7 @@ func Open(cfg Config) (*TAP, error) {
 		t    = &TAP{batch: cfg.BatchSize}
 	)
 	if cfg.Offload {
-		f, name, t.offload, err = openVnet(cfg.Name, existed)
+		f, name, t.offload, err = openVnet(cfg.Name, existed, nq > 1, true)
 		t.vnet = true
 		if t.batch <= 0 {
 			t.batch = 2 * defaultBatches
@@ -137,6 +162,33 @@ func Open(cfg Config) (*TAP, error) {
 		f.Close()
 		return nil, err
 	}
+	if err := t.init(f); err != nil {
+		return nil, err
+	}
+	qs := []*TAP{t}
+	for len(qs) < nq {
+		f, _, off, err := openVnet(t.name, true, true, false)
+		if err != nil {
+			for _, q := range qs {
+				q.Close()
+			}
+			return nil, fmt.Errorf("tap: open queue %d of %s: %w", len(qs), t.name, err)
+		}
+		q := &TAP{name: t.name, mac: t.mac, mtu: t.mtu, batch: t.batch, vnet: true, offload: off}
+		if err := q.init(f); err != nil {
+			for _, q := range qs {
+				q.Close()
+			}
+			return nil, err
+		}
+		qs = append(qs, q)
+	}
+	return qs, nil
+}
+
+// init gives t its file, and its buffers for offloads.
+func (t *TAP) init(f *os.File) error {
+	t.file = f
 	if t.vnet {
 		t.sbuf = make([]byte, VirtioNetHdrLen+maxSuperFrame)
 		t.gro = NewGRO(t.batch)
@@ -144,13 +196,14 @@ func Open(cfg Config) (*TAP, error) {
 		t.gBufs = make([][]byte, t.batch)
 		t.gSizes = make([]int, t.batch)
 	}
+	var err error
 	if t.rc, err = f.SyscallConn(); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("tap: %s: %w", t.name, err)
+		return fmt.Errorf("tap: %s: %w", t.name, err)
 	}
 	t.rd = t.readFd
 	t.wr = t.writeFd
-	return t, nil
+	return nil
 }
 
 // maxSuperFrame is the largest frame a TAP with TSO hands over: a 64 KB IP
@@ -178,9 +231,11 @@ func openWater(name string, existed bool) (*os.File, string, error) {
 
 // openVnet opens the TAP with IFF_VNET_HDR and turns on the offloads:
 // checksum, TSO4, TSO6 (with ECN), and USO4/USO6 where the kernel has them
-// (Linux 6.2+). It returns the TUN_F_* flags in force. An existing TAP is
-// attached to and stays persistent.
-func openVnet(name string, existed bool) (*os.File, string, int, error) {
+// (Linux 6.2+). It returns the TUN_F_* flags in force. With setPersist, an
+// existing TAP is attached to and stays persistent, and a new one is not;
+// without, persistence is left alone (further queues). multi opens one
+// queue of a multi-queue TAP.
+func openVnet(name string, existed, multi, setPersist bool) (*os.File, string, int, error) {
 	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, "", 0, err
@@ -190,25 +245,34 @@ func openVnet(name string, existed bool) (*os.File, string, int, error) {
 		unix.Close(fd)
 		return nil, "", 0, err
 	}
-	ifr.SetUint16(unix.IFF_TAP | unix.IFF_NO_PI | unix.IFF_VNET_HDR)
+	flags := uint16(unix.IFF_TAP | unix.IFF_NO_PI | unix.IFF_VNET_HDR)
+	if multi {
+		flags |= unix.IFF_MULTI_QUEUE
+	}
+	ifr.SetUint16(flags)
 	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
 		unix.Close(fd)
+		if multi && errors.Is(err, unix.EINVAL) && existed {
+			err = fmt.Errorf("%w (an existing single-queue TAP cannot take more queues)", err)
+		}
 		return nil, "", 0, fmt.Errorf("TUNSETIFF: %w", err)
 	}
-	if err := unix.IoctlSetInt(fd, unix.TUNSETPERSIST, boolInt(existed)); err != nil {
-		unix.Close(fd)
-		return nil, "", 0, fmt.Errorf("TUNSETPERSIST: %w", err)
+	if setPersist {
+		if err := unix.IoctlSetInt(fd, unix.TUNSETPERSIST, boolInt(existed)); err != nil {
+			unix.Close(fd)
+			return nil, "", 0, fmt.Errorf("TUNSETPERSIST: %w", err)
+		}
 	}
 	base := unix.TUN_F_CSUM | unix.TUN_F_TSO4 | unix.TUN_F_TSO6 | unix.TUN_F_TSO_ECN
-	flags := base | unix.TUN_F_USO4 | unix.TUN_F_USO6
-	if err := unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, flags); err != nil {
-		flags = base // a kernel without USO
-		if err := unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, flags); err != nil {
+	off := base | unix.TUN_F_USO4 | unix.TUN_F_USO6
+	if err := unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, off); err != nil {
+		off = base // a kernel without USO
+		if err := unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, off); err != nil {
 			unix.Close(fd)
 			return nil, "", 0, fmt.Errorf("TUNSETOFFLOAD: %w", err)
 		}
 	}
-	return os.NewFile(uintptr(fd), "/dev/net/tun"), ifr.Name(), flags, nil
+	return os.NewFile(uintptr(fd), "/dev/net/tun"), ifr.Name(), off, nil
 }
 
 func boolInt(b bool) int {

@@ -82,6 +82,9 @@ func TestBadFlagsExit2(t *testing.T) {
 		{"network with address", []string{"--network", "10.244.0.0/16", "--address", "10.42.0.1/24"}, nil, "--address"},
 		{"ip-masq without network", []string{"--ip-masq"}, nil, "--network"},
 		{"network from the environment", nil, []string{"UVXLAN_NETWORK=banana"}, "--network"},
+		{"queues zero", []string{"--queues", "0"}, nil, "--queues"},
+		{"queues too many", []string{"--queues", "65"}, nil, "--queues"},
+		{"queues without offload", []string{"--queues", "2", "--offload=false"}, nil, "--queues"},
 		{"unknown flag", []string{"--bogus"}, nil, "bogus"},
 		{"stray argument", []string{"extra"}, nil, "no arguments"},
 	}

@@ -33,6 +33,7 @@ type Config struct {
 	Peers    []netip.AddrPort
 	Learning bool
 	Offload  bool // TAP offloads (virtio-net header, TSO, GRO)
+	Queues   int  // TAP queues, each with an engine and a socket
 	Ageing   time.Duration
 	FDBMax   int
 	StateDir string // empty: nothing persisted
@@ -172,6 +173,16 @@ func configFromCLI(c *cli.Context) (Config, error) {
 	}
 	if cfg.FDBMax < 1 {
 		return cfg, badFlag("fdb-max", strconv.Itoa(cfg.FDBMax), "must be at least 1")
+	}
+	cfg.Queues = c.Int("queues")
+	if cfg.Queues < 1 || cfg.Queues > 64 {
+		return cfg, badFlag("queues", strconv.Itoa(cfg.Queues), "must be between 1 and 64")
+	}
+	if !cfg.Offload {
+		if c.IsSet("queues") && cfg.Queues > 1 {
+			return cfg, usageError{errors.New("--queues above 1 needs --offload")}
+		}
+		cfg.Queues = 1
 	}
 	if err := routedConfig(c, &cfg); err != nil {
 		return cfg, err

@@ -41,7 +41,8 @@ type Node struct {
 	dev     *tap.TAP
 	table   *fdb.Table
 	neigh   *fdb.Neighbors
-	engine  *encap.Engine
+	engines []*encap.Engine // one per TAP queue
+	devs    []*tap.TAP      // the queues; dev is devs[0]
 	gossip  *gossip.Node
 	ctl     *controlServer
 	metrics *metricsServer // nil without --metrics
@@ -63,18 +64,34 @@ func NewNode(cfg Config, log *slog.Logger) (n *Node, err error) {
 		}
 	}()
 
-	// Sockets first: a port in use should fail before a TAP appears.
-	rx, err := encap.ListenUDP(netip.AddrPortFrom(cfg.Local, cfg.Port), encap.UDPOptions{GRO: cfg.Offload})
-	if err != nil {
-		return nil, listenError("port", fmt.Sprint(cfg.Port), err)
+	// Sockets first: a port in use should fail before a TAP appears. With
+	// several queues, one socket per queue shares the port (SO_REUSEPORT);
+	// a plain socket checks first that no one else holds it, since
+	// SO_REUSEPORT would let a second agent share it silently.
+	laddr := netip.AddrPortFrom(cfg.Local, cfg.Port)
+	queues := max(cfg.Queues, 1)
+	if queues > 1 {
+		probe, err := encap.ListenUDP(laddr, encap.UDPOptions{})
+		if err != nil {
+			return nil, listenError("port", fmt.Sprint(cfg.Port), err)
+		}
+		probe.Close()
 	}
-	closers = append(closers, rx.Close)
-	senders, err := n.openSenders(rx)
+	var rxs []*encap.UDPConn
+	for range queues {
+		rx, err := encap.ListenUDP(laddr, encap.UDPOptions{GRO: cfg.Offload, ReusePort: queues > 1})
+		if err != nil {
+			return nil, listenError("port", fmt.Sprint(cfg.Port), err)
+		}
+		closers = append(closers, rx.Close)
+		rxs = append(rxs, rx)
+	}
+	senders, err := n.openSenders(rxs[0])
 	if err != nil {
 		return nil, err
 	}
 	for _, s := range senders {
-		if s != rx {
+		if s != rxs[0] {
 			closers = append(closers, s.Close)
 		}
 	}
@@ -96,24 +113,31 @@ func NewNode(cfg Config, log *slog.Logger) (n *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
-	tcfg := tap.Config{Name: cfg.Dev, MTU: cfg.MTU, Offload: cfg.Offload}
+	tcfg := tap.Config{Name: cfg.Dev, MTU: cfg.MTU, Offload: cfg.Offload, Queues: queues}
 	if !mac.IsZero() {
 		tcfg.MAC = net.HardwareAddr(mac[:])
 	}
 	if cfg.Address.IsValid() {
 		tcfg.Addrs = []netip.Prefix{cfg.Address}
 	}
-	dev, err := tap.Open(tcfg)
+	devs, err := tap.OpenQueues(tcfg)
 	if err != nil && tcfg.Offload && !errors.Is(err, tap.ErrNoNetAdmin) && !errors.Is(err, tap.ErrNoTUN) {
-		log.Warn("TAP offloads refused; using plain frames", "err", err)
-		tcfg.Offload = false
-		dev, err = tap.Open(tcfg)
+		log.Warn("TAP offloads (or queues) refused; using one queue of plain frames", "err", err)
+		tcfg.Offload, tcfg.Queues = false, 1
+		devs, err = tap.OpenQueues(tcfg)
 	}
 	if err != nil {
 		return nil, err
 	}
-	closers = append(closers, dev.Close)
-	n.dev = dev
+	for _, d := range devs {
+		closers = append(closers, d.Close)
+	}
+	for _, rx := range rxs[len(devs):] { // queues refused: nobody reads these
+		rx.Close()
+	}
+	rxs = rxs[:len(devs)]
+	dev := devs[0]
+	n.dev, n.devs = dev, devs
 	copy(n.mac[:], dev.MAC())
 	if err := n.saveMAC(); err != nil {
 		return nil, err
@@ -156,19 +180,33 @@ func NewNode(cfg Config, log *slog.Logger) (n *Node, err error) {
 	for _, p := range cfg.Peers {
 		peerPorts[p.Addr()] = p.Port()
 	}
-	n.engine, err = encap.NewEngine(encap.EngineConfig{
-		VNI:       cfg.VNI,
-		MAC:       n.mac,
-		Local:     cfg.Local,
-		Port:      cfg.Port,
-		PeerPorts: peerPorts,
-		Learning:  cfg.Learning,
-		Neigh:     n.neigh,
-		Snoop:     n.snoop,
-		Logger:    log,
-	}, dev, rx, senders, n.table)
-	if err != nil {
-		return nil, err
+	// One engine per queue, each with its own socket and its share of the
+	// source-port sockets (or its receive socket when there are too few).
+	for k, d := range devs {
+		var mine []encap.Transport
+		for i, snd := range senders {
+			if i%len(devs) == k {
+				mine = append(mine, snd)
+			}
+		}
+		if len(mine) == 0 {
+			mine = []encap.Transport{rxs[k]}
+		}
+		eng, err := encap.NewEngine(encap.EngineConfig{
+			VNI:       cfg.VNI,
+			MAC:       n.mac,
+			Local:     cfg.Local,
+			Port:      cfg.Port,
+			PeerPorts: peerPorts,
+			Learning:  cfg.Learning,
+			Neigh:     n.neigh,
+			Snoop:     n.snoop,
+			Logger:    log,
+		}, d, rxs[k], mine, n.table)
+		if err != nil {
+			return nil, err
+		}
+		n.engines = append(n.engines, eng)
 	}
 	return n, nil
 }
@@ -301,7 +339,7 @@ func (n *Node) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	errs := make(chan error, 4)
+	errs := make(chan error, len(n.engines)+4) // every spawned function can fail without blocking
 	var wg sync.WaitGroup
 	spawn := func(f func() error) {
 		wg.Add(1)
@@ -316,7 +354,9 @@ func (n *Node) Run(ctx context.Context) error {
 	go n.table.Run(ctx)
 	go n.consumeSightings(ctx)
 	go n.ageEndpoints(ctx)
-	spawn(func() error { return n.engine.Run(ctx) })
+	for _, e := range n.engines {
+		spawn(func() error { return e.Run(ctx) })
+	}
 	spawn(func() error { return n.gossip.Run(ctx) })
 	spawn(func() error { return n.ctl.Serve(n) })
 	if n.cfg.Leases != nil {
@@ -325,7 +365,7 @@ func (n *Node) Run(ctx context.Context) error {
 	if n.metrics != nil {
 		spawn(n.metrics.Serve)
 	}
-	n.log.Info("uvxlan running", "name", n.cfg.Name, "dev", n.dev.Name(), "mac", n.mac, "offloads", n.dev.Offloads(),
+	n.log.Info("uvxlan running", "name", n.cfg.Name, "dev", n.dev.Name(), "mac", n.mac, "offloads", n.dev.Offloads(), "queues", len(n.devs),
 		"vni", n.cfg.VNI, "local", n.cfg.Local, "port", n.cfg.Port, "mtu", n.dev.MTU(),
 		"peers", len(n.cfg.Peers), "gossip", n.gossip.Addr(), "join", strings.Join(n.cfg.Join, ","),
 		"control", n.cfg.Control, "metrics", n.cfg.Metrics)
@@ -427,9 +467,18 @@ func (n *Node) addLocalNeigh(ip netip.Addr, mac fdb.MAC) {
 	}
 }
 
+// engineStats sums the counters of the engines (one per queue).
+func (n *Node) engineStats() encap.Stats {
+	s := n.engines[0].Stats()
+	for _, e := range n.engines[1:] {
+		s = s.Add(e.Stats())
+	}
+	return s
+}
+
 // stats is what /v1/stats serves.
 func (n *Node) stats() statsView {
-	return statsView{Stats: n.engine.Stats(), Gossip: counterMap(n.gossip.Stats())}
+	return statsView{Stats: n.engineStats(), Gossip: counterMap(n.gossip.Stats())}
 }
 
 // counterMap turns a struct of uint64 counters with JSON tags into a map.
@@ -441,7 +490,7 @@ func counterMap(v any) map[string]uint64 {
 }
 
 func (n *Node) metricsSnapshot() metricsSnapshot {
-	s := metricsSnapshot{stats: n.engine.Stats(), gossip: counterMap(n.gossip.Stats()),
+	s := metricsSnapshot{stats: n.engineStats(), gossip: counterMap(n.gossip.Stats()),
 		fdb: map[string]int{}, neigh: map[string]int{}, members: map[string]int{}}
 	for _, e := range n.table.Entries() {
 		s.fdb[e.Origin.String()]++
