@@ -107,6 +107,12 @@ type Engine struct {
 	// tapMu serialises TAP writes: the receive loop writes frames, the
 	// transmit loop writes ARP replies.
 	tapMu sync.Mutex
+	// The last (source MAC, VTEP) learned in the current receive batch, so
+	// that a run of datagrams of one flow is learned once. Receive loop
+	// only.
+	rxSrc    fdb.MAC
+	rxFrom   netip.AddrPort
+	rxLearnt bool
 }
 
 // NewEngine builds an engine. rx receives from the underlay; senders send to
@@ -179,6 +185,10 @@ type txBatch struct {
 	// point into replyBufs.
 	replies   [][]byte
 	replyBufs [][]byte
+	// seen is the last source MAC snooped in this batch: the segments of a
+	// super-frame share it, and one look per batch is enough.
+	seen   fdb.MAC
+	seenOK bool
 }
 
 func (e *Engine) newTxBatch(batch int) *txBatch {
@@ -197,6 +207,7 @@ func (b *txBatch) reset() {
 		b.out[i] = b.out[i][:0]
 	}
 	b.replies = b.replies[:0]
+	b.seenOK = false
 }
 
 // transmitLoop reads frames from the TAP and sends them to the underlay.
@@ -271,8 +282,9 @@ func (e *Engine) route(pkt []byte, tb *txBatch) {
 	}
 	dst := fdb.MAC(frame[0:6])
 	arp, isARP := parseARP(frame)
-	if e.cfg.Snoop != nil {
-		e.snoop(fdb.MAC(frame[6:12]), arp, isARP)
+	if src := fdb.MAC(frame[6:12]); e.cfg.Snoop != nil && (isARP || !tb.seenOK || src != tb.seen) {
+		e.snoop(src, arp, isARP)
+		tb.seen, tb.seenOK = src, true
 	}
 	if isARP && arp.op == arpRequest && e.cfg.Neigh != nil {
 		if mac, ok := e.cfg.Neigh.Lookup(e.cfg.VNI, arp.targetIP); ok && len(tb.replies) < len(tb.replyBufs) {
@@ -367,6 +379,7 @@ func (e *Engine) receiveLoop() error {
 			}
 			return err
 		}
+		e.rxLearnt = false
 		frames = frames[:0]
 		for i := 0; i < n; i++ {
 			m := &msgs[i]
@@ -465,8 +478,9 @@ func (e *Engine) accept(m *Message) bool {
 		e.c.drop(DropOwnMAC)
 		return false
 	}
-	if e.cfg.Learning {
+	if e.cfg.Learning && (!e.rxLearnt || src != e.rxSrc || m.Addr != e.rxFrom) {
 		e.learn(src, m.Addr.Addr())
+		e.rxSrc, e.rxFrom, e.rxLearnt = src, m.Addr, true
 	}
 	return true
 }
