@@ -125,9 +125,9 @@ func (d *delegate) NotifyMerge(peers []*memberlist.Node) error {
 		}
 		if err := d.n.acceptable(p.Name, p.Meta); err != nil {
 			if errors.Is(err, errNetworkMismatch) && !d.n.joined.Load() {
-				// We are the one joining a cluster that disagrees: we cannot
-				// go on.
-				d.n.fail(fmt.Errorf("gossip: cannot join the cluster: %w", err))
+				// Perhaps we are the one joining a cluster that disagrees:
+				// Run fails with it if no seed can be joined.
+				d.n.mismatch.Store(&err)
 			}
 			return fmt.Errorf("refusing to merge with node %q: %w", p.Name, err)
 		}

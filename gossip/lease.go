@@ -36,6 +36,7 @@ package gossip
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -97,6 +98,22 @@ func (r *leaseRec) before(o *leaseRec) bool {
 	return r.owner < o.owner
 }
 
+// Lease states.
+const (
+	// LeaseAlive: the owner is an alive member (or this node).
+	LeaseAlive = "alive"
+	// LeaseDown: the owner is gone; the subnet stays reserved until the
+	// lease expires.
+	LeaseDown = "down"
+	// LeaseContested: another claim on the subnet wins.
+	LeaseContested = "contested"
+)
+
+// ErrLeaseLost is wrapped by the error Run returns when this node's settled
+// lease lost its subnet to an earlier claim (two partitions handed it out).
+// The lease must not be reclaimed again.
+var ErrLeaseLost = errors.New("lease lost")
+
 // Lease is a subnet lease as this node sees it.
 type Lease struct {
 	Subnet netip.Prefix   `json:"subnet"`
@@ -107,9 +124,7 @@ type Lease struct {
 	// subnet becomes free unless the owner renews it.
 	Claimed time.Time `json:"claimed"`
 	Expires time.Time `json:"expires"`
-	// State is "alive" (the owner is an alive member, or this node),
-	// "down" (the owner is gone; the subnet stays reserved until Expires)
-	// or "contested" (another claim on the subnet wins).
+	// State is LeaseAlive, LeaseDown or LeaseContested.
 	State string `json:"state"`
 	Self  bool   `json:"self"`
 }
@@ -187,11 +202,11 @@ func (n *Node) Leases() []Lease {
 			m := n.members[r.owner]
 			switch {
 			case r != win:
-				l.State = "contested"
+				l.State = LeaseContested
 			case l.Self || (m != nil && m.alive):
-				l.State = "alive"
+				l.State = LeaseAlive
 			default:
-				l.State = "down"
+				l.State = LeaseDown
 			}
 			out = append(out, l)
 		}
@@ -227,7 +242,7 @@ func (n *Node) WaitLease(ctx context.Context) (Lease, error) {
 		return Lease{}, fmt.Errorf("gossip: node closed before it held a lease")
 	}
 	l := n.leases.own.lease()
-	l.Self, l.State = true, "alive"
+	l.Self, l.State = true, LeaseAlive
 	return l, nil
 }
 
@@ -259,6 +274,12 @@ func (n *Node) putLeaseLocked(r *leaseRec) {
 
 func (n *Node) publishLeaseLocked(r *leaseRec) {
 	n.putLeaseLocked(r)
+	n.broadcastLeaseLocked(r)
+}
+
+// broadcastLeaseLocked queues r for gossip, replacing a queued older
+// record of the same subnet and owner.
+func (n *Node) broadcastLeaseLocked(r *leaseRec) {
 	n.queue.QueueBroadcast(&broadcast{name: r.id(), msg: appendLeases(nil, []leaseRec{*r})})
 }
 
@@ -278,7 +299,7 @@ func (n *Node) mergeLeases(recs []leaseRec, relay bool) {
 			continue
 		}
 		if relay {
-			n.queue.QueueBroadcast(&broadcast{name: r.id(), msg: appendLeases(nil, []leaseRec{*r})})
+			n.broadcastLeaseLocked(r)
 		}
 	}
 	n.checkOwnLeaseLocked(now)
@@ -353,9 +374,9 @@ func (n *Node) checkOwnLeaseLocked(now uint64) {
 	if win == nil || win.owner == n.name {
 		return
 	}
-	ls.err = fmt.Errorf("gossip: lease of %s lost to node %q, whose claim (%s) is earlier than ours (%s): "+
+	ls.err = fmt.Errorf("gossip: %w: %s went to node %q, whose claim (%s) is earlier than ours (%s): "+
 		"two partitions handed out the same subnet; restart this node to take another one",
-		ls.own.subnet, win.owner, time.Unix(0, int64(win.claim)).UTC().Format(time.RFC3339Nano),
+		ErrLeaseLost, ls.own.subnet, win.owner, time.Unix(0, int64(win.claim)).UTC().Format(time.RFC3339Nano),
 		time.Unix(0, int64(ls.own.claim)).UTC().Format(time.RFC3339Nano))
 	n.fail(ls.err)
 }
@@ -449,6 +470,10 @@ func (n *Node) acquire(ctx context.Context, settle time.Duration) {
 			return
 		case <-t.C:
 		}
+		// Our claim has gone around; pull the claims of a few members, so
+		// one that crossed ours (a node that joined at the same time)
+		// is here before we decide.
+		n.settle()
 		n.mu.Lock()
 		win := n.leaseWinnerLocked(subnet, uint64(time.Now().UnixNano()))
 		if win != nil && win.owner == n.name {
@@ -501,15 +526,19 @@ func (n *Node) gcLeasesLocked(now time.Time) {
 	}
 }
 
-// leaseStateLocked returns every lease record for a push/pull: live ones
-// and tombstones, of every owner, alive or not.
+// leaseRecordsLocked returns the lease records for a push/pull: live ones
+// and tombstones, of every owner, alive or not; at most maxLeases (our own
+// claims may take the table a little past it), which the decoder accepts.
 func (n *Node) leaseRecordsLocked() []leaseRec {
 	if n.leases == nil {
 		return nil
 	}
-	out := make([]leaseRec, 0, n.leases.n)
+	out := make([]leaseRec, 0, min(n.leases.n, maxLeases))
 	for _, byOwner := range n.leases.recs {
 		for _, r := range byOwner {
+			if len(out) == maxLeases {
+				return out
+			}
 			out = append(out, *r)
 		}
 	}

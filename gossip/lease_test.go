@@ -219,7 +219,7 @@ func TestLeaseConflictAfterPartition(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := b.runErr(t)
-	if err == nil || !strings.Contains(err.Error(), "lost") || !strings.Contains(err.Error(), a.name) {
+	if !errors.Is(err, ErrLeaseLost) || !strings.Contains(err.Error(), a.name) {
 		t.Fatalf("b: Run = %v; want the lease lost to a", err)
 	}
 	select {
@@ -233,4 +233,37 @@ func TestLeaseConflictAfterPartition(t *testing.T) {
 	if !slices.ContainsFunc(a.Leases(), func(l Lease) bool { return l.Node == a.name && l.Self }) {
 		t.Errorf("a lost its own lease: %+v", a.Leases())
 	}
+}
+
+// A node whose seed never answers still leases a subnet once another
+// member joins it: being in the cluster is what counts, not its own join.
+func TestLeaseWhenJoinedByOthers(t *testing.T) {
+	dead := netip.AddrPortFrom(testAddr(9), 1).String() // nobody listens there
+	a := startLease(t, leaseConfig(0, 1, 200, 0, nil, dead))
+	select {
+	case <-a.leases.won:
+		t.Fatal("a leased a subnet before it was in any cluster")
+	case <-time.After(500 * time.Millisecond):
+	}
+	b := startLease(t, leaseConfig(1, 1, 200, 0, nil, a.Addr().String()))
+	la, lb := a.wait(t), b.wait(t)
+	if la.Subnet == lb.Subnet {
+		t.Fatalf("both lease %s", la.Subnet)
+	}
+}
+
+// The lease is renewed: its expiry moves on, on the owner and elsewhere.
+func TestLeaseRenewal(t *testing.T) {
+	a := startLease(t, leaseConfig(0, 1, 200, 2*time.Second, nil))
+	l := a.wait(t)
+	b := startLease(t, leaseConfig(1, 1, 200, 2*time.Second, nil, a.Addr().String()))
+	b.wait(t)
+	time.Sleep(3 * time.Second) // longer than the TTL
+	eventually(t, 5*time.Second, "b sees a's renewed lease", func() error {
+		got, ok := leaseOf(b.Node, l.Subnet)
+		if !ok || got.Node != a.name || !got.Expires.After(time.Now()) {
+			return fmt.Errorf("b sees %+v", got)
+		}
+		return nil
+	})
 }

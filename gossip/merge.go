@@ -256,6 +256,12 @@ func (n *Node) memberUpLocked(node *memberlist.Node) {
 
 	addr, _ := netip.AddrFromSlice(node.Addr)
 	m.addr = netip.AddrPortFrom(addr.Unmap(), node.Port)
+	if node.Name != n.name {
+		select {
+		case n.memberSeen <- struct{}{}:
+		default:
+		}
+	}
 	if !m.alive {
 		m.alive, m.leaving, m.left, m.since = true, false, false, now
 	}

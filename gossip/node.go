@@ -227,6 +227,13 @@ type Node struct {
 	failed   chan struct{} // closed by fail
 	failErr  error         // why; Run returns it
 	joined   atomic.Bool   // a join succeeded (or there was nobody to join)
+	// memberSeen signals (coalesced) that another member came alive: a
+	// node whose own joins fail is still in the cluster once another
+	// member joined it.
+	memberSeen chan struct{}
+	// mismatch is the refusal of the last node whose network differed, met
+	// while joining; Run fails with it when no seed could be joined.
+	mismatch atomic.Pointer[error]
 }
 
 // member is what we know of a node of the cluster (self included).
@@ -335,6 +342,7 @@ func New(cfg Config) (*Node, error) {
 		refused:      map[string]string{},
 		closed:       make(chan struct{}),
 		failed:       make(chan struct{}),
+		memberSeen:   make(chan struct{}, 1),
 	}
 	n.self = meta{version: protoVersion, boot: n.clock.next(), vtep: cfg.VTEP, mac: cfg.MAC, vnis: slices.Clone(cfg.VNIs)}
 	if cfg.Leases != nil {
@@ -380,6 +388,12 @@ func New(cfg Config) (*Node, error) {
 	n.setFloodLocked() // static peers, before anyone joins
 	n.mu.Unlock()
 
+	// A prior lease is claimed again before memberlist starts: a push/pull
+	// that found no claim of ours would answer the old one with a
+	// tombstone (authority) and free the subnet for a moment.
+	if n.leases != nil && n.reclaimPrior(time.Now()) {
+		n.log.Info("reclaimed the subnet of the previous run", "subnet", n.leases.cfg.Prior.Subnet)
+	}
 	ml, err := memberlist.Create(mc)
 	if err != nil {
 		return nil, fmt.Errorf("gossip: listen on %s: %w", net.JoinHostPort(mc.BindAddr, strconv.Itoa(mc.BindPort)), err)
@@ -393,9 +407,6 @@ func New(cfg Config) (*Node, error) {
 				return nil, err
 			}
 		}
-	}
-	if n.leases != nil && n.reclaimPrior(time.Now()) {
-		n.log.Info("reclaimed the subnet of the previous run", "subnet", n.leases.cfg.Prior.Subnet)
 	}
 	return n, nil
 }
@@ -549,24 +560,20 @@ func (n *Node) loop(ctx context.Context) {
 	settle := time.NewTimer(n.settleDelay)
 	settle.Stop()
 	defer settle.Stop()
-	// Leases: claimed once joined (the join brings the cluster's leases),
-	// then renewed.
+	// Leases: claimed once in the cluster (a push/pull brought the
+	// cluster's leases), renewed from the start (a reclaimed lease is
+	// settled at once).
 	var renew <-chan time.Time
-	var renewT *time.Ticker
-	defer func() {
-		if renewT != nil {
-			renewT.Stop()
-		}
-	}()
+	if n.leases != nil {
+		t := time.NewTicker(n.leases.renew)
+		defer t.Stop()
+		renew = t.C
+	}
 	acquired := n.leases == nil || n.leases.settled
 	startLeases := func() {
 		if !acquired {
 			acquired = true
 			go n.acquire(ctx, n.settleDelay)
-		}
-		if n.leases != nil && renewT == nil {
-			renewT = time.NewTicker(n.leases.renew)
-			renew = renewT.C
 		}
 	}
 	if len(seeds) == 0 {
@@ -591,9 +598,23 @@ func (n *Node) loop(ctx context.Context) {
 				startLeases()
 				continue
 			}
+			if m := n.mismatch.Load(); m != nil && !n.joined.Load() {
+				n.fail(fmt.Errorf("gossip: cannot join the cluster: %w", *m))
+				return
+			}
 			n.log.Info("could not join any seed; retrying", "seeds", seeds, "err", err, "retry_in", backoff)
 			join.Reset(backoff)
 			backoff = min(2*backoff, joinBackoffMax)
+		case <-n.memberSeen:
+			if !n.joined.Load() {
+				// Another member joined us while our own joins failed.
+				n.log.Info("in the cluster: a member contacted this node", "members", n.ml.NumMembers())
+				n.joined.Store(true)
+				join.Stop()
+				rejoin.Reset(n.cfg.RejoinInterval)
+				settle.Reset(n.settleDelay)
+				startLeases()
+			}
 		case <-settle.C:
 			n.settle()
 		case <-rejoin.C:

@@ -10,8 +10,12 @@ import (
 )
 
 // DefaultLeaseTTL is how long a subnet stays reserved for a node that is
-// gone (flannel's lease TTL).
-const DefaultLeaseTTL = 24 * time.Hour
+// gone (flannel's lease TTL). MinLeaseTTL is the shortest TTL accepted:
+// the lease is renewed every TTL/8.
+const (
+	DefaultLeaseTTL = 24 * time.Hour
+	MinLeaseTTL     = time.Second
+)
 
 // LeaseConfig turns on per-node subnet leases: the cluster network is cut
 // into subnets of SubnetLen bits and every node leases one, through gossip
@@ -80,8 +84,8 @@ func (c *LeaseConfig) check() (subnets, error) {
 	if c.TTL == 0 {
 		c.TTL = DefaultLeaseTTL
 	}
-	if c.TTL < 0 {
-		return s, fieldErr("TTL", c.TTL, "must not be negative")
+	if c.TTL < MinLeaseTTL {
+		return s, fieldErr("TTL", c.TTL, "must be at least %v", MinLeaseTTL)
 	}
 	s.network, s.bits = c.Network, c.SubnetLen
 	total := uint64(1) << (c.SubnetLen - c.Network.Bits())

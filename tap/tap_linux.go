@@ -417,6 +417,7 @@ func (t *TAP) Offloads() string {
 // Write implements Device. A TAP takes one frame per write(2).
 func (t *TAP) Write(bufs [][]byte, offset int) (int, error) {
 	t.wBufs, t.wOff, t.wN, t.wErr = bufs, offset, 0, nil
+	t.gOut, t.gNext = nil, 0 // a Write cut short by Close leaves nothing behind
 	err := t.rc.Write(t.wr)
 	n, werr := t.wN, t.wErr
 	t.wBufs = nil

@@ -58,6 +58,9 @@ type Config struct {
 // must survive reboots.
 const defaultStateDir = "/var/lib/uvxlan"
 
+// maxQueues bounds --queues (and its default, the CPU count).
+const maxQueues = 64
+
 // defaultSubnetFile is where subnet.env goes by default.
 const defaultSubnetFile = "/run/uvxlan/subnet.env"
 
@@ -175,8 +178,8 @@ func configFromCLI(c *cli.Context) (Config, error) {
 		return cfg, badFlag("fdb-max", strconv.Itoa(cfg.FDBMax), "must be at least 1")
 	}
 	cfg.Queues = c.Int("queues")
-	if cfg.Queues < 1 || cfg.Queues > 64 {
-		return cfg, badFlag("queues", strconv.Itoa(cfg.Queues), "must be between 1 and 64")
+	if cfg.Queues < 1 || cfg.Queues > maxQueues {
+		return cfg, badFlag("queues", strconv.Itoa(cfg.Queues), "must be between 1 and %d", maxQueues)
 	}
 	if !cfg.Offload {
 		if c.IsSet("queues") && cfg.Queues > 1 {

@@ -378,6 +378,12 @@ func (n *Node) Run(ctx context.Context) error {
 	wg.Wait()
 	select {
 	case err := <-errs:
+		if errors.Is(err, gossip.ErrLeaseLost) {
+			// The saved lease would be reclaimed, and lost, at every start.
+			if rerr := os.Remove(n.leaseFile()); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+				n.log.Warn("could not remove the lost lease", "err", rerr)
+			}
+		}
 		return err
 	default:
 		return nil

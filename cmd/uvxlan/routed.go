@@ -187,13 +187,13 @@ func (r *router) sync() {
 	var answers []fdb.SubnetNeigh
 	for _, l := range n.gossip.Leases() {
 		switch {
-		case l.Self && l.State == "alive" && !l.Expires.Equal(r.saved.Expires):
+		case l.Self && l.State == gossip.LeaseAlive && !l.Expires.Equal(r.saved.Expires):
 			if err := n.saveLease(l); err != nil {
 				n.log.Warn("could not save the renewed lease", "err", err)
 			} else {
 				r.saved = l
 			}
-		case !l.Self && l.State == "alive":
+		case !l.Self && l.State == gossip.LeaseAlive:
 			want[l.Subnet] = l
 			answers = append(answers, fdb.SubnetNeigh{VNI: n.cfg.VNI, Subnet: l.Subnet, MAC: l.MAC})
 		}
