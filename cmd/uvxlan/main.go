@@ -155,7 +155,7 @@ containers use (Docker: --bip=$FLANNEL_SUBNET --mtu=$FLANNEL_MTU).
 			&cli.IntFlag{Name: "mtu", Usage: "TAP MTU (default: underlay MTU - 50)", EnvVars: env("mtu")},
 			&cli.StringSliceFlag{Name: "peer", Usage: "static VTEP `IP[:PORT]` to flood to, repeatable (kernel VXLAN devices, switches, other agents)", EnvVars: env("peer")},
 			&cli.BoolFlag{Name: "offload", Value: true, Usage: "open the TAP with a virtio-net header and TSO/checksum offloads: 64 KB super-frames are split and coalesced in userspace (falls back to plain frames where the kernel refuses)", EnvVars: env("offload")},
-			&cli.IntFlag{Name: "queues", Value: min(runtime.NumCPU(), maxQueues), Usage: "TAP queues (IFF_MULTI_QUEUE), each with its own forwarding goroutine and SO_REUSEPORT socket (default: the number of CPUs, at most 64)", EnvVars: env("queues")},
+			&cli.IntFlag{Name: "queues", Value: min(runtime.NumCPU(), maxQueues), Usage: "TAP queues (IFF_MULTI_QUEUE), each with its own forwarding goroutine and SO_REUSEPORT socket; the default is one per CPU, at most 64", EnvVars: env("queues")},
 			&cli.BoolFlag{Name: "learning", Value: true, Usage: "learn MAC -> VTEP from received frames", EnvVars: env("learning")},
 			&cli.DurationFlag{Name: "ageing", Value: 300 * time.Second, Usage: "forget learned MACs not seen for this long", EnvVars: env("ageing")},
 			&cli.IntFlag{Name: "fdb-max", Value: 16384, Usage: "most FDB entries; learning stops (and is counted) beyond", EnvVars: env("fdb-max")},
