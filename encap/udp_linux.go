@@ -15,8 +15,9 @@ package encap
 //     length (the last one may be shorter) become one message with one
 //     iovec each and a UDP_SEGMENT control message: the kernel sends them
 //     as one super-datagram down the stack, cut into the same datagrams at
-//     the end (or by the NIC). A kernel that refuses it turns GSO off for
-//     the socket; the messages of the refused group are reported failed.
+//     the end (or by the NIC). A group the kernel refuses (EINVAL, EIO,
+//     EMSGSIZE: a segment above the path MTU, a device without GSO) turns
+//     GSO off for the socket and goes out one datagram at a time.
 //  2. sendmmsg from the head of the batch; a message the kernel refuses is
 //     skipped, and the rest are sent by the next call; on EAGAIN the
 //     goroutine parks until the socket is writable.
@@ -456,6 +457,31 @@ func groSegment(b []byte) int {
 	return 0
 }
 
+// sendEach sends the cnt iovecs of hdr, a refused GSO group, as one
+// datagram each with sendmsg. It returns how many went out and the first
+// error (0: none); a datagram that fails is skipped.
+func sendEach(fd uintptr, hdr *unix.Msghdr, cnt int) (int, unix.Errno) {
+	msg := unix.Msghdr{Name: hdr.Name, Namelen: hdr.Namelen}
+	msg.SetIovlen(1)
+	sent, first := 0, unix.Errno(0)
+	for j := range cnt {
+		msg.Iov = (*unix.Iovec)(unsafe.Add(unsafe.Pointer(hdr.Iov), uintptr(j)*unsafe.Sizeof(unix.Iovec{})))
+		for {
+			_, _, errno := unix.Syscall(unix.SYS_SENDMSG, fd, uintptr(unsafe.Pointer(&msg)), 0)
+			if errno == unix.EINTR {
+				continue
+			}
+			if errno == 0 {
+				sent++
+			} else if first == 0 {
+				first = errno
+			}
+			break
+		}
+	}
+	return sent, first
+}
+
 // putSegment sets the segment size of a UDP_SEGMENT control message.
 func putSegment(cmsg []byte, size uint16) {
 	*(*uint16)(unsafe.Pointer(&cmsg[unix.CmsgLen(0)])) = size
@@ -488,8 +514,19 @@ func (c *UDPConn) send(fd uintptr) bool {
 		default:
 			// sendmmsg stops at the first failing message and reports the
 			// error only when it is the first one: skip it.
-			if w.cnt[w.head] > 1 && (errno == unix.EIO || errno == unix.EINVAL || errno == unix.ENOPROTOOPT) {
-				c.gso.Store(false) // the kernel or the device refuses GSO
+			if w.cnt[w.head] > 1 && (errno == unix.EIO || errno == unix.EINVAL || errno == unix.EMSGSIZE || errno == unix.ENOPROTOOPT) {
+				// The kernel or the device refuses this GSO group (a
+				// segment above the path MTU, a device without GSO): GSO
+				// goes off for the socket, and the group goes out one
+				// datagram at a time, as it would have without GSO.
+				c.gso.Store(false)
+				sent, serr := sendEach(fd, &w.hdrs[w.head].Hdr, w.cnt[w.head])
+				w.done += sent
+				if serr == 0 {
+					w.head++
+					continue
+				}
+				errno = serr
 			}
 			if w.err == nil {
 				dst := rawAddrPort(&w.names[w.head])

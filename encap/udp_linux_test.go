@@ -530,3 +530,47 @@ func TestUDPReadBatchGRO(t *testing.T) {
 		t.Error("no message carried more than one datagram")
 	}
 }
+
+// A GSO group the kernel refuses (segments above the path MTU: EINVAL)
+// still goes out, one datagram at a time (fragmented, as without GSO), and
+// GSO is off for the socket from then on.
+func TestUDPWriteBatchGSORefused(t *testing.T) {
+	ns := newNetns(t)
+	ipCmd(t, "-n", ns, "link", "set", "lo", "mtu", "1500", "up")
+	var tx, rx *encap.UDPConn
+	t.Cleanup(func() {
+		for _, c := range []*encap.UDPConn{tx, rx} {
+			if c != nil {
+				c.Close()
+			}
+		}
+	})
+	inNetns(t, ns, func() (err error) {
+		if tx, err = encap.ListenUDP(netip.MustParseAddrPort("127.0.0.1:0"), encap.UDPOptions{}); err != nil {
+			return err
+		}
+		rx, err = encap.ListenUDP(netip.MustParseAddrPort("127.0.0.1:0"), encap.UDPOptions{})
+		return err
+	})
+	watchdog(t, rx)
+	if !tx.GSO() {
+		t.Skip("no UDP GSO on this kernel")
+	}
+	var out []encap.Message
+	for i := range 5 {
+		b := make([]byte, 2000) // above lo's MTU: refused as a GSO segment
+		b[0] = byte(i)
+		out = append(out, encap.Message{Buf: b, N: len(b), Addr: rx.LocalAddr()})
+	}
+	if sent, err := tx.WriteBatch(out); sent != len(out) || err != nil {
+		t.Fatalf("WriteBatch: (%d, %v), want (%d, nil)", sent, err, len(out))
+	}
+	if tx.GSO() {
+		t.Error("GSO still on after the kernel refused a group")
+	}
+	in := buffers(len(out), 4000)
+	readAll(t, rx, in)
+	if !slices.Equal(payloads(in), payloads(out)) {
+		t.Error("the datagrams read differ from those sent")
+	}
+}
