@@ -250,6 +250,24 @@ func listenUDP(laddr netip.AddrPort, opts UDPOptions) (*UDPConn, error) {
 // GRO reports whether the kernel coalesces received datagrams (UDP_GRO).
 func (c *UDPConn) GRO() bool { return c.gro }
 
+// DisableGRO turns UDP GRO off. Call it before the first ReadBatch.
+func (c *UDPConn) DisableGRO() error {
+	if !c.gro {
+		return nil
+	}
+	var serr error
+	if err := c.rc.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_UDP, unix.UDP_GRO, 0)
+	}); err != nil {
+		return err
+	}
+	if serr != nil {
+		return os.NewSyscallError("setsockopt UDP_GRO", serr)
+	}
+	c.gro = false
+	return nil
+}
+
 // GSO reports whether sends use UDP GSO.
 func (c *UDPConn) GSO() bool { return c.gso.Load() }
 

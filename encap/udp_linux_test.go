@@ -499,6 +499,10 @@ func TestUDPReadBatchGRO(t *testing.T) {
 	if sent, err := tx.WriteBatch(out); sent != count || err != nil {
 		t.Fatalf("WriteBatch: %d, %v", sent, err)
 	}
+	off := listen(t, "127.0.0.1:0", encap.UDPOptions{GRO: true})
+	if err := off.DisableGRO(); err != nil || off.GRO() {
+		t.Errorf("DisableGRO: %v, GRO() = %v", err, off.GRO())
+	}
 	in := buffers(4, 65536)
 	var got []byte
 	coalesced := false

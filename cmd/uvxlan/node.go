@@ -136,6 +136,13 @@ func NewNode(cfg Config, log *slog.Logger) (n *Node, err error) {
 		rx.Close()
 	}
 	rxs = rxs[:len(devs)]
+	if !tcfg.Offload { // no TAP offloads: runs of datagrams would only be cut and copied
+		for _, rx := range rxs {
+			if err := rx.DisableGRO(); err != nil {
+				log.Warn("could not turn UDP GRO off", "err", err)
+			}
+		}
+	}
 	dev := devs[0]
 	n.dev, n.devs = dev, devs
 	copy(n.mac[:], dev.MAC())
