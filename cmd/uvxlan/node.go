@@ -480,14 +480,24 @@ func (n *Node) addLocalNeigh(ip netip.Addr, mac fdb.MAC) {
 	}
 }
 
-// engineStats sums the counters of the engines (one per queue).
+// engineStats sums the counters of the engines (one per queue), with the
+// super-frames the TAP queues could not split as drops of their own.
 func (n *Node) engineStats() encap.Stats {
 	s := n.engines[0].Stats()
 	for _, e := range n.engines[1:] {
 		s = s.Add(e.Stats())
 	}
+	var split uint64
+	for _, d := range n.devs {
+		split += d.OffloadDrops()
+	}
+	s.Drops[dropTAPSplit] = split
 	return s
 }
+
+// dropTAPSplit counts frames read from the TAP with offloads that could not
+// be split into segments (malformed, or more segments than a batch).
+const dropTAPSplit = "tap_split_error"
 
 // stats is what /v1/stats serves.
 func (n *Node) stats() statsView {
