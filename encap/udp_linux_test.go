@@ -273,22 +273,7 @@ func TestUDPWriteBatchUnroutable(t *testing.T) {
 	} {
 		ipCmd(t, append([]string{"-n", ns}, args...)...)
 	}
-	var tx, rx *encap.UDPConn
-	t.Cleanup(func() {
-		for _, c := range []*encap.UDPConn{tx, rx} {
-			if c != nil {
-				c.Close()
-			}
-		}
-	})
-	inNetns(t, ns, func() (err error) {
-		if tx, err = encap.ListenUDP(netip.MustParseAddrPort("127.0.0.1:0"), encap.UDPOptions{}); err != nil {
-			return err
-		}
-		rx, err = encap.ListenUDP(netip.MustParseAddrPort("127.0.0.1:0"), encap.UDPOptions{})
-		return err
-	})
-	watchdog(t, rx)
+	tx, rx := loopbackPair(t, ns)
 
 	dst := rx.LocalAddr()
 	msgs := []encap.Message{
@@ -312,6 +297,28 @@ func TestUDPWriteBatchUnroutable(t *testing.T) {
 	if got, want := payloads(in), []string{"first", "fourth", "second", "third"}; !slices.Equal(got, want) {
 		t.Errorf("received %q, want %q", got, want)
 	}
+}
+
+// loopbackPair opens two sockets on 127.0.0.1 inside namespace ns, closed
+// when the test ends; rx has a watchdog.
+func loopbackPair(t *testing.T, ns string) (tx, rx *encap.UDPConn) {
+	t.Helper()
+	t.Cleanup(func() {
+		for _, c := range []*encap.UDPConn{tx, rx} {
+			if c != nil {
+				c.Close()
+			}
+		}
+	})
+	inNetns(t, ns, func() (err error) {
+		if tx, err = encap.ListenUDP(netip.MustParseAddrPort("127.0.0.1:0"), encap.UDPOptions{}); err != nil {
+			return err
+		}
+		rx, err = encap.ListenUDP(netip.MustParseAddrPort("127.0.0.1:0"), encap.UDPOptions{})
+		return err
+	})
+	watchdog(t, rx)
+	return tx, rx
 }
 
 // newNetns creates a network namespace deleted when the test ends. It skips
@@ -541,22 +548,7 @@ func TestUDPReadBatchGRO(t *testing.T) {
 func TestUDPWriteBatchGSORefused(t *testing.T) {
 	ns := newNetns(t)
 	ipCmd(t, "-n", ns, "link", "set", "lo", "mtu", "1500", "up")
-	var tx, rx *encap.UDPConn
-	t.Cleanup(func() {
-		for _, c := range []*encap.UDPConn{tx, rx} {
-			if c != nil {
-				c.Close()
-			}
-		}
-	})
-	inNetns(t, ns, func() (err error) {
-		if tx, err = encap.ListenUDP(netip.MustParseAddrPort("127.0.0.1:0"), encap.UDPOptions{}); err != nil {
-			return err
-		}
-		rx, err = encap.ListenUDP(netip.MustParseAddrPort("127.0.0.1:0"), encap.UDPOptions{})
-		return err
-	})
-	watchdog(t, rx)
+	tx, rx := loopbackPair(t, ns)
 	if !tx.GSO() {
 		t.Skip("no UDP GSO on this kernel")
 	}

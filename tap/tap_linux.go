@@ -431,8 +431,20 @@ func (t *TAP) writeFd(fd uintptr) bool {
 	if t.vnet {
 		return t.writeVnet(fd)
 	}
-	for t.wN < len(t.wBufs) {
-		_, err := unix.Write(int(fd), t.wBufs[t.wN][t.wOff:])
+	return t.writeEach(fd, t.wBufs, t.wOff, &t.wN, false)
+}
+
+// writeEach writes frames[*next:] (each at off) with one write(2) each,
+// after a zero virtio-net header when zeroHdr, advancing *next. It returns
+// false to wait for the TAP to become writable; an error is left in wErr.
+func (t *TAP) writeEach(fd uintptr, frames [][]byte, off int, next *int, zeroHdr bool) bool {
+	for *next < len(frames) {
+		var err error
+		if zeroHdr {
+			_, err = unix.Writev(int(fd), [][]byte{t.zeroHdr[:], frames[*next][off:]})
+		} else {
+			_, err = unix.Write(int(fd), frames[*next][off:])
+		}
 		switch {
 		case err == unix.EINTR:
 			continue
@@ -442,7 +454,7 @@ func (t *TAP) writeFd(fd uintptr) bool {
 			t.wErr = fmt.Errorf("tap: write %s: %w", t.name, err)
 			return true
 		}
-		t.wN++
+		*next++
 	}
 	return true
 }
@@ -454,21 +466,7 @@ func (t *TAP) writeFd(fd uintptr) bool {
 // where it stopped (gOut, gNext): the coalesced frames are not rebuilt.
 func (t *TAP) writeVnet(fd uintptr) bool {
 	if t.wOff < VirtioNetHdrLen {
-		for t.wN < len(t.wBufs) {
-			iov := [2][]byte{t.zeroHdr[:], t.wBufs[t.wN][t.wOff:]}
-			_, err := unix.Writev(int(fd), iov[:])
-			switch {
-			case err == unix.EINTR:
-				continue
-			case err == unix.EAGAIN:
-				return false
-			case err != nil:
-				t.wErr = fmt.Errorf("tap: write %s: %w", t.name, err)
-				return true
-			}
-			t.wN++
-		}
-		return true
+		return t.writeEach(fd, t.wBufs, t.wOff, &t.wN, true)
 	}
 	if t.gOut == nil {
 		if err := t.coalesce(); err != nil {
@@ -476,21 +474,12 @@ func (t *TAP) writeVnet(fd uintptr) bool {
 			return true
 		}
 	}
-	for t.gNext < len(t.gOut) {
-		_, err := unix.Write(int(fd), t.gOut[t.gNext][t.wOff-VirtioNetHdrLen:])
-		switch {
-		case err == unix.EINTR:
-			continue
-		case err == unix.EAGAIN:
-			return false
-		case err != nil:
-			t.wErr = fmt.Errorf("tap: write %s: %w", t.name, err)
-			t.gOut, t.gNext = nil, 0
-			return true
-		}
-		t.gNext++
+	if !t.writeEach(fd, t.gOut, t.wOff-VirtioNetHdrLen, &t.gNext, false) {
+		return false
 	}
-	t.wN = len(t.wBufs)
+	if t.wErr == nil {
+		t.wN = len(t.wBufs)
+	}
 	t.gOut, t.gNext = nil, 0
 	return true
 }
