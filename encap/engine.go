@@ -356,10 +356,14 @@ func (e *Engine) report(s Sighting) {
 }
 
 // receiveLoop reads datagrams from the underlay and writes their frames to
-// the TAP. A message in which the kernel coalesced a run of datagrams (UDP
-// GRO) is cut into its datagrams, each copied into a buffer of its own, so
-// that the TAP can coalesce their frames in turn (GRO on the TAP side appends
-// into a frame's buffer, which must not overlap the next frame).
+// the TAP, a batch of them at a time so that the TAP can coalesce a flow's
+// segments into one frame (GRO). A message in which the kernel coalesced a
+// run of datagrams (UDP GRO) is cut into its datagrams, each copied into a
+// buffer of its own (GRO on the TAP side appends into a frame's buffer, which
+// must not overlap the next frame). The frames of all the messages of a
+// batch go to the TAP together, in order, so that runs cut apart by the
+// sender — a 46-segment TCP super-frame leaves as UDP GSO sends of 44 and 2
+// datagrams — become one frame again.
 func (e *Engine) receiveLoop() error {
 	batch := e.rx.BatchSize()
 	msgs := make([]Message, batch)
@@ -368,9 +372,16 @@ func (e *Engine) receiveLoop() error {
 		raws[i] = make([]byte, rxHeadroom+maxDatagram)
 		msgs[i].Buf = raws[i][rxHeadroom:]
 	}
-	frames := make([][]byte, 0, batch)
-	var segBufs, segs [][]byte // for runs of datagrams; allocated at the first
+	// out is what goes to the TAP in one Write: at most its batch size.
+	out := make([][]byte, 0, max(e.dev.BatchSize(), 1))
+	var segBufs [][]byte // for runs of datagrams; allocated at the first
+	used := 0            // segBufs[:used] are in out
 
+	flush := func() bool {
+		closed := e.deliver(out)
+		out, used = out[:0], 0
+		return closed
+	}
 	for {
 		n, err := e.rx.ReadBatch(msgs)
 		if err != nil {
@@ -380,46 +391,42 @@ func (e *Engine) receiveLoop() error {
 			return err
 		}
 		e.rxLearnt = false
-		frames = frames[:0]
 		for i := 0; i < n; i++ {
 			m := &msgs[i]
 			if m.Seg <= 0 || m.N <= m.Seg {
+				if len(out) == cap(out) && flush() {
+					return nil
+				}
 				if e.accept(m) {
-					frames = append(frames, raws[i][:rxHeadroom+m.N])
+					out = append(out, raws[i][:rxHeadroom+m.N])
 				}
 				continue
 			}
 			if segBufs == nil {
-				segBufs = make([][]byte, maxGROSegments)
+				segBufs = make([][]byte, max(cap(out), maxGROSegments))
 				for j := range segBufs {
 					segBufs[j] = make([]byte, rxHeadroom+maxDatagram)
 				}
-				segs = make([][]byte, 0, maxGROSegments)
 			}
-			if e.deliver(frames) { // keep the order of the datagrams
+			// A run that does not fit what is left goes in a Write of
+			// its own, rather than cut in two.
+			if segs := (m.N + m.Seg - 1) / m.Seg; (len(out)+segs > cap(out) || used+segs > len(segBufs)) && flush() {
 				return nil
 			}
-			frames = frames[:0]
-			segs = segs[:0]
 			for off := 0; off < m.N; off += m.Seg {
-				if len(segs) == len(segBufs) {
-					if e.deliver(segs) {
-						return nil
-					}
-					segs = segs[:0]
+				if (len(out) == cap(out) || used == len(segBufs)) && flush() {
+					return nil
 				}
-				b := segBufs[len(segs)]
+				b := segBufs[used]
 				sm := Message{Buf: b[rxHeadroom:], Addr: m.Addr}
 				sm.N = copy(sm.Buf, m.Buf[off:min(off+m.Seg, m.N)])
 				if e.accept(&sm) {
-					segs = append(segs, b[:rxHeadroom+sm.N])
+					out = append(out, b[:rxHeadroom+sm.N])
+					used++
 				}
 			}
-			if e.deliver(segs) {
-				return nil
-			}
 		}
-		if e.deliver(frames) {
+		if flush() {
 			return nil
 		}
 	}

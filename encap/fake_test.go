@@ -14,6 +14,7 @@ type fakeDev struct {
 	in     chan []byte
 	mu     sync.Mutex
 	out    [][]byte
+	writes []int // frames per Write call
 	closed chan struct{}
 	once   sync.Once
 }
@@ -46,6 +47,7 @@ func (d *fakeDev) Write(bufs [][]byte, offset int) (int, error) {
 	for _, b := range bufs {
 		d.out = append(d.out, append([]byte(nil), b[offset:]...))
 	}
+	d.writes = append(d.writes, len(bufs))
 	return len(bufs), nil
 }
 
@@ -89,16 +91,31 @@ func (n *fakeNet) listen(addr netip.AddrPort) *fakeConn {
 	return c
 }
 
+// ReadBatch waits for one datagram, then takes those already queued, up to
+// len(msgs), as recvmmsg does.
 func (c *fakeConn) ReadBatch(msgs []Message) (int, error) {
+	n := 0
+	put := func(d datagram) {
+		msgs[n].N = copy(msgs[n].Buf, d.b)
+		msgs[n].Addr = d.from
+		msgs[n].Seg = d.seg
+		n++
+	}
 	select {
 	case d := <-c.in:
-		msgs[0].N = copy(msgs[0].Buf, d.b)
-		msgs[0].Addr = d.from
-		msgs[0].Seg = d.seg
-		return 1, nil
+		put(d)
 	case <-c.closed:
 		return 0, net.ErrClosed
 	}
+	for n < len(msgs) {
+		select {
+		case d := <-c.in:
+			put(d)
+		default:
+			return n, nil
+		}
+	}
+	return n, nil
 }
 
 func (c *fakeConn) WriteBatch(msgs []Message) (int, error) {

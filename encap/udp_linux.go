@@ -359,10 +359,14 @@ func (c *UDPConn) ReadBatch(msgs []Message) (int, error) {
 
 // recv is the RawConn.Read callback of ReadBatch. It returns false to wait
 // for the socket to become readable.
+//
+// The socket is non-blocking, so recvmmsg and sendmmsg are made as raw
+// system calls, which keep the Go processor (P) instead of handing it back
+// for the call: see tap/rawsys_linux.go for why that matters per packet.
 func (c *UDPConn) recv(fd uintptr) bool {
 	r := &c.r
 	for {
-		n, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, fd,
+		n, _, errno := unix.RawSyscall6(unix.SYS_RECVMMSG, fd,
 			uintptr(unsafe.Pointer(&r.hdrs[0])), uintptr(r.n), 0, 0, 0)
 		switch errno {
 		case 0:
@@ -485,7 +489,7 @@ func sendEach(fd uintptr, hdr *unix.Msghdr, cnt int) (int, unix.Errno) {
 	for j := range cnt {
 		msg.Iov = (*unix.Iovec)(unsafe.Add(unsafe.Pointer(hdr.Iov), uintptr(j)*unsafe.Sizeof(unix.Iovec{})))
 		for {
-			_, _, errno := unix.Syscall(unix.SYS_SENDMSG, fd, uintptr(unsafe.Pointer(&msg)), 0)
+			_, _, errno := unix.RawSyscall(unix.SYS_SENDMSG, fd, uintptr(unsafe.Pointer(&msg)), 0)
 			if errno == unix.EINTR {
 				continue
 			}
@@ -518,7 +522,7 @@ func (b *mmsgBatch) releaseSend(iovs int) {
 func (c *UDPConn) send(fd uintptr) bool {
 	w := &c.w
 	for w.head < w.n {
-		n, _, errno := unix.Syscall6(unix.SYS_SENDMMSG, fd,
+		n, _, errno := unix.RawSyscall6(unix.SYS_SENDMMSG, fd,
 			uintptr(unsafe.Pointer(&w.hdrs[w.head])), uintptr(w.n-w.head), 0, 0, 0)
 		switch errno {
 		case 0:

@@ -91,6 +91,7 @@ type TAP struct {
 	gOut    [][]byte // frames being written; nil between Writes
 	gNext   int      // gOut[:gNext] are written
 	zeroHdr [VirtioNetHdrLen]byte
+	iov     [2]unix.Iovec // header and frame of a zero-header write
 	drops   atomic.Uint64 // super-frames that could not be split
 }
 
@@ -200,6 +201,13 @@ func (t *TAP) init(f *os.File) error {
 	if t.rc, err = f.SyscallConn(); err != nil {
 		f.Close()
 		return fmt.Errorf("tap: %s: %w", t.name, err)
+	}
+	// Reads and writes are raw system calls (rawsys_linux.go), which must
+	// never sleep: the descriptor has to be non-blocking.
+	var flags int
+	if cerr := t.rc.Control(func(fd uintptr) { flags, err = unix.FcntlInt(fd, unix.F_GETFL, 0) }); cerr != nil || err != nil || flags&unix.O_NONBLOCK == 0 {
+		f.Close()
+		return fmt.Errorf("tap: %s: descriptor is not non-blocking (flags %#x, %v, %v)", t.name, flags, cerr, err)
 	}
 	t.rd = t.readFd
 	t.wr = t.writeFd
@@ -344,7 +352,7 @@ func (t *TAP) readFd(fd uintptr) bool {
 		return t.readVnet(fd)
 	}
 	for t.rN < len(t.rBufs) {
-		n, err := unix.Read(int(fd), t.rBufs[t.rN][t.rOff:])
+		n, err := rawRead(fd, t.rBufs[t.rN][t.rOff:])
 		switch {
 		case err == unix.EINTR:
 			continue
@@ -366,7 +374,7 @@ func (t *TAP) readFd(fd uintptr) bool {
 func (t *TAP) readVnet(fd uintptr) bool {
 	for t.rN < len(t.rBufs) {
 		if t.pending == 0 {
-			n, err := unix.Read(int(fd), t.sbuf)
+			n, err := rawRead(fd, t.sbuf)
 			switch {
 			case err == unix.EINTR:
 				continue
@@ -441,9 +449,16 @@ func (t *TAP) writeEach(fd uintptr, frames [][]byte, off int, next *int, zeroHdr
 	for *next < len(frames) {
 		var err error
 		if zeroHdr {
-			_, err = unix.Writev(int(fd), [][]byte{t.zeroHdr[:], frames[*next][off:]})
+			f := frames[*next][off:]
+			t.iov[0].Base, t.iov[0].Len = &t.zeroHdr[0], VirtioNetHdrLen
+			t.iov[1].Base, t.iov[1].Len = nil, 0
+			if len(f) > 0 {
+				t.iov[1].Base = &f[0]
+				t.iov[1].SetLen(len(f))
+			}
+			_, err = rawWritev(fd, t.iov[:])
 		} else {
-			_, err = unix.Write(int(fd), frames[*next][off:])
+			_, err = rawWrite(fd, frames[*next][off:])
 		}
 		switch {
 		case err == unix.EINTR:
