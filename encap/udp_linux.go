@@ -49,6 +49,18 @@ const (
 	maxGSOBytes    = 65507
 )
 
+// GSOSegments is how many datagrams of a frame of up to mtu bytes (the
+// TAP's MTU) with its VXLAN header one UDP GSO send carries: 44 for an MTU
+// of 1450. A TCP super-frame of at most that many segments leaves as one
+// super-datagram, and arrives (with UDP GRO) as one run. It is 0 for an
+// mtu of 0 or less (unknown).
+func GSOSegments(mtu int) int {
+	if mtu <= 0 {
+		return 0
+	}
+	return max(1, min(maxGSOBytes/(HeaderLen+ethHeaderLen+mtu), maxGSOSegments))
+}
+
 // errAddrFamily is wrapped by WriteBatch for a message whose address does
 // not fit the socket (IPv6 on an IPv4 socket, or no address at all).
 var errAddrFamily = errors.New("address does not fit the socket's family")

@@ -570,3 +570,18 @@ func TestUDPWriteBatchGSORefused(t *testing.T) {
 		t.Error("the datagrams read differ from those sent")
 	}
 }
+
+func TestGSOSegments(t *testing.T) {
+	for _, c := range []struct{ mtu, want int }{
+		{1450, 44}, // 44 × 1472 = 64768 ≤ 65507 < 45 × 1472
+		{1500, 43},
+		{9000, 7},
+		{68, 64}, // capped at UDP_MAX_SEGMENTS
+		{65000, 1},
+		{0, 0},
+	} {
+		if got := encap.GSOSegments(c.mtu); got != c.want {
+			t.Errorf("GSOSegments(%d) = %d, want %d", c.mtu, got, c.want)
+		}
+	}
+}

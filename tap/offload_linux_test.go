@@ -2,8 +2,10 @@ package tap_test
 
 import (
 	"bytes"
+	"fmt"
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -36,6 +38,9 @@ func TestTAPOffload(t *testing.T) {
 	defer dev.Close()
 	if dev.Offloads() == "" || dev.BatchSize() < 64 {
 		t.Fatalf("offloads %q, batch %d", dev.Offloads(), dev.BatchSize())
+	}
+	if out, err := h.Run(t.Context(), "ip", "-d", "link", "show", "uvxo0"); err != nil || !strings.Contains(out, fmt.Sprintf("gso_max_segs %d ", dev.BatchSize())) {
+		t.Errorf("gso_max_segs is not the batch size %d (%v):\n%s", dev.BatchSize(), err, out)
 	}
 	if out, err := h.Run(t.Context(), "ip", "neigh", "replace", remote.String(), "lladdr", peer.String(), "dev", "uvxo0"); err != nil {
 		t.Fatalf("%v\n%s", err, out)
@@ -161,7 +166,7 @@ func TestTAPQueues(t *testing.T) {
 	}
 	var qs []*tap.TAP
 	err := h.Do(func() (err error) {
-		qs, err = tap.OpenQueues(tap.Config{Name: "uvxm0", MTU: 1400, Addrs: []netip.Prefix{netip.MustParsePrefix("10.78.0.1/24")}, Offload: true, Queues: 3})
+		qs, err = tap.OpenQueues(tap.Config{Name: "uvxm0", MTU: 1400, Addrs: []netip.Prefix{netip.MustParsePrefix("10.78.0.1/24")}, Offload: true, Queues: 3, MaxSegments: 30})
 		return err
 	})
 	if err != nil {
@@ -178,6 +183,9 @@ func TestTAPQueues(t *testing.T) {
 	out, err := h.Run(t.Context(), "ip", "-d", "link", "show", "uvxm0")
 	if err != nil || !bytes.Contains([]byte(out), []byte("multi_queue")) {
 		t.Errorf("not a multi-queue TAP (%v):\n%s", err, out)
+	}
+	if !bytes.Contains([]byte(out), []byte("gso_max_segs 30 ")) {
+		t.Errorf("MaxSegments 30 is not the TAP's gso_max_segs:\n%s", out)
 	}
 	// Every queue takes a write: a gratuitous ARP from a peer.
 	for i, q := range qs {

@@ -40,6 +40,12 @@ type Config struct {
 	// offset+14+65535 bytes capacity, and an offset of at least
 	// VirtioNetHdrLen, or frames are written one by one.
 	Offload bool
+	// MaxSegments, with Offload, caps the segments in a super-frame the
+	// kernel hands over (the TAP's gso_max_segs); 0 or more than BatchSize
+	// means BatchSize. A caller that sends each super-frame on as one UDP
+	// GSO send sets it to what one send carries, so that a super-frame
+	// is not cut in two on the wire.
+	MaxSegments int
 	// Queues is the number of queues (IFF_MULTI_QUEUE) OpenQueues opens,
 	// each a Device of its own that one goroutine reads and writes; the
 	// kernel spreads flows over them. Default 1. More than 1 needs Offload.
@@ -314,8 +320,12 @@ func (t *TAP) setup(cfg Config) error {
 	}
 	if t.vnet {
 		// Never more segments in a super-frame than one Read returns.
-		if err := netlink.LinkSetGSOMaxSegs(link, t.batch); err != nil {
-			return fmt.Errorf("tap: set gso_max_segs %d on %s: %w", t.batch, t.name, err)
+		segs := t.batch
+		if cfg.MaxSegments > 0 {
+			segs = min(segs, cfg.MaxSegments)
+		}
+		if err := netlink.LinkSetGSOMaxSegs(link, segs); err != nil {
+			return fmt.Errorf("tap: set gso_max_segs %d on %s: %w", segs, t.name, err)
 		}
 	}
 	if err := netlink.LinkSetUp(link); err != nil {

@@ -113,7 +113,8 @@ func NewNode(cfg Config, log *slog.Logger) (n *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
-	tcfg := tap.Config{Name: cfg.Dev, MTU: cfg.MTU, Offload: cfg.Offload, Queues: queues}
+	tcfg := tap.Config{Name: cfg.Dev, MTU: cfg.MTU, Offload: cfg.Offload, Queues: queues,
+		MaxSegments: encap.GSOSegments(cfg.MTU)}
 	if !mac.IsZero() {
 		tcfg.MAC = net.HardwareAddr(mac[:])
 	}
