@@ -46,11 +46,6 @@ import (
 // for the VXLAN header, written in place in front of the frame.
 const Headroom = HeaderLen
 
-// rxHeadroom is the room left in front of each received datagram: with the
-// VXLAN header, it makes tap.VirtioNetHdrLen bytes in front of the inner
-// frame, where a TAP with offloads writes its virtio-net header.
-const rxHeadroom = tap.VirtioNetHdrLen - HeaderLen
-
 const (
 	ethHeaderLen = 14
 	// maxDatagram is the receive buffer per datagram: the largest UDP
@@ -358,28 +353,21 @@ func (e *Engine) report(s Sighting) {
 // receiveLoop reads datagrams from the underlay and writes their frames to
 // the TAP, a batch of them at a time so that the TAP can coalesce a flow's
 // segments into one frame (GRO). A message in which the kernel coalesced a
-// run of datagrams (UDP GRO) is cut into its datagrams, each copied into a
-// buffer of its own (GRO on the TAP side appends into a frame's buffer, which
-// must not overlap the next frame). The frames of all the messages of a
-// batch go to the TAP together, in order, so that runs cut apart by the
-// sender — a 46-segment TCP super-frame leaves as UDP GSO sends of 44 and 2
-// datagrams — become one frame again.
+// run of datagrams (UDP GRO) is cut into its datagrams in place: each frame
+// is a slice of the message. The frames of all the messages of a batch go
+// to the TAP together, in order, so that runs cut apart by a sender become
+// one frame again.
 func (e *Engine) receiveLoop() error {
 	batch := e.rx.BatchSize()
 	msgs := make([]Message, batch)
-	raws := make([][]byte, batch) // msgs[i].Buf with rxHeadroom in front
 	for i := range msgs {
-		raws[i] = make([]byte, rxHeadroom+maxDatagram)
-		msgs[i].Buf = raws[i][rxHeadroom:]
+		msgs[i].Buf = make([]byte, maxDatagram)
 	}
 	// out is what goes to the TAP in one Write: at most its batch size.
 	out := make([][]byte, 0, max(e.dev.BatchSize(), 1))
-	var segBufs [][]byte // for runs of datagrams; allocated at the first
-	used := 0            // segBufs[:used] are in out
-
 	flush := func() bool {
 		closed := e.deliver(out)
-		out, used = out[:0], 0
+		out = out[:0]
 		return closed
 	}
 	for {
@@ -398,31 +386,23 @@ func (e *Engine) receiveLoop() error {
 					return nil
 				}
 				if e.accept(m) {
-					out = append(out, raws[i][:rxHeadroom+m.N])
+					out = append(out, m.Buf[:m.N])
 				}
 				continue
 			}
-			if segBufs == nil {
-				segBufs = make([][]byte, max(cap(out), maxGROSegments))
-				for j := range segBufs {
-					segBufs[j] = make([]byte, rxHeadroom+maxDatagram)
-				}
-			}
 			// A run that does not fit what is left goes in a Write of
 			// its own, rather than cut in two.
-			if segs := (m.N + m.Seg - 1) / m.Seg; (len(out)+segs > cap(out) || used+segs > len(segBufs)) && flush() {
+			if segs := (m.N + m.Seg - 1) / m.Seg; len(out)+segs > cap(out) && flush() {
 				return nil
 			}
 			for off := 0; off < m.N; off += m.Seg {
-				if (len(out) == cap(out) || used == len(segBufs)) && flush() {
+				if len(out) == cap(out) && flush() {
 					return nil
 				}
-				b := segBufs[used]
-				sm := Message{Buf: b[rxHeadroom:], Addr: m.Addr}
-				sm.N = copy(sm.Buf, m.Buf[off:min(off+m.Seg, m.N)])
+				sm := Message{Buf: m.Buf[off:min(off+m.Seg, m.N)], Addr: m.Addr}
+				sm.N = len(sm.Buf)
 				if e.accept(&sm) {
-					out = append(out, b[:rxHeadroom+sm.N])
-					used++
+					out = append(out, sm.Buf)
 				}
 			}
 		}
@@ -432,17 +412,13 @@ func (e *Engine) receiveLoop() error {
 	}
 }
 
-// maxGROSegments bounds the datagrams the kernel coalesces into one
-// message (UDP_GRO_CNT_MAX is 64).
-const maxGROSegments = 64
-
-// deliver writes frames (datagrams with rxHeadroom in front) to the TAP and
+// deliver writes frames (datagrams: VXLAN header and frame) to the TAP and
 // counts them. It reports whether the TAP is closed.
 func (e *Engine) deliver(frames [][]byte) (closed bool) {
 	if len(frames) == 0 {
 		return false
 	}
-	const offset = rxHeadroom + HeaderLen
+	const offset = HeaderLen
 	w, err := e.writeTAP(frames, offset)
 	for _, f := range frames[:w] {
 		e.c.rxPackets.Add(1)

@@ -20,7 +20,9 @@ type Device interface {
 
 	// Write writes every bufs[i][offset:] as one frame. It returns the number
 	// of frames written; on error, the frames after the failing one are not
-	// written.
+	// written. It touches no byte outside the frames (the bytes before offset
+	// may belong to another frame), though it may rewrite the headers of
+	// frames it coalesces into one.
 	Write(bufs [][]byte, offset int) (n int, err error)
 
 	// BatchSize is the most frames one Read returns. It does not change over

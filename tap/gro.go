@@ -3,7 +3,6 @@ package tap
 import (
 	"bytes"
 	"encoding/binary"
-	"io"
 )
 
 // Receive-side offload: the engine decapsulates a batch of inner frames and,
@@ -19,9 +18,11 @@ import (
 //  3. Find the open frame of the same flow and append the payload to it if
 //     the segment continues it exactly; otherwise close that frame and open a
 //     new one. Other frames close the open frames of their address pair, so
-//     the order within a flow is kept.
-//  4. Fix the lengths and checksums of merged frames and write a virtio-net
-//     header in front of every output frame.
+//     the order within a flow is kept. Appending copies nothing: an output
+//     frame is a list of parts (its first segment whole, then the payloads
+//     of the others) that the TAP writes with one writev.
+//  4. Fix the lengths and checksums in the first segment of merged frames and
+//     make the virtio-net header of every output frame.
 
 // Kinds of frames, for GRO.
 const (
@@ -57,16 +58,27 @@ const groMaxUDPSegs = 64
 // safe for concurrent use.
 type GRO struct {
 	udp   bool
-	items []groItem // output frames, in the order of their first segment
-	open  []int     // indices into items of frames that may still grow
-	out   [][]byte  // returned by Coalesce
+	items []groItem  // output frames, in the order of their first segment
+	open  []int      // indices into items of frames that may still grow
+	next  []int      // per input frame: the next frame of its output frame, or -1
+	skip  []int      // per input frame: bytes of it not in the output (merged headers)
+	parts [][]byte   // the parts of all output frames, frame after frame
+	out   []GROFrame // returned by Coalesce
+}
+
+// GROFrame is one frame returned by Coalesce: its virtio-net header, and the
+// frame itself in parts to be written one after the other (with writev).
+type GROFrame struct {
+	Hdr   VirtioNetHdr
+	Parts [][]byte
 }
 
 // groItem is one output frame: a passed-through frame, or the head of a
 // merged one.
 type groItem struct {
-	buf     int    // index in bufs of the head frame
-	size    int    // head frame length, growing as payloads are appended
+	buf     int    // index in frames of the head frame
+	tail    int    // index in frames of the last frame merged (buf if none)
+	size    int    // output frame length, growing as payloads are appended
 	kind    uint8  // groOther, groTCP, groUDP
 	v4      bool   // IPv4, else IPv6
 	vflags  uint8  // virtio-net flags if it stays a single frame
@@ -94,67 +106,59 @@ type groPkt struct {
 // NewGRO returns a GRO for batches of up to maxFrames frames. UDP
 // coalescing is off.
 func NewGRO(maxFrames int) *GRO {
-	maxFrames = max(maxFrames, 1)
-	return &GRO{
-		items: make([]groItem, 0, maxFrames),
-		open:  make([]int, 0, maxFrames),
-		out:   make([][]byte, 0, maxFrames),
-	}
+	g := &GRO{}
+	g.grow(max(maxFrames, 1))
+	return g
+}
+
+// grow makes room for batches of n frames.
+func (g *GRO) grow(n int) {
+	g.items = make([]groItem, 0, n)
+	g.open = make([]int, 0, n)
+	g.next = make([]int, n)
+	g.skip = make([]int, n)
+	g.parts = make([][]byte, 0, n)
+	g.out = make([]GROFrame, 0, n)
 }
 
 // SetUDP turns UDP coalescing (GSOUDPL4) on or off. Only turn it on if the
 // TAP accepted TUNSETOFFLOAD with TUN_F_USO4 and TUN_F_USO6.
 func (g *GRO) SetUDP(on bool) { g.udp = on }
 
-// Coalesce merges a batch of frames. Frame i is bufs[i][offset:offset+sizes[i]].
-// It returns the frames to write to the TAP, in order: each is a slice
-// bufs[i][:offset+n] of a frame i that starts an output frame of n bytes,
-// with a VirtioNetHdr already written at bufs[i][offset-VirtioNetHdrLen:offset],
-// so the caller writes out[k][offset-VirtioNetHdrLen:]. Frames merged into an
-// earlier one are not returned. The returned slice is owned by g and valid
-// until the next call.
+// Coalesce merges a batch of frames. It returns the frames to write to the
+// TAP, in order, each with its virtio-net header: a frame that starts an
+// output frame comes first in its Parts, whole, followed by the payloads of
+// the frames merged into it, which are not returned otherwise. The returned
+// slice is owned by g and valid until the next call; its parts are slices of
+// frames.
 //
-// Buffers stay the caller's; Coalesce writes into the headroom of every
-// returned frame and, for merged frames, appends payload up to
-// len(bufs[i])-offset bytes from offset, so buffers of
-// offset+14+65535 bytes allow the largest frames. A frame whose buffer is too
-// short to grow is simply not merged into. Merged frames carry FlagNeedsCsum
-// with the L4 checksum field holding the pseudo-header sum (CHECKSUM_PARTIAL);
-// single TCP/UDP frames whose checksum was verified carry FlagDataValid;
-// others carry a zero header, so the kernel checks them itself.
-//
-// It returns io.ErrShortBuffer, before touching anything, if offset is less
-// than VirtioNetHdrLen, len(sizes) < len(bufs), or a frame does not fit its
-// buffer.
-func (g *GRO) Coalesce(bufs [][]byte, sizes []int, offset int) ([][]byte, error) {
-	if offset < VirtioNetHdrLen || len(sizes) < len(bufs) {
-		return nil, io.ErrShortBuffer
+// Coalesce copies no payload. It rewrites the headers of the first frame of
+// a merged output frame in place (IP length and checksum, UDP length, PSH,
+// and the L4 checksum field, which gets the pseudo-header sum:
+// CHECKSUM_PARTIAL with FlagNeedsCsum); it writes nothing outside the frames,
+// which may therefore be slices of one buffer, such as a run of datagrams
+// received with UDP GRO. Single TCP/UDP frames whose checksum was verified
+// carry FlagDataValid; others carry a zero header, so the kernel checks them
+// itself.
+func (g *GRO) Coalesce(frames [][]byte) []GROFrame {
+	if cap(g.items) < len(frames) {
+		g.grow(len(frames))
 	}
-	for i := range bufs {
-		if sizes[i] < 0 || sizes[i] > len(bufs[i])-offset {
-			return nil, io.ErrShortBuffer
-		}
-	}
-	if cap(g.items) < len(bufs) {
-		g.items = make([]groItem, 0, len(bufs))
-		g.open = make([]int, 0, len(bufs))
-		g.out = make([][]byte, 0, len(bufs))
-	}
-	g.items, g.open, g.out = g.items[:0], g.open[:0], g.out[:0]
+	g.items, g.open, g.parts, g.out = g.items[:0], g.open[:0], g.parts[:0], g.out[:0]
 
-	for i := range bufs {
-		f := bufs[i][offset : offset+sizes[i]]
+	for i, f := range frames {
+		g.next[i], g.skip[i] = -1, 0
 		p := groParse(f, g.udp)
-		it := groItem{buf: i, size: len(f), kind: p.kind, v4: p.v4}
+		it := groItem{buf: i, tail: i, size: len(f), kind: p.kind, v4: p.v4}
 		if !p.mergeable || !groVerify(f, &p) {
 			if p.ip {
-				g.closeAddrs(bufs, offset, f, p.v4)
+				g.closeAddrs(frames, f, p.v4)
 			}
 			g.items = append(g.items, it)
 			continue
 		}
-		if j := g.find(bufs, offset, f, &p); j >= 0 {
-			if g.tryAppend(j, bufs, offset, f, &p) {
+		if j := g.find(frames, f, &p); j >= 0 {
+			if g.tryAppend(j, frames, i, &p) {
 				continue
 			}
 			g.closeAt(j)
@@ -174,18 +178,19 @@ func (g *GRO) Coalesce(bufs [][]byte, sizes []int, offset int) ([][]byte, error)
 		}
 	}
 
-	var vh VirtioNetHdr
 	for k := range g.items {
 		it := &g.items[k]
-		b := bufs[it.buf]
-		vh = VirtioNetHdr{Flags: it.vflags}
+		vh := VirtioNetHdr{Flags: it.vflags}
 		if it.segs > 1 {
-			vh = groFinish(b[offset:offset+it.size], it)
+			vh = groFinish(frames[it.buf], it)
 		}
-		_ = vh.Encode(b[offset-VirtioNetHdrLen : offset]) // offset >= VirtioNetHdrLen
-		g.out = append(g.out, b[:offset+it.size])
+		start := len(g.parts)
+		for i := it.buf; i >= 0; i = g.next[i] {
+			g.parts = append(g.parts, frames[i][g.skip[i]:])
+		}
+		g.out = append(g.out, GROFrame{Hdr: vh, Parts: g.parts[start:len(g.parts):len(g.parts)]})
 	}
-	return g.out, nil
+	return g.out
 }
 
 // groParse is stage 1.
@@ -287,13 +292,13 @@ func groAddrs(f []byte, v4 bool) []byte {
 }
 
 // find returns the index in g.open of the open frame of f's flow, or -1.
-func (g *GRO) find(bufs [][]byte, offset int, f []byte, p *groPkt) int {
+func (g *GRO) find(frames [][]byte, f []byte, p *groPkt) int {
 	for j, k := range g.open {
 		it := &g.items[k]
 		if it.hash != p.hash || it.kind != p.kind || it.v4 != p.v4 {
 			continue
 		}
-		h := bufs[it.buf][offset:]
+		h := frames[it.buf]
 		if bytes.Equal(h[:12], f[:12]) && // MAC addresses
 			bytes.Equal(groAddrs(h, p.v4), groAddrs(f, p.v4)) &&
 			bytes.Equal(h[p.l4Off:p.l4Off+4], f[p.l4Off:p.l4Off+4]) { // ports
@@ -306,11 +311,11 @@ func (g *GRO) find(bufs [][]byte, offset int, f []byte, p *groPkt) int {
 // closeAddrs closes the open frames between the IP addresses of f, whatever
 // their ports: f cannot be merged and must not be overtaken by later
 // segments of a flow it may belong to.
-func (g *GRO) closeAddrs(bufs [][]byte, offset int, f []byte, v4 bool) {
+func (g *GRO) closeAddrs(frames [][]byte, f []byte, v4 bool) {
 	a := groAddrs(f, v4)
 	for j := 0; j < len(g.open); {
 		it := &g.items[g.open[j]]
-		if it.v4 == v4 && bytes.Equal(groAddrs(bufs[it.buf][offset:], v4), a) {
+		if it.v4 == v4 && bytes.Equal(groAddrs(frames[it.buf], v4), a) {
 			g.closeAt(j)
 			continue
 		}
@@ -325,21 +330,17 @@ func (g *GRO) closeAt(j int) {
 	g.open = g.open[:last]
 }
 
-// tryAppend is stage 3: it appends the payload of f to the open frame
-// g.open[j] of the same flow if f continues it exactly, and closes that frame
-// when f is its last segment.
-func (g *GRO) tryAppend(j int, bufs [][]byte, offset int, f []byte, p *groPkt) bool {
+// tryAppend is stage 3: it appends the payload of frames[i] to the open
+// frame g.open[j] of the same flow if it continues that frame exactly, and
+// closes that frame when frames[i] is its last segment.
+func (g *GRO) tryAppend(j int, frames [][]byte, i int, p *groPkt) bool {
 	const ip = ethHdrLen
 	it := &g.items[g.open[j]]
-	b := bufs[it.buf][offset:]
-	h := b[:it.size]
+	h, f := frames[it.buf], frames[i]
 	if p.hdrLen != it.hdrLen || p.payload > it.gsoSize {
 		return false
 	}
 	newSize := it.size + p.payload
-	if newSize > len(b) {
-		return false
-	}
 	if p.v4 {
 		if newSize-ethHdrLen > maxIPLen ||
 			h[ip+1] != f[ip+1] || // TOS
@@ -373,7 +374,8 @@ func (g *GRO) tryAppend(j int, bufs [][]byte, offset int, f []byte, p *groPkt) b
 	} else if it.segs >= groMaxUDPSegs {
 		return false
 	}
-	copy(b[it.size:newSize], f[p.hdrLen:])
+	g.next[it.tail], g.skip[i] = i, p.hdrLen
+	it.tail = i
 	it.size = newSize
 	it.segs++
 	it.nextID++
@@ -383,21 +385,22 @@ func (g *GRO) tryAppend(j int, bufs [][]byte, offset int, f []byte, p *groPkt) b
 	return true
 }
 
-// groFinish is stage 4 for a merged frame f: it fixes the IP length (and
-// IPv4 header checksum), the UDP length, PSH, and the L4 checksum field,
-// which gets the pseudo-header sum, and returns the virtio-net header.
+// groFinish is stage 4 for a merged frame whose first segment is f and whose
+// length is it.size: it fixes the IP length (and IPv4 header checksum), the
+// UDP length, PSH, and the L4 checksum field, which gets the pseudo-header
+// sum, in f, and returns the virtio-net header.
 func groFinish(f []byte, it *groItem) VirtioNetHdr {
 	const ip = ethHdrLen
 	l4Off := ip + ipv6HdrLen
 	if it.v4 {
 		l4Off = ip + ipv4MinHdrLen
-		binary.BigEndian.PutUint16(f[ip+2:], uint16(len(f)-ip))
+		binary.BigEndian.PutUint16(f[ip+2:], uint16(it.size-ip))
 		f[ip+10], f[ip+11] = 0, 0
 		binary.BigEndian.PutUint16(f[ip+10:], ^FoldChecksum(Checksum(f[ip:l4Off], 0)))
 	} else {
-		binary.BigEndian.PutUint16(f[ip+4:], uint16(len(f)-l4Off))
+		binary.BigEndian.PutUint16(f[ip+4:], uint16(it.size-l4Off))
 	}
-	l4Len := len(f) - l4Off
+	l4Len := it.size - l4Off
 	vh := VirtioNetHdr{
 		Flags:     FlagNeedsCsum,
 		HdrLen:    uint16(it.hdrLen),

@@ -3,49 +3,51 @@ package tap
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"testing"
 )
 
-// groOff is the headroom test batches keep in front of every frame.
-const groOff = 64
-
-// groBatch places each frame at bufs[i][groOff:] in a buffer of bufLen bytes
-// (0: room for the largest merged frame).
-func groBatch(frames [][]byte, bufLen int) ([][]byte, []int) {
-	bufs := make([][]byte, len(frames))
-	sizes := make([]int, len(frames))
-	for i, f := range frames {
-		n := bufLen
-		if n == 0 {
-			n = groOff + 14 + 65535
-		}
-		bufs[i] = make([]byte, max(n, groOff+len(f)))
-		copy(bufs[i][groOff:], f)
-		sizes[i] = len(f)
-	}
-	return bufs, sizes
-}
-
-// groOut is one frame returned by Coalesce, with its virtio-net header.
+// groOut is one frame returned by Coalesce, its parts joined.
 type groOut struct {
 	h VirtioNetHdr
 	f []byte
 }
 
-func decodeGROOut(tb testing.TB, out [][]byte) []groOut {
-	tb.Helper()
+func decodeGROOut(out []GROFrame) []groOut {
 	res := make([]groOut, len(out))
 	for k, o := range out {
-		if err := res[k].h.Decode(o[groOff-VirtioNetHdrLen : groOff]); err != nil {
-			tb.Fatalf("output %d: %v", k, err)
-		}
-		res[k].f = o[groOff:]
+		res[k] = groOut{h: o.Hdr, f: bytes.Join(o.Parts, nil)}
 	}
 	return res
+}
+
+// cloneAll copies frames, which Coalesce may rewrite.
+func cloneAll(frames [][]byte) [][]byte {
+	c := make([][]byte, len(frames))
+	for i, f := range frames {
+		c[i] = bytes.Clone(f)
+	}
+	return c
+}
+
+// checkParts checks that output o is made of the input frames grp, without
+// copies: the first whole, then the payload (after hdrLen bytes) of the
+// others.
+func checkParts(tb testing.TB, o GROFrame, in [][]byte, grp []int) {
+	tb.Helper()
+	if len(o.Parts) != len(grp) {
+		tb.Fatalf("%d parts, want %d", len(o.Parts), len(grp))
+	}
+	for j, i := range grp {
+		p, f := o.Parts[j], in[i]
+		if j == 0 && (len(p) != len(f) || &p[0] != &f[0]) {
+			tb.Errorf("part 0 is not input %d whole", i)
+		}
+		if j > 0 && (len(p) == 0 || len(p) != int(o.Hdr.GSOSize) && j < len(grp)-1 || &p[len(p)-1] != &f[len(f)-1]) {
+			tb.Errorf("part %d is not the payload of input %d", j, i)
+		}
+	}
 }
 
 // resplit checks a merged output as the kernel would see it and splits it
@@ -121,12 +123,9 @@ func TestGROSplitThenCoalesce(t *testing.T) {
 
 			g := NewGRO(64)
 			g.SetUDP(true)
-			bufs, bsizes := groBatch(segs, 0)
-			out, err := g.Coalesce(bufs, bsizes, groOff)
-			if err != nil {
-				t.Fatal(err)
-			}
-			res := decodeGROOut(t, out)
+			in := cloneAll(segs)
+			out := g.Coalesce(in)
+			res := decodeGROOut(out)
 			if len(res) != 1 {
 				t.Fatalf("got %d frames, want 1", len(res))
 			}
@@ -136,9 +135,7 @@ func TestGROSplitThenCoalesce(t *testing.T) {
 			if !bytes.Equal(res[0].f, super) {
 				t.Errorf("merged frame differs from the super-frame:\n got %x\nwant %x", res[0].f[:100], super[:100])
 			}
-			if &out[0][0] != &bufs[0][0] {
-				t.Errorf("output is not the first buffer")
-			}
+			checkParts(t, out[0], in, seq(0, len(in)))
 			again := resplit(t, res[0])
 			for i := range segs {
 				if !bytes.Equal(again[i], segs[i]) {
@@ -183,7 +180,6 @@ func TestGROCoalesce(t *testing.T) {
 		desc    string
 		in      [][]byte
 		udp     bool
-		bufLen  int
 		want    [][]int // input indices merged into each output, in order
 		zeroHdr []int   // inputs passed through without FlagDataValid
 		anyID   bool    // IPv4 IDs may be rewritten (DF set)
@@ -228,7 +224,6 @@ func TestGROCoalesce(t *testing.T) {
 		{desc: "UDP on", in: frames(t, segs(u, 3)...), udp: true, want: [][]int{{0, 1, 2}}},
 		{desc: "UDP without checksum", in: [][]byte{seg(u, 0, mss).frame(t), noCsumUDP, seg(u, 2, mss).frame(t)}, udp: true, want: [][]int{{0}, {1}, {2}}, zeroHdr: []int{1}},
 		{desc: "UDP and TCP on the same ports", in: frames(t, seg(u, 0, mss), ta[0], seg(u, 1, mss), ta[1]), udp: true, want: [][]int{{0, 2}, {1, 3}}},
-		{desc: "buffer too short to grow", in: frames(t, ta[:5]...), bufLen: groOff + 14 + 40 + 2*mss + 100, want: [][]int{{0, 1}, {2, 3}, {4}}},
 	}
 	// At most 64 UDP segments per frame.
 	var u70 []offPkt
@@ -239,7 +234,6 @@ func TestGROCoalesce(t *testing.T) {
 		desc    string
 		in      [][]byte
 		udp     bool
-		bufLen  int
 		want    [][]int
 		zeroHdr []int
 		anyID   bool
@@ -253,7 +247,6 @@ func TestGROCoalesce(t *testing.T) {
 		desc    string
 		in      [][]byte
 		udp     bool
-		bufLen  int
 		want    [][]int
 		zeroHdr []int
 		anyID   bool
@@ -263,20 +256,15 @@ func TestGROCoalesce(t *testing.T) {
 		t.Run(tt.desc, func(t *testing.T) {
 			g := NewGRO(len(tt.in))
 			g.SetUDP(tt.udp)
-			bufs, sizes := groBatch(tt.in, tt.bufLen)
-			out, err := g.Coalesce(bufs, sizes, groOff)
-			if err != nil {
-				t.Fatal(err)
-			}
-			res := decodeGROOut(t, out)
+			in := cloneAll(tt.in)
+			out := g.Coalesce(in)
+			res := decodeGROOut(out)
 			if len(res) != len(tt.want) {
 				t.Fatalf("got %d frames, want %d (%v)", len(res), len(tt.want), tt.want)
 			}
 			for k, grp := range tt.want {
 				o := res[k]
-				if &out[k][0] != &bufs[grp[0]][0] {
-					t.Errorf("output %d is not input %d's buffer", k, grp[0])
-				}
+				checkParts(t, out[k], in, grp)
 				if len(grp) == 1 {
 					wantHdr := VirtioNetHdr{Flags: FlagDataValid}
 					if slices.Contains(tt.zeroHdr, grp[0]) {
@@ -316,39 +304,64 @@ func seq(from, to int) []int {
 	return s
 }
 
-func TestGROArgs(t *testing.T) {
+func TestGROBatchSizes(t *testing.T) {
 	g := NewGRO(4)
-	f := offPkt{flags: tACK, payload: payloadBytes(100, 1)}.frame(t)
-	bufs, sizes := groBatch([][]byte{f, f}, 0)
-	for _, tt := range []struct {
-		desc   string
-		bufs   [][]byte
-		sizes  []int
-		offset int
-	}{
-		{desc: "no headroom for the virtio-net header", bufs: bufs, sizes: sizes, offset: VirtioNetHdrLen - 1},
-		{desc: "short sizes", bufs: bufs, sizes: sizes[:1], offset: groOff},
-		{desc: "size beyond buffer", bufs: bufs, sizes: []int{len(bufs[0]), 1}, offset: groOff},
-		{desc: "negative size", bufs: bufs, sizes: []int{-1, 1}, offset: groOff},
-	} {
-		out, err := g.Coalesce(tt.bufs, tt.sizes, tt.offset)
-		if !errors.Is(err, io.ErrShortBuffer) || out != nil {
-			t.Errorf("%s: got %d frames, %v; want io.ErrShortBuffer", tt.desc, len(out), err)
-		}
-	}
-	if out, err := g.Coalesce(nil, nil, groOff); err != nil || len(out) != 0 {
-		t.Errorf("empty batch: got %d frames, %v", len(out), err)
+	if out := g.Coalesce(nil); len(out) != 0 {
+		t.Errorf("empty batch: got %d frames", len(out))
 	}
 	// Batches larger than maxFrames work.
 	var many [][]byte
 	for i := range 10 {
 		many = append(many, seg(offPkt{flags: tACK}, i, 100).frame(t))
 	}
-	bufs, sizes = groBatch(many, 0)
-	out, err := g.Coalesce(bufs, sizes, groOff)
-	if err != nil || len(out) != 1 {
-		t.Errorf("batch of 10 with maxFrames 4: got %d frames, %v; want 1", len(out), err)
+	if out := g.Coalesce(many); len(out) != 1 || len(out[0].Parts) != 10 {
+		t.Errorf("batch of 10 with maxFrames 4: got %d frames; want 1 of 10 parts", len(out))
 	}
+}
+
+// TestGROInPlace coalesces frames that lie back to back in one buffer, as
+// the datagrams of a run received with UDP GRO do: Coalesce must write
+// nothing but the headers of the first frame of each merged output.
+func TestGROInPlace(t *testing.T) {
+	a := offPkt{flags: tACK, tsval: 1}
+	b := offPkt{v6: true, flags: tACK}
+	var src [][]byte
+	for i := range 6 {
+		src = append(src, seg(a, i, 700).frame(t), seg(b, i, 600).frame(t))
+	}
+	src = append(src, arpFrame(), seg(a, 6, 700).frame(t))
+	const gap = 8 // a VXLAN header's worth in front of every frame
+	var run []byte
+	for _, f := range src {
+		run = append(append(run, bytes.Repeat([]byte{0xaa}, gap)...), f...)
+	}
+	frames := make([][]byte, len(src))
+	off := 0
+	for i, f := range src {
+		off += gap
+		frames[i] = run[off : off+len(f) : off+len(f)]
+		off += len(f)
+	}
+	before := bytes.Clone(run)
+	out := NewGRO(len(frames)).Coalesce(frames)
+	if len(out) != 3 {
+		t.Fatalf("got %d frames, want 3 (two flows, and ARP passed through)", len(out))
+	}
+	heads := map[int]bool{0: true, 1: true}
+	off = 0
+	for i, f := range src {
+		if !bytes.Equal(run[off:off+gap], before[off:off+gap]) {
+			t.Errorf("the gap before frame %d was written", i)
+		}
+		off += gap
+		if !heads[i] && !bytes.Equal(run[off:off+len(f)], f) {
+			t.Errorf("frame %d, merged or passed through, was written", i)
+		}
+		off += len(f)
+	}
+	checkParts(t, out[0], frames, []int{0, 2, 4, 6, 8, 10, 13})
+	checkParts(t, out[1], frames, []int{1, 3, 5, 7, 9, 11})
+	checkParts(t, out[2], frames, []int{12})
 }
 
 // groAllocBatch is a batch of 44 segments of two interleaved TCP flows and
@@ -366,17 +379,13 @@ func groAllocBatch(tb testing.TB) [][]byte {
 func TestGROAllocs(t *testing.T) {
 	fs := groAllocBatch(t)
 	g := NewGRO(len(fs))
-	bufs, sizes := groBatch(fs, 0)
+	in := cloneAll(fs)
 	var nout int
 	n := testing.AllocsPerRun(50, func() {
 		for i, f := range fs {
-			copy(bufs[i][groOff:], f)
+			copy(in[i], f)
 		}
-		out, err := g.Coalesce(bufs, sizes, groOff)
-		if err != nil {
-			t.Fatal(err)
-		}
-		nout = len(out)
+		nout = len(g.Coalesce(in))
 	})
 	if n != 0 {
 		t.Errorf("Coalesce allocates %v times per batch", n)
@@ -449,11 +458,8 @@ func FuzzGROCoalesce(f *testing.F) {
 	f.Add([]byte{5, 0, 0, 5, 0, 0, 5, 0, 0, 5, 0x88, 9, 5, 0, 0, 15, 20, 0, 1, 2, 3}, false)
 	f.Add([]byte(".00"), true) // found by fuzzing: a mutation with no previous frame
 
-	var pool [64][]byte
-	for i := range pool {
-		pool[i] = make([]byte, groOff+14+65535)
-	}
-	g := NewGRO(64)
+	const maxIn = 64
+	g := NewGRO(maxIn)
 	f.Fuzz(func(t *testing.T, data []byte, udp bool) {
 		flows := []offPkt{
 			{flags: tACK, seq: 1},
@@ -465,15 +471,9 @@ func FuzzGROCoalesce(f *testing.F) {
 		}
 		mss := []int{100, 100, 120, 100, 90, 1400}
 		var in [][]byte
-		var bufLens []int
-		for len(data) >= 3 && len(in) < len(pool) {
+		for len(data) >= 3 && len(in) < maxIn {
 			op, m, l := data[0], data[1], data[2]
 			data = data[3:]
-			before := len(in)
-			bufLen := len(pool[0])
-			if m&0x80 != 0 {
-				bufLen = groOff + 14 + 60 + 3*mss[5] // room to grow by about 2 segments
-			}
 			switch op % 16 {
 			case 15: // raw bytes
 				n := min(int(l), len(data))
@@ -518,30 +518,26 @@ func FuzzGROCoalesce(f *testing.F) {
 				fl.seq += uint32(n)
 				fl.id++
 			}
-			if len(in) > before {
-				bufLens = append(bufLens, max(bufLen, groOff+len(in[len(in)-1])))
-			}
 		}
-		bufs := make([][]byte, len(in))
-		sizes := make([]int, len(in))
+		// The frames lie back to back in one buffer, as a run of
+		// datagrams received with UDP GRO does.
+		var run []byte
+		for _, fr := range in {
+			run = append(run, fr...)
+		}
+		frames := make([][]byte, len(in))
+		off := 0
 		for i, fr := range in {
-			bufs[i] = pool[i][:min(bufLens[i], len(pool[i]))]
-			if groOff+len(fr) > len(bufs[i]) {
-				return // raw frame too large for the pool
-			}
-			copy(bufs[i][groOff:], fr)
-			sizes[i] = len(fr)
+			frames[i] = run[off : off+len(fr) : off+len(fr)]
+			off += len(fr)
 		}
 		g.SetUDP(udp)
-		out, err := g.Coalesce(bufs, sizes, groOff)
-		if err != nil {
-			t.Fatal(err)
-		}
+		out := g.Coalesce(frames)
 
 		// Every output is well-formed; split back, the outputs are the
 		// inputs, in the same order within each flow.
 		var got [][]byte
-		for k, o := range decodeGROOut(t, out) {
+		for k, o := range decodeGROOut(out) {
 			if o.h.GSOType != GSONone {
 				got = append(got, resplit(t, o)...)
 				continue
@@ -578,8 +574,8 @@ func FuzzGROCoalesce(f *testing.F) {
 }
 
 // BenchmarkGROCoalesceTCP4 coalesces 44 segments of 1398 bytes of one flow
-// into one frame. Every iteration first restores the head frame, which the
-// previous one rewrote.
+// into one frame (of 44 parts, nothing copied). Every iteration first
+// restores the head frame, whose headers the previous one rewrote.
 func BenchmarkGROCoalesceTCP4(b *testing.B) {
 	const n, mss = 44, 1398
 	a := offPkt{flags: tACK, tsval: 1}
@@ -590,14 +586,13 @@ func BenchmarkGROCoalesceTCP4(b *testing.B) {
 		total += len(fs[i])
 	}
 	g := NewGRO(n)
-	bufs, sizes := groBatch(fs, 0)
+	in := cloneAll(fs)
 	b.ReportAllocs()
 	b.SetBytes(int64(total))
 	for b.Loop() {
-		copy(bufs[0][groOff:], fs[0])
-		out, err := g.Coalesce(bufs, sizes, groOff)
-		if err != nil || len(out) != 1 {
-			b.Fatalf("got %d frames, %v", len(out), err)
+		copy(in[0], fs[0])
+		if out := g.Coalesce(in); len(out) != 1 {
+			b.Fatalf("got %d frames", len(out))
 		}
 	}
 	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "pkts/s")

@@ -34,11 +34,10 @@ type Config struct {
 	// offloads: the kernel then hands over TCP and UDP super-frames of up to
 	// 64 KB, which Read splits into MTU-sized frames (GSOSplit), and Write
 	// coalesces consecutive segments of a flow into such super-frames
-	// (GRO) so the kernel takes them in one write. Device semantics do not
-	// change: Read returns MTU-sized frames. Write coalesces into the spare
-	// capacity of the buffers (cap, beyond len): give it buffers of
-	// offset+14+65535 bytes capacity, and an offset of at least
-	// VirtioNetHdrLen, or frames are written one by one.
+	// (GRO) so the kernel takes them in one writev, without copying them.
+	// Device semantics do not change: Read returns MTU-sized frames. Write
+	// may rewrite the headers of the frames it merges, and touches nothing
+	// outside bufs[i][offset:].
 	Offload bool
 	// MaxSegments, with Offload, caps the segments in a super-frame the
 	// kernel hands over (the TAP's gso_max_segs); 0 or more than BatchSize
@@ -92,13 +91,13 @@ type TAP struct {
 	sbuf    []byte // a super-frame read from the TAP, with its virtio header
 	pending int    // bytes of sbuf waiting to be split; 0: none
 	gro     *GRO
-	gBufs   [][]byte // Write's frames extended to their capacity, for GRO
-	gSizes  []int
-	gOut    [][]byte // frames being written; nil between Writes
-	gNext   int      // gOut[:gNext] are written
+	gFrames [][]byte   // Write's frames, for GRO
+	gOut    []GROFrame // frames being written; nil between Writes
+	gNext   int        // gOut[:gNext] are written
 	zeroHdr [VirtioNetHdrLen]byte
-	iov     [2]unix.Iovec // header and frame of a zero-header write
-	drops   atomic.Uint64 // super-frames that could not be split
+	hdr     [VirtioNetHdrLen]byte // the header of the frame being written
+	iovs    []unix.Iovec          // a frame being written: header, parts
+	drops   atomic.Uint64         // super-frames that could not be split
 }
 
 var _ Device = (*TAP)(nil)
@@ -200,8 +199,8 @@ func (t *TAP) init(f *os.File) error {
 		t.sbuf = make([]byte, VirtioNetHdrLen+maxSuperFrame)
 		t.gro = NewGRO(t.batch)
 		t.gro.SetUDP(t.offload&unix.TUN_F_USO4 != 0)
-		t.gBufs = make([][]byte, t.batch)
-		t.gSizes = make([]int, t.batch)
+		t.gFrames = make([][]byte, t.batch)
+		t.iovs = make([]unix.Iovec, t.batch+1)
 	}
 	var err error
 	if t.rc, err = f.SyscallConn(); err != nil {
@@ -459,14 +458,7 @@ func (t *TAP) writeEach(fd uintptr, frames [][]byte, off int, next *int, zeroHdr
 	for *next < len(frames) {
 		var err error
 		if zeroHdr {
-			f := frames[*next][off:]
-			t.iov[0].Base, t.iov[0].Len = &t.zeroHdr[0], VirtioNetHdrLen
-			t.iov[1].Base, t.iov[1].Len = nil, 0
-			if len(f) > 0 {
-				t.iov[1].Base = &f[0]
-				t.iov[1].SetLen(len(f))
-			}
-			_, err = rawWritev(fd, t.iov[:])
+			_, err = rawWritev(fd, t.vnetIovecs(t.zeroHdr[:], frames[*next][off:]))
 		} else {
 			_, err = rawWrite(fd, frames[*next][off:])
 		}
@@ -484,52 +476,60 @@ func (t *TAP) writeEach(fd uintptr, frames [][]byte, off int, next *int, zeroHdr
 	return true
 }
 
+// vnetIovecs returns t.iovs filled with hdr and then parts, skipping empty
+// parts, for one writev.
+func (t *TAP) vnetIovecs(hdr []byte, parts ...[]byte) []unix.Iovec {
+	iov := t.iovs[:1]
+	iov[0].Base = &hdr[0]
+	iov[0].SetLen(len(hdr))
+	for _, p := range parts {
+		if len(p) > 0 {
+			iov = append(iov, unix.Iovec{Base: &p[0]})
+			iov[len(iov)-1].SetLen(len(p))
+		}
+	}
+	return iov
+}
+
 // writeVnet coalesces the frames (GRO) and writes each result with its
-// virtio-net header. With less headroom than a header it writes each frame
-// with a zero header (writev). wN counts the caller's frames: all of them
-// once the coalesced frames are written. A write that would block resumes
-// where it stopped (gOut, gNext): the coalesced frames are not rebuilt.
+// virtio-net header, in one writev of the header and the result's parts: the
+// merged payloads are not copied in user space. A batch larger than the GRO's
+// goes out frame by frame with a zero header. wN counts the caller's frames:
+// all of them once the coalesced frames are written. A write that would block
+// resumes where it stopped (gOut, gNext): the coalesced frames are not
+// rebuilt.
 func (t *TAP) writeVnet(fd uintptr) bool {
-	if t.wOff < VirtioNetHdrLen {
+	if len(t.wBufs) > len(t.gFrames) {
 		return t.writeEach(fd, t.wBufs, t.wOff, &t.wN, true)
 	}
 	if t.gOut == nil {
-		if err := t.coalesce(); err != nil {
-			t.wErr = err
-			return true
+		for i, b := range t.wBufs {
+			t.gFrames[i] = b[t.wOff:]
 		}
+		t.gOut = t.gro.Coalesce(t.gFrames[:len(t.wBufs)])
+		clear(t.gFrames)
 	}
-	if !t.writeEach(fd, t.gOut, t.wOff-VirtioNetHdrLen, &t.gNext, false) {
-		return false
+	for t.gNext < len(t.gOut) {
+		o := &t.gOut[t.gNext]
+		_ = o.Hdr.Encode(t.hdr[:]) // t.hdr is VirtioNetHdrLen long
+		_, err := rawWritev(fd, t.vnetIovecs(t.hdr[:], o.Parts...))
+		if err == unix.EINTR {
+			continue
+		}
+		if err == unix.EAGAIN {
+			return false
+		}
+		if err != nil {
+			t.wErr = fmt.Errorf("tap: write %s: %w", t.name, err)
+			break
+		}
+		t.gNext++
 	}
 	if t.wErr == nil {
 		t.wN = len(t.wBufs)
 	}
 	t.gOut, t.gNext = nil, 0
 	return true
-}
-
-// coalesce fills gOut with the frames to write: the GRO result, or, for a
-// batch larger than GRO's, the frames as they are with a zero header.
-func (t *TAP) coalesce() error {
-	if len(t.wBufs) > len(t.gBufs) {
-		for _, b := range t.wBufs {
-			copy(b[t.wOff-VirtioNetHdrLen:t.wOff], t.zeroHdr[:])
-		}
-		t.gOut = t.wBufs
-		return nil
-	}
-	for i, b := range t.wBufs {
-		t.gBufs[i] = b[:cap(b)]
-		t.gSizes[i] = len(b) - t.wOff
-	}
-	out, err := t.gro.Coalesce(t.gBufs[:len(t.wBufs)], t.gSizes, t.wOff)
-	clear(t.gBufs)
-	if err != nil {
-		return fmt.Errorf("tap: write %s: %w", t.name, err)
-	}
-	t.gOut = out
-	return nil
 }
 
 // BatchSize implements Device.
