@@ -10,9 +10,9 @@ import (
 // its reads and writes never sleep in the kernel. They are made as raw
 // system calls: a raw call does not hand the processor (P) back to the Go
 // scheduler for its duration, which spares the scheduler's monitor thread
-// from waking every 20 µs to take the P away and the futex wake-ups of
-// another thread to run it — per-packet costs that showed as 10–15 % of an
-// agent's CPU under TCP load.
+// from waking every 20 µs to take the P away, and the futex wake-ups of
+// another thread to run it. With encap's sockets done the same way, the
+// agents' CPU per GB at 3 Gbit/s of TCP fell by about a fifth.
 
 func rawRead(fd uintptr, b []byte) (int, error) {
 	if len(b) == 0 {
