@@ -175,6 +175,13 @@ func TestGROCoalesce(t *testing.T) {
 	padded := append(ta[0].frame(t), 0, 0)
 	noCsumUDP := seg(u, 1, mss).frame(t)
 	noCsumUDP[40], noCsumUDP[41] = 0, 0
+	var u70, t50 []offPkt
+	for i := range 70 {
+		u70 = append(u70, seg(u, i, 100))
+	}
+	for i := range 50 {
+		t50 = append(t50, seg(a, i, 1398))
+	}
 
 	tests := []struct {
 		desc    string
@@ -224,33 +231,10 @@ func TestGROCoalesce(t *testing.T) {
 		{desc: "UDP on", in: frames(t, segs(u, 3)...), udp: true, want: [][]int{{0, 1, 2}}},
 		{desc: "UDP without checksum", in: [][]byte{seg(u, 0, mss).frame(t), noCsumUDP, seg(u, 2, mss).frame(t)}, udp: true, want: [][]int{{0}, {1}, {2}}, zeroHdr: []int{1}},
 		{desc: "UDP and TCP on the same ports", in: frames(t, seg(u, 0, mss), ta[0], seg(u, 1, mss), ta[1]), udp: true, want: [][]int{{0, 2}, {1, 3}}},
+		{desc: "UDP 64 segments", in: frames(t, u70...), udp: true, want: [][]int{seq(0, 64), seq(64, 70)}},
+		// At most 65535 bytes of IP packet: 46 segments of 1398.
+		{desc: "64 KB limit", in: frames(t, t50...), want: [][]int{seq(0, 46), seq(46, 50)}},
 	}
-	// At most 64 UDP segments per frame.
-	var u70 []offPkt
-	for i := range 70 {
-		u70 = append(u70, seg(u, i, 100))
-	}
-	tests = append(tests, struct {
-		desc    string
-		in      [][]byte
-		udp     bool
-		want    [][]int
-		zeroHdr []int
-		anyID   bool
-	}{desc: "UDP 64 segments", in: frames(t, u70...), udp: true, want: [][]int{seq(0, 64), seq(64, 70)}})
-	// At most 65535 bytes of IP packet: 46 segments of 1398.
-	var t50 []offPkt
-	for i := range 50 {
-		t50 = append(t50, seg(a, i, 1398))
-	}
-	tests = append(tests, struct {
-		desc    string
-		in      [][]byte
-		udp     bool
-		want    [][]int
-		zeroHdr []int
-		anyID   bool
-	}{desc: "64 KB limit", in: frames(t, t50...), want: [][]int{seq(0, 46), seq(46, 50)}})
 
 	for _, tt := range tests {
 		t.Run(tt.desc, func(t *testing.T) {
