@@ -6,11 +6,13 @@
 //  2. set up the overlays side by side: kernel VXLAN (vx0, port 8472,
 //     10.99.0.i/24) and a uvxlan agent per host (uvx0, port 4789,
 //     10.42.0.i/24, static peers); wait until each answers ping;
-//  3. start one iperf3 server (-s -1) per overlay and test on h2, each on
-//     its own port, bound to h2's overlay address; wait until all listen;
-//  4. per overlay, from h1: iperf3 TCP with 1 and 4 streams, UDP with 64-
-//     and 1400-byte payloads, then ping; around uvxlan's tests, the
-//     agents' CPU time; after them, their peak RSS;
+//  3. start one iperf3 server per overlay and test on h2, each on its own
+//     port, bound to h2's overlay address; wait until all listen;
+//  4. per round, from h1: iperf3 TCP with 1 and 4 streams, UDP with 64-
+//     and 1400-byte payloads, then ping; each test over every overlay in
+//     turn, so that the figures compared are measured seconds apart;
+//     around uvxlan's tests, the agents' CPU time; at the end, their peak
+//     RSS;
 //  5. tear everything down (also on error or cancellation).
 
 package perf
@@ -36,6 +38,9 @@ import (
 // DefaultDuration is the measuring budget when Config.Duration is zero.
 const DefaultDuration = 60 * time.Second
 
+// MaxRounds bounds Config.Rounds.
+const MaxRounds = 20
+
 // Addresses and ports of the overlays.
 const (
 	kernelVNI  = 100
@@ -60,11 +65,16 @@ func uvxlanAddr(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 42, 0, by
 // Config of a Run.
 type Config struct {
 	// Duration is the measuring budget, split across the tests: each
-	// overlay gets four iperf3 runs of whole seconds (at least one each)
-	// and a ping run. The testbed's setup and teardown come on top, and a
-	// budget too small for one second per iperf3 run is exceeded.
-	// Default DefaultDuration.
+	// overlay gets, per round, four iperf3 runs of whole seconds (at least
+	// one each) and a ping run. The testbed's setup and teardown come on
+	// top, and a budget too small for one second per iperf3 run is
+	// exceeded. Default DefaultDuration.
 	Duration time.Duration
+	// Rounds is how many times every test runs, 1 to MaxRounds; default
+	// 1. With more than one, the report's figures are medians over the
+	// rounds and its ratios the medians of each round's ratio, with their
+	// range: a measure of how steady the machine is.
+	Rounds int
 	// Overlays to measure; default all, in the order of Overlays.
 	Overlays []Overlay
 	// Prefix of the testbed's namespaces; default a random one. A testbed
@@ -85,14 +95,14 @@ type plan struct {
 	pingInterval time.Duration // -i of each ping run
 }
 
-func makePlan(d time.Duration, overlays int) plan {
+func makePlan(d time.Duration, overlays, rounds int) plan {
 	p := plan{pingCount: pingCount, pingInterval: 2 * time.Millisecond}
-	if d < 20*time.Second {
+	runs := max(overlays, 1) * max(rounds, 1) // of each test
+	if d/time.Duration(max(rounds, 1)) < 20*time.Second {
 		p.pingInterval = time.Millisecond
 	}
-	overlays = max(overlays, 1)
-	left := d - time.Duration(overlays*p.pingCount)*p.pingInterval
-	p.iperfSecs = max(1, int(left/time.Duration(len(iperfTests)*overlays)/time.Second))
+	left := d - time.Duration(runs*p.pingCount)*p.pingInterval
+	p.iperfSecs = max(1, int(left/time.Duration(len(iperfTests)*runs)/time.Second))
 	return p
 }
 
@@ -149,6 +159,12 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	if cfg.Duration < 0 {
 		return nil, fmt.Errorf("perf: duration %v is negative", cfg.Duration)
 	}
+	if cfg.Rounds == 0 {
+		cfg.Rounds = 1
+	}
+	if cfg.Rounds < 1 || cfg.Rounds > MaxRounds {
+		return nil, fmt.Errorf("perf: %d rounds: want 1 to %d", cfg.Rounds, MaxRounds)
+	}
 	if len(cfg.Overlays) == 0 {
 		cfg.Overlays = Overlays
 	}
@@ -174,8 +190,8 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 			return nil, fmt.Errorf("perf: %s is needed: %w", tool, err)
 		}
 	}
-	b := &bench{cfg: cfg, plan: makePlan(cfg.Duration, len(selected)), out: cfg.Progress,
-		steps: len(selected) * (len(iperfTests) + 1)}
+	b := &bench{cfg: cfg, plan: makePlan(cfg.Duration, len(selected), cfg.Rounds), out: cfg.Progress,
+		steps: cfg.Rounds * len(selected) * (len(iperfTests) + 1)}
 	if b.out == nil {
 		b.out = io.Discard
 	}
@@ -187,6 +203,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		IperfSeconds:       b.plan.iperfSecs,
 		PingCount:          b.plan.pingCount,
 		PingIntervalMillis: float64(b.plan.pingInterval) / float64(time.Millisecond),
+		Rounds:             cfg.Rounds,
 	}
 
 	b.work, err = os.MkdirTemp("", "uvxlan-bench-")
@@ -201,6 +218,9 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	b.h1, b.h2 = tb.Host(1), tb.Host(2)
 	b.say("building testbed %s: h1 %s, h2 %s on a bridge; %d tests, iperf3 %d s each, ping %d × %v",
 		tb.Prefix(), b.h1.Underlay, b.h2.Underlay, b.steps, b.plan.iperfSecs, b.plan.pingCount, b.plan.pingInterval)
+	if cfg.Rounds > 1 {
+		b.say("%d rounds; in each, every test runs over each overlay in turn", cfg.Rounds)
+	}
 	if err := tb.Up(ctx); err != nil {
 		return nil, fmt.Errorf("perf: %w", err)
 	}
@@ -232,12 +252,8 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	if err := b.startServers(ctx, paths); err != nil {
 		return nil, err
 	}
-	for _, p := range paths {
-		res, err := b.measure(ctx, p, rep)
-		if err != nil {
-			return nil, err
-		}
-		rep.Overlays = append(rep.Overlays, res)
+	if err := b.measure(ctx, paths, rep); err != nil {
+		return nil, err
 	}
 	rep.computeRatios()
 	rep.ElapsedSeconds = time.Since(start).Seconds() // Down is not counted; it takes well under a second
@@ -250,9 +266,13 @@ func (b *bench) say(format string, args ...any) {
 }
 
 // begin prints the start of a numbered step's line; end finishes it.
-func (b *bench) begin(o Overlay, test string) {
+func (b *bench) begin(round int, o Overlay, test string) {
 	b.step++
-	fmt.Fprintf(b.out, "[%d/%d] %s %s ...", b.step, b.steps, o, test)
+	r := ""
+	if b.cfg.Rounds > 1 {
+		r = fmt.Sprintf("round %d/%d ", round+1, b.cfg.Rounds)
+	}
+	fmt.Fprintf(b.out, "[%d/%d] %s%s %s ...", b.step, b.steps, r, o, test)
 }
 
 func (b *bench) end(format string, args ...any) {
@@ -368,7 +388,7 @@ func (b *bench) startServers(ctx context.Context, paths []path) error {
 		for t, test := range iperfTests {
 			port := strconv.Itoa(p.port(t))
 			log := filepath.Join(b.work, "iperf3-"+string(p.overlay)+"-"+test.name+".log")
-			if _, err := b.h2.Start(ctx, log, "iperf3", "-s", "-1", "-B", p.dst.String(), "-p", port); err != nil {
+			if _, err := b.h2.Start(ctx, log, "iperf3", "-s", "-B", p.dst.String(), "-p", port); err != nil {
 				return fmt.Errorf("perf: %w", err)
 			}
 			want[netip.AddrPortFrom(p.dst, uint16(p.port(t))).String()] = true
@@ -400,73 +420,105 @@ func (b *bench) startServers(ctx context.Context, paths []path) error {
 	}
 }
 
-// measure runs every test over p.
-func (b *bench) measure(ctx context.Context, p path, rep *Report) (OverlayResult, error) {
-	res := OverlayResult{Overlay: p.overlay, Target: p.dst.String(), MTU: p.mtu}
+// measure runs every round: each test over every path in turn, then ping
+// over each, and fills rep's Overlays (and PerRound) with the figures. The
+// agents' CPU time is taken around each of uvxlan's tests, their peak RSS
+// at the end.
+func (b *bench) measure(ctx context.Context, paths []path, rep *Report) error {
+	rounds := make([][]OverlayResult, b.cfg.Rounds)
+	var agents AgentUsage
+	for r := range rounds {
+		rounds[r] = make([]OverlayResult, len(paths))
+		for i, p := range paths {
+			rounds[r][i] = OverlayResult{Overlay: p.overlay, Target: p.dst.String(), MTU: p.mtu}
+		}
+		for t := range len(iperfTests) + 1 { // the last is ping
+			for i, p := range paths {
+				if err := b.measureOne(ctx, r, p, t, &rounds[r][i], rep, &agents); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if len(rounds) > 1 {
+		rep.PerRound = rounds
+	}
+	rep.Overlays = slices.Clone(rounds[0])
+	if i := rep.index(UVXLAN); i >= 0 {
+		a := &agents
+		a.CPUPercent = 100 * a.CPUSeconds / a.WallSeconds
+		for _, ag := range b.agents {
+			st, err := os.ReadFile("/proc/" + strconv.Itoa(ag.Pid()) + "/status")
+			if err != nil {
+				return fmt.Errorf("perf: uvxlan agent's peak RSS: %w", err)
+			}
+			hwm, err := parseVmHWM(st)
+			if err != nil {
+				return fmt.Errorf("perf: uvxlan agent's peak RSS: %w", err)
+			}
+			a.PeakRSSBytesEach = append(a.PeakRSSBytesEach, hwm)
+			a.PeakRSSBytes = max(a.PeakRSSBytes, hwm)
+		}
+		rep.Overlays[i].Agents = a
+		b.say("uvxlan agents: %.2f s of CPU in %.1f s of uvxlan's tests (%.0f%% of a core), peak RSS %.1f MiB",
+			a.CPUSeconds, a.WallSeconds, a.CPUPercent, float64(a.PeakRSSBytes)/(1<<20))
+	}
+	rep.summarize()
+	return nil
+}
+
+// measureOne runs test t (len(iperfTests): ping) of round over p and sets
+// its figures in res; for uvxlan it adds the agents' CPU time and the
+// test's wall time to agents.
+func (b *bench) measureOne(ctx context.Context, round int, p path, t int, res *OverlayResult, rep *Report, agents *AgentUsage) error {
 	var cpu0 []time.Duration
 	t0 := time.Now()
 	if p.overlay == UVXLAN {
 		var err error
 		if cpu0, err = b.agentCPU(); err != nil {
-			return res, err
+			return err
 		}
 	}
-	for t, test := range iperfTests {
-		b.begin(p.overlay, test.name)
+	if t < len(iperfTests) {
+		test := iperfTests[t]
+		b.begin(round, p.overlay, test.name)
 		r, err := b.iperf(ctx, p, t, test.args)
 		if err != nil {
 			b.fail(ctx)
-			return res, fmt.Errorf("perf: %s %s: %w%s", p.overlay, test.name, err, b.agentLogsIf(p))
+			return fmt.Errorf("perf: %s %s: %w%s", p.overlay, test.name, err, b.agentLogsIf(p))
 		}
 		if rep.Machine.Iperf3 == "" {
 			rep.Machine.Iperf3 = r.Version
 		}
-		test.set(&res, r)
+		test.set(res, r)
 		if r.Protocol == "UDP" {
 			b.end("%s received, %.1f%% lost", fmtPPS(r.PPS()), r.LossPercent())
 		} else {
 			b.end("%s", fmtGbps(r.BitsPerS/1e9))
 		}
+	} else {
+		b.begin(round, p.overlay, "ping")
+		rtts, err := b.ping(ctx, p)
+		if err != nil {
+			b.fail(ctx)
+			return fmt.Errorf("perf: %s ping: %w%s", p.overlay, err, b.agentLogsIf(p))
+		}
+		p50, p99 := percentile(rtts, 0.50), percentile(rtts, 0.99)
+		res.RTTP50Micros, res.RTTP99Micros, res.RTTSamples = micros(p50), micros(p99), len(rtts)
+		b.end("p50 %s, p99 %s (%d replies)", fmtMicros(res.RTTP50Micros), fmtMicros(res.RTTP99Micros), len(rtts))
 	}
-
-	b.begin(p.overlay, "ping")
-	rtts, err := b.ping(ctx, p)
-	if err != nil {
-		b.fail(ctx)
-		return res, fmt.Errorf("perf: %s ping: %w%s", p.overlay, err, b.agentLogsIf(p))
-	}
-	p50, p99 := percentile(rtts, 0.50), percentile(rtts, 0.99)
-	res.RTTP50Micros, res.RTTP99Micros, res.RTTSamples = micros(p50), micros(p99), len(rtts)
-	b.end("p50 %s, p99 %s (%d replies)", fmtMicros(res.RTTP50Micros), fmtMicros(res.RTTP99Micros), len(rtts))
-
 	if p.overlay == UVXLAN {
 		wall := time.Since(t0)
 		cpu1, err := b.agentCPU()
 		if err != nil {
-			return res, err
+			return err
 		}
-		a := &AgentUsage{WallSeconds: wall.Seconds()}
 		for i := range cpu1 {
-			a.CPUSeconds += (cpu1[i] - cpu0[i]).Seconds()
+			agents.CPUSeconds += (cpu1[i] - cpu0[i]).Seconds()
 		}
-		a.CPUPercent = 100 * a.CPUSeconds / a.WallSeconds
-		for _, ag := range b.agents {
-			st, err := os.ReadFile("/proc/" + strconv.Itoa(ag.Pid()) + "/status")
-			if err != nil {
-				return res, fmt.Errorf("perf: uvxlan agent's peak RSS: %w", err)
-			}
-			hwm, err := parseVmHWM(st)
-			if err != nil {
-				return res, fmt.Errorf("perf: uvxlan agent's peak RSS: %w", err)
-			}
-			a.PeakRSSBytesEach = append(a.PeakRSSBytesEach, hwm)
-			a.PeakRSSBytes = max(a.PeakRSSBytes, hwm)
-		}
-		res.Agents = a
-		b.say("uvxlan agents: %.2f s of CPU in %.1f s (%.0f%% of a core), peak RSS %.1f MiB",
-			a.CPUSeconds, a.WallSeconds, a.CPUPercent, float64(a.PeakRSSBytes)/(1<<20))
+		agents.WallSeconds += wall.Seconds()
 	}
-	return res, nil
+	return nil
 }
 
 func (b *bench) agentLogsIf(p path) string {

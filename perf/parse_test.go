@@ -252,25 +252,28 @@ func TestParseListening(t *testing.T) {
 
 func TestMakePlan(t *testing.T) {
 	tests := []struct {
-		d        time.Duration
-		overlays int
-		want     plan
+		d                time.Duration
+		overlays, rounds int
+		want             plan
 	}{
-		{60 * time.Second, 3, plan{iperfSecs: 4, pingCount: 400, pingInterval: 2 * time.Millisecond}},
-		{5 * time.Second, 3, plan{iperfSecs: 1, pingCount: 400, pingInterval: time.Millisecond}},
-		{time.Millisecond, 3, plan{iperfSecs: 1, pingCount: 400, pingInterval: time.Millisecond}},
-		{60 * time.Second, 1, plan{iperfSecs: 14, pingCount: 400, pingInterval: 2 * time.Millisecond}},
-		{10 * time.Minute, 3, plan{iperfSecs: 49, pingCount: 400, pingInterval: 2 * time.Millisecond}},
+		{60 * time.Second, 3, 1, plan{iperfSecs: 4, pingCount: 400, pingInterval: 2 * time.Millisecond}},
+		{5 * time.Second, 3, 1, plan{iperfSecs: 1, pingCount: 400, pingInterval: time.Millisecond}},
+		{time.Millisecond, 3, 1, plan{iperfSecs: 1, pingCount: 400, pingInterval: time.Millisecond}},
+		{60 * time.Second, 1, 1, plan{iperfSecs: 14, pingCount: 400, pingInterval: 2 * time.Millisecond}},
+		{10 * time.Minute, 3, 1, plan{iperfSecs: 49, pingCount: 400, pingInterval: 2 * time.Millisecond}},
+		{3 * time.Minute, 3, 3, plan{iperfSecs: 4, pingCount: 400, pingInterval: 2 * time.Millisecond}},
+		{60 * time.Second, 2, 3, plan{iperfSecs: 2, pingCount: 400, pingInterval: 2 * time.Millisecond}},
+		{30 * time.Second, 2, 5, plan{iperfSecs: 1, pingCount: 400, pingInterval: time.Millisecond}},
 	}
 	for _, tt := range tests {
-		got := makePlan(tt.d, tt.overlays)
+		got := makePlan(tt.d, tt.overlays, tt.rounds)
 		if got != tt.want {
-			t.Errorf("makePlan(%v, %d): want %+v, got %+v", tt.d, tt.overlays, tt.want, got)
+			t.Errorf("makePlan(%v, %d, %d): want %+v, got %+v", tt.d, tt.overlays, tt.rounds, tt.want, got)
 		}
 		// The budget holds whenever one second per iperf3 run fits.
-		total := time.Duration(tt.overlays) * (time.Duration(len(iperfTests)*got.iperfSecs)*time.Second + time.Duration(got.pingCount)*got.pingInterval)
+		total := time.Duration(tt.overlays*tt.rounds) * (time.Duration(len(iperfTests)*got.iperfSecs)*time.Second + time.Duration(got.pingCount)*got.pingInterval)
 		if got.iperfSecs > 1 && total > tt.d {
-			t.Errorf("makePlan(%v, %d): %v of tests exceed the budget", tt.d, tt.overlays, total)
+			t.Errorf("makePlan(%v, %d, %d): %v of tests exceed the budget", tt.d, tt.overlays, tt.rounds, total)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -79,10 +80,19 @@ type Report struct {
 	ElapsedSeconds  float64 `json:"elapsed_seconds"`
 	// IperfSeconds is each iperf3 run's -t; PingCount and
 	// PingIntervalMillis are each ping run's -c and -i.
-	IperfSeconds       int             `json:"iperf_seconds"`
-	PingCount          int             `json:"ping_count"`
-	PingIntervalMillis float64         `json:"ping_interval_ms"`
-	Overlays           []OverlayResult `json:"overlays"`
+	IperfSeconds       int     `json:"iperf_seconds"`
+	PingCount          int     `json:"ping_count"`
+	PingIntervalMillis float64 `json:"ping_interval_ms"`
+	// Rounds is how many times every test ran (Config.Rounds).
+	Rounds int `json:"rounds"`
+	// Overlays holds each overlay's figures: with one round, as measured;
+	// with more, the median of each figure over the rounds (RTTSamples
+	// then counts the replies of all rounds).
+	Overlays []OverlayResult `json:"overlays"`
+	// PerRound holds every round's figures, in the order of Overlays,
+	// when there was more than one round (without the agents' usage,
+	// which is for all rounds together).
+	PerRound [][]OverlayResult `json:"per_round,omitempty"`
 	// Ratios are uvxlan/kernel for each figure; empty unless both were
 	// measured.
 	Ratios []Ratio `json:"ratios"`
@@ -143,7 +153,14 @@ type Ratio struct {
 	Label  string  `json:"label"`
 	Kernel float64 `json:"kernel"`
 	UVXLAN float64 `json:"uvxlan"`
-	Ratio  float64 `json:"ratio"` // UVXLAN / Kernel
+	// Ratio is UVXLAN / Kernel. With more than one round, it is the
+	// median of each round's ratio (the two figures of a round were
+	// measured seconds apart), and RatioMin and RatioMax are the
+	// smallest and largest of them; Kernel and UVXLAN are then the
+	// medians of the figures, and DeltaMicros of each round's difference.
+	Ratio    float64 `json:"ratio"`
+	RatioMin float64 `json:"ratio_min,omitempty"`
+	RatioMax float64 `json:"ratio_max,omitempty"`
 	// HigherIsBetter tells how to read Ratio: for throughput above 1 is
 	// better than the kernel, for latency below 1.
 	HigherIsBetter bool `json:"higher_is_better"`
@@ -158,52 +175,119 @@ type figure struct {
 	ratio      bool // compared between uvxlan and kernel
 	delta      bool // show uvxlan - kernel (latencies, µs)
 	format     func(float64) string
-	get        func(*OverlayResult) float64
+	// field points at the figure in r.
+	field func(r *OverlayResult) *float64
 }
 
+func (f figure) get(r *OverlayResult) float64 { return *f.field(r) }
+
 var figures = []figure{
-	{"tcp1_gbps", "tcp, 1 stream", true, true, false, fmtGbps, func(r *OverlayResult) float64 { return r.TCP1Gbps }},
-	{"tcp4_gbps", "tcp, 4 streams", true, true, false, fmtGbps, func(r *OverlayResult) float64 { return r.TCP4Gbps }},
-	{"udp64_pps", "udp 64 B, received", true, true, false, fmtPPS, func(r *OverlayResult) float64 { return r.UDP64PPS }},
-	{"udp64_loss_percent", "udp 64 B, lost", false, false, false, fmtPercent, func(r *OverlayResult) float64 { return r.UDP64LossPercent }},
-	{"udp1400_pps", "udp 1400 B, received", true, true, false, fmtPPS, func(r *OverlayResult) float64 { return r.UDP1400PPS }},
-	{"udp1400_loss_percent", "udp 1400 B, lost", false, false, false, fmtPercent, func(r *OverlayResult) float64 { return r.UDP1400LossPercent }},
-	{"rtt_p50_us", "rtt p50", false, true, true, fmtMicros, func(r *OverlayResult) float64 { return r.RTTP50Micros }},
-	{"rtt_p99_us", "rtt p99", false, true, true, fmtMicros, func(r *OverlayResult) float64 { return r.RTTP99Micros }},
+	{"tcp1_gbps", "tcp, 1 stream", true, true, false, fmtGbps, func(r *OverlayResult) *float64 { return &r.TCP1Gbps }},
+	{"tcp4_gbps", "tcp, 4 streams", true, true, false, fmtGbps, func(r *OverlayResult) *float64 { return &r.TCP4Gbps }},
+	{"udp64_pps", "udp 64 B, received", true, true, false, fmtPPS, func(r *OverlayResult) *float64 { return &r.UDP64PPS }},
+	{"udp64_loss_percent", "udp 64 B, lost", false, false, false, fmtPercent, func(r *OverlayResult) *float64 { return &r.UDP64LossPercent }},
+	{"udp1400_pps", "udp 1400 B, received", true, true, false, fmtPPS, func(r *OverlayResult) *float64 { return &r.UDP1400PPS }},
+	{"udp1400_loss_percent", "udp 1400 B, lost", false, false, false, fmtPercent, func(r *OverlayResult) *float64 { return &r.UDP1400LossPercent }},
+	{"rtt_p50_us", "rtt p50", false, true, true, fmtMicros, func(r *OverlayResult) *float64 { return &r.RTTP50Micros }},
+	{"rtt_p99_us", "rtt p99", false, true, true, fmtMicros, func(r *OverlayResult) *float64 { return &r.RTTP99Micros }},
 }
 
 // Result returns the figures of overlay o, or nil when it was not measured.
 func (r *Report) Result(o Overlay) *OverlayResult {
-	for i := range r.Overlays {
-		if r.Overlays[i].Overlay == o {
-			return &r.Overlays[i]
-		}
+	if i := r.index(o); i >= 0 {
+		return &r.Overlays[i]
 	}
 	return nil
 }
 
-// computeRatios fills Ratios when both kernel and uvxlan were measured.
-func (r *Report) computeRatios() {
-	k, u := r.Result(Kernel), r.Result(UVXLAN)
-	r.Ratios = nil
-	if k == nil || u == nil {
+// index returns the index of overlay o in Overlays (and in each round of
+// PerRound), or -1.
+func (r *Report) index(o Overlay) int {
+	return slices.IndexFunc(r.Overlays, func(res OverlayResult) bool { return res.Overlay == o })
+}
+
+// summarize sets Overlays from PerRound: per overlay, the median of each
+// figure over the rounds. The agents' usage already in Overlays is kept.
+func (r *Report) summarize() {
+	if len(r.PerRound) == 0 {
 		return
+	}
+	sum := slices.Clone(r.PerRound[0])
+	for i := range sum {
+		if old := r.Result(sum[i].Overlay); old != nil {
+			sum[i].Agents = old.Agents
+		}
+		sum[i].RTTSamples = 0
+		for _, round := range r.PerRound {
+			sum[i].RTTSamples += round[i].RTTSamples
+		}
+		for _, f := range figures {
+			vs := make([]float64, len(r.PerRound))
+			for k, round := range r.PerRound {
+				vs[k] = f.get(&round[i])
+			}
+			*f.field(&sum[i]) = median(vs)
+		}
+	}
+	r.Overlays = sum
+}
+
+// computeRatios fills Ratios when both kernel and uvxlan were measured:
+// from each round of PerRound, or from Overlays when there is one round.
+func (r *Report) computeRatios() {
+	r.Ratios = nil
+	ki, ui := r.index(Kernel), r.index(UVXLAN)
+	if ki < 0 || ui < 0 {
+		return
+	}
+	k, u := &r.Overlays[ki], &r.Overlays[ui]
+	type pair struct{ k, u *OverlayResult }
+	rounds := []pair{{k, u}}
+	if len(r.PerRound) > 1 {
+		rounds = rounds[:0]
+		for _, round := range r.PerRound {
+			rounds = append(rounds, pair{&round[ki], &round[ui]})
+		}
 	}
 	for _, f := range figures {
 		if !f.ratio {
 			continue
 		}
-		kv, uv := f.get(k), f.get(u)
-		rt := Ratio{Figure: f.key, Label: f.label, Kernel: kv, UVXLAN: uv, HigherIsBetter: f.higher}
-		if kv > 0 {
-			rt.Ratio = uv / kv
+		rt := Ratio{Figure: f.key, Label: f.label, Kernel: f.get(k), UVXLAN: f.get(u), HigherIsBetter: f.higher}
+		var ratios, deltas []float64
+		for _, p := range rounds {
+			kv, uv := f.get(p.k), f.get(p.u)
+			if kv > 0 {
+				ratios = append(ratios, uv/kv)
+			}
+			deltas = append(deltas, uv-kv)
+		}
+		if len(ratios) == len(rounds) { // a round without a kernel figure leaves the ratio out
+			rt.Ratio = median(ratios)
+			if len(rounds) > 1 {
+				rt.RatioMin, rt.RatioMax = slices.Min(ratios), slices.Max(ratios)
+			}
 		}
 		if f.delta {
-			d := uv - kv
+			d := median(deltas)
 			rt.DeltaMicros = &d
 		}
 		r.Ratios = append(r.Ratios, rt)
 	}
+}
+
+// median returns the median of vs (the mean of the middle two for an even
+// count), 0 for none. It does not reorder vs.
+func median(vs []float64) float64 {
+	if len(vs) == 0 {
+		return 0
+	}
+	s := slices.Clone(vs)
+	slices.Sort(s)
+	if n := len(s); n%2 == 0 {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+	return s[len(s)/2]
 }
 
 // Missing lists the figures that are absent (zero) from the report, as
@@ -285,8 +369,12 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "\n%s; iperf3 %d s per test, ping %d × %.0f ms; budget %s, took %s\n",
-		r.Machine, r.IperfSeconds, r.PingCount, r.PingIntervalMillis,
+	rounds := ""
+	if r.Rounds > 1 {
+		rounds = fmt.Sprintf("; %d rounds: medians, and the ratios' range over the rounds", r.Rounds)
+	}
+	_, err := fmt.Fprintf(w, "\n%s; iperf3 %d s per test, ping %d × %.0f ms%s; budget %s, took %s\n",
+		r.Machine, r.IperfSeconds, r.PingCount, r.PingIntervalMillis, rounds,
 		time.Duration(r.DurationSeconds*float64(time.Second)), time.Duration(r.ElapsedSeconds*float64(time.Second)).Round(100*time.Millisecond))
 	return err
 }
@@ -300,9 +388,14 @@ func (m Machine) String() string {
 	return s
 }
 
+// fmtRatio renders a ratio, and its range over the rounds when there was
+// more than one: "0.49 (0.43–0.53)".
 func fmtRatio(rt Ratio) string {
 	if !(rt.Ratio > 0) {
 		return "-"
+	}
+	if rt.RatioMin > 0 && rt.RatioMax > 0 {
+		return fmt.Sprintf("%.2f (%.2f–%.2f)", rt.Ratio, rt.RatioMin, rt.RatioMax)
 	}
 	return fmt.Sprintf("%.2f", rt.Ratio)
 }
@@ -340,7 +433,8 @@ func machine() Machine {
 // with the kernel) to the ratio, on a logarithmic axis so that half as fast
 // and twice as slow are bars of the same length. Green bars are figures
 // where uvxlan does better than the kernel, orange ones where it does
-// worse. It fails when the report has no ratios (kernel or uvxlan not
+// worse; with more than one round, a whisker spans the ratio's range over
+// the rounds. It fails when the report has no ratios (kernel or uvxlan not
 // measured).
 func (r *Report) WriteSVG(w io.Writer) error {
 	if len(r.Ratios) == 0 {
@@ -356,9 +450,11 @@ func (r *Report) WriteSVG(w io.Writer) error {
 	// The axis spans powers of two around every ratio, and at least 1/2..2.
 	lo, hi := -1.0, 1.0
 	for _, rt := range r.Ratios {
-		if rt.Ratio > 0 {
-			lo = math.Min(lo, math.Floor(math.Log2(rt.Ratio)))
-			hi = math.Max(hi, math.Ceil(math.Log2(rt.Ratio)))
+		for _, v := range []float64{rt.Ratio, rt.RatioMin, rt.RatioMax} {
+			if v > 0 {
+				lo = math.Min(lo, math.Floor(math.Log2(v)))
+				hi = math.Max(hi, math.Ceil(math.Log2(v)))
+			}
 		}
 	}
 	x := func(v float64) float64 { return plotL + (math.Log2(v)-lo)/(hi-lo)*plotW }
@@ -367,7 +463,11 @@ func (r *Report) WriteSVG(w io.Writer) error {
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="13">`+"\n", width, height, width, height)
 	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", width, height)
 	b.WriteString(`<text x="12" y="24" font-size="16" font-weight="bold">uvxlan / kernel VXLAN</text>` + "\n")
-	b.WriteString(`<text x="12" y="44" fill="#555">1.0 = as fast as the kernel; green: uvxlan does better, orange: worse (log scale)</text>` + "\n")
+	sub := "1.0 = as fast as the kernel; green: uvxlan does better, orange: worse (log scale)"
+	if r.Rounds > 1 {
+		sub += fmt.Sprintf("; medians of %d rounds, whiskers: their range", r.Rounds)
+	}
+	fmt.Fprintf(&b, `<text x="12" y="44" fill="#555">%s</text>`+"\n", sub)
 	bottom := top + rowH*len(r.Ratios)
 	for e := lo; e <= hi; e++ { // grid at powers of two
 		v := math.Exp2(e)
@@ -391,6 +491,12 @@ func (r *Report) WriteSVG(w io.Writer) error {
 		}
 		x0, x1 := math.Min(x(1), x(rt.Ratio)), math.Max(x(1), x(rt.Ratio))
 		fmt.Fprintf(&b, `<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="%s"/>`+"\n", x0, y, math.Max(x1-x0, 1), barH, color)
+		if rt.RatioMin > 0 && rt.RatioMax > 0 { // the range over the rounds, as a whisker
+			w0, w1, ym := x(rt.RatioMin), x(rt.RatioMax), y+barH/2
+			fmt.Fprintf(&b, `<path d="M%.1f %dV%dM%.1f %dH%.1fM%.1f %dV%d" stroke="#333" fill="none"/>`+"\n",
+				w0, ym-5, ym+5, w0, ym, w1, w1, ym-5, ym+5)
+			x0, x1 = math.Min(x0, w0), math.Max(x1, w1)
+		}
 		if rt.Ratio >= 1 {
 			fmt.Fprintf(&b, `<text x="%.1f" y="%d">%.2f</text>`+"\n", x1+5, y+barH-5, rt.Ratio)
 		} else {

@@ -262,3 +262,145 @@ func TestGossipWriteTable(t *testing.T) {
 		}
 	}
 }
+
+// roundsReport is a 3-round report of kernel and uvxlan whose per-round
+// ratios differ from the ratios of the medians.
+func roundsReport() *Report {
+	round := func(ktcp, utcp, krtt, urtt float64) []OverlayResult {
+		return []OverlayResult{
+			{Overlay: Kernel, Target: "10.99.0.2", MTU: 1450, TCP1Gbps: ktcp, TCP4Gbps: 8, UDP64PPS: 100e3, UDP1400PPS: 100e3,
+				RTTP50Micros: krtt, RTTP99Micros: 2 * krtt, RTTSamples: 400},
+			{Overlay: UVXLAN, Target: "10.42.0.2", MTU: 1450, TCP1Gbps: utcp, TCP4Gbps: 4, UDP64PPS: 50e3, UDP1400PPS: 50e3,
+				RTTP50Micros: urtt, RTTP99Micros: 2 * urtt, RTTSamples: 399},
+		}
+	}
+	r := &Report{
+		Machine: Machine{CPUs: 2, Arch: "amd64", Kernel: "6.1.0", GoVersion: "go1.26"},
+		Started: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), DurationSeconds: 180, IperfSeconds: 4,
+		PingCount: 400, PingIntervalMillis: 2, Rounds: 3,
+		PerRound: [][]OverlayResult{round(10, 5, 10, 50), round(20, 6, 20, 100), round(10, 3, 30, 60)},
+	}
+	r.Overlays = slices.Clone(r.PerRound[0])
+	r.Overlays[1].Agents = &AgentUsage{CPUSeconds: 30, WallSeconds: 40, CPUPercent: 75, PeakRSSBytes: 25 << 20, PeakRSSBytesEach: []uint64{24 << 20, 25 << 20}}
+	r.summarize()
+	r.computeRatios()
+	return r
+}
+
+func TestRounds(t *testing.T) {
+	r := roundsReport()
+	k, u := r.Result(Kernel), r.Result(UVXLAN)
+	// Figures: medians over the rounds; RTT samples: all of them.
+	if k.TCP1Gbps != 10 || u.TCP1Gbps != 5 || k.RTTP50Micros != 20 || u.RTTP50Micros != 60 || u.RTTP99Micros != 120 {
+		t.Errorf("medians: kernel tcp1 %v rtt %v, uvxlan tcp1 %v rtt %v/%v; want 10, 20, 5, 60/120",
+			k.TCP1Gbps, k.RTTP50Micros, u.TCP1Gbps, u.RTTP50Micros, u.RTTP99Micros)
+	}
+	if k.RTTSamples != 1200 || u.RTTSamples != 1197 {
+		t.Errorf("RTT samples: want 1200 and 1197, got %d and %d", k.RTTSamples, u.RTTSamples)
+	}
+	if u.Agents == nil || u.Agents.CPUSeconds != 30 || k.Agents != nil {
+		t.Errorf("agents' usage: uvxlan %+v, kernel %+v", u.Agents, k.Agents)
+	}
+	// Ratios: the median of each round's ratio (0.5, 0.3, 0.3), not the
+	// ratio of the medians (0.5); the range; the median difference.
+	want := map[string][3]float64{ // ratio, min, max
+		"tcp1_gbps": {0.3, 0.3, 0.5}, "tcp4_gbps": {0.5, 0.5, 0.5}, "udp64_pps": {0.5, 0.5, 0.5},
+		"udp1400_pps": {0.5, 0.5, 0.5}, "rtt_p50_us": {5, 2, 5}, "rtt_p99_us": {5, 2, 5},
+	}
+	for _, rt := range r.Ratios {
+		w := want[rt.Figure]
+		if !near(rt.Ratio, w[0]) || !near(rt.RatioMin, w[1]) || !near(rt.RatioMax, w[2]) {
+			t.Errorf("%s: want ratio %v in [%v, %v], got %v in [%v, %v]", rt.Figure, w[0], w[1], w[2], rt.Ratio, rt.RatioMin, rt.RatioMax)
+		}
+		if rt.Figure == "rtt_p50_us" && (rt.DeltaMicros == nil || *rt.DeltaMicros != 40) { // 40, 80, 30
+			t.Errorf("rtt p50: want the median Δ, 40 µs, got %v", rt.DeltaMicros)
+		}
+	}
+	if len(r.Ratios) != len(want) {
+		t.Errorf("want %d ratios, got %d", len(want), len(r.Ratios))
+	}
+	if m := r.Missing(); len(m) != 0 {
+		t.Errorf("Missing() = %v", m)
+	}
+
+	var tab bytes.Buffer
+	if err := r.WriteTable(&tab); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"0.30 (0.30–0.50)", "5.00 (2.00–5.00)", "+40 µs", "3 rounds: medians"} {
+		if !strings.Contains(tab.String(), s) {
+			t.Errorf("table lacks %q:\n%s", s, tab.String())
+		}
+	}
+	var svg bytes.Buffer
+	if err := r.WriteSVG(&svg); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(svg.String(), "<path "); n != len(r.Ratios) {
+		t.Errorf("SVG: want a whisker per ratio (%d), got %d", len(r.Ratios), n)
+	}
+	if !strings.Contains(svg.String(), "medians of 3 rounds") {
+		t.Error("SVG does not say it shows medians of 3 rounds")
+	}
+
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Rounds   int                `json:"rounds"`
+		PerRound [][]map[string]any `json:"per_round"`
+		Ratios   []map[string]any   `json:"ratios"`
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc.Rounds != 3 || len(doc.PerRound) != 3 || len(doc.PerRound[1]) != 2 || doc.PerRound[1][0]["tcp1_gbps"] != 20.0 {
+		t.Errorf("JSON rounds %d, per_round %v", doc.Rounds, doc.PerRound)
+	}
+	if _, ok := doc.Ratios[0]["ratio_min"]; !ok {
+		t.Errorf("JSON ratio lacks ratio_min: %v", doc.Ratios[0])
+	}
+
+	// One round: no range, no per_round in the JSON, no whiskers.
+	one, err := json.Marshal(sampleReport())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(one, []byte("ratio_min")) || bytes.Contains(one, []byte("per_round")) {
+		t.Errorf("one round: JSON has a range or per_round: %s", one)
+	}
+}
+
+// A round without a kernel figure leaves that ratio out rather than take
+// the median of the others.
+func TestRoundsMissingFigure(t *testing.T) {
+	r := roundsReport()
+	r.PerRound[2][0].TCP4Gbps = 0
+	r.summarize()
+	r.computeRatios()
+	if got := r.Missing(); !slices.Contains(got, "ratio tcp4_gbps") {
+		t.Errorf("Missing() = %v, want the tcp4 ratio", got)
+	}
+}
+
+func TestMedian(t *testing.T) {
+	tests := []struct {
+		in   []float64
+		want float64
+	}{
+		{nil, 0},
+		{[]float64{3}, 3},
+		{[]float64{4, 1, 3, 2}, 2.5},
+		{[]float64{5, 1, 9}, 5},
+	}
+	for _, tt := range tests {
+		in := slices.Clone(tt.in)
+		if got := median(in); got != tt.want {
+			t.Errorf("median(%v) = %v, want %v", tt.in, got, tt.want)
+		}
+		if !slices.Equal(in, tt.in) {
+			t.Errorf("median reordered its input: %v", in)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -34,14 +35,21 @@ For each: iperf3 TCP with 1 and 4 streams (Gbit/s received), iperf3 UDP with
 64- and 1400-byte payloads, unthrottled (datagrams/s received, and lost), ping
 RTT p50 and p99 over 400 samples; for uvxlan also the CPU time and peak RSS of
 both agents. Prints a table with the uvxlan/kernel ratios (--json: an object).
---duration is split across the tests (each iperf3 run takes at least 1 s); the
-testbed is removed at the end, on failure and on Ctrl-C.
+Each test runs over every overlay in turn (veth tcp-1, kernel tcp-1, uvxlan
+tcp-1, veth tcp-4, ...), so that the figures compared are measured seconds
+apart. --rounds N repeats the whole set N times and reports medians, and each
+ratio as the median of the N per-round ratios with their range: on a busy or
+virtual machine one run can be 15% off, and the range shows by how much.
+--duration is split across all rounds and tests (each iperf3 run takes at
+least 1 s); the testbed is removed at the end, on failure and on Ctrl-C.
 
    uvxlan bench
    uvxlan bench --duration 10s --overlays kernel,uvxlan --svg ratios.svg
+   uvxlan bench --rounds 3 --duration 3m --overlays kernel,uvxlan
    uvxlan bench gossip --nodes 100`,
 		Flags: []cli.Flag{
-			&cli.DurationFlag{Name: "duration", Value: perf.DefaultDuration, Usage: "measuring time of the whole run, split across the tests"},
+			&cli.DurationFlag{Name: "duration", Value: perf.DefaultDuration, Usage: "measuring time of the whole run, split across the rounds and tests"},
+			&cli.IntFlag{Name: "rounds", Value: 1, Usage: fmt.Sprintf("run every test `N` times (1 to %d) and report medians and the ratios' range", perf.MaxRounds)},
 			&cli.StringFlag{Name: "overlays", Value: "veth,kernel,uvxlan", Usage: "comma-separated `LIST` of overlays to measure: veth, kernel, uvxlan"},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"},
 			&cli.StringFlag{Name: "svg", Usage: "also write a bar chart of the uvxlan/kernel ratios to `FILE`"},
@@ -73,9 +81,12 @@ func benchAction(c *cli.Context) error {
 	if c.Args().Present() {
 		return usageError{fmt.Errorf("bench takes no arguments (but the subcommand gossip), got %q", c.Args().Slice())}
 	}
-	cfg := perf.Config{Duration: c.Duration("duration"), Prefix: c.String("prefix"), Binary: c.String("bin"), Progress: c.App.ErrWriter}
+	cfg := perf.Config{Duration: c.Duration("duration"), Rounds: c.Int("rounds"), Prefix: c.String("prefix"), Binary: c.String("bin"), Progress: c.App.ErrWriter}
 	if d := cfg.Duration; d <= 0 || d > maxBenchDuration {
 		return badFlag("duration", d.String(), "must be above 0 and at most %v", maxBenchDuration)
+	}
+	if n := cfg.Rounds; n < 1 || n > perf.MaxRounds {
+		return badFlag("rounds", strconv.Itoa(n), "must be 1 to %d", perf.MaxRounds)
 	}
 	overlays, err := perf.ParseOverlays(c.String("overlays"))
 	if err != nil {

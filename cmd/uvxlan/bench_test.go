@@ -83,7 +83,7 @@ func TestBenchSmoke(t *testing.T) {
 	svg := filepath.Join(t.TempDir(), "ratios.svg")
 
 	start := time.Now()
-	stdout, stderr, code := runBench(t, 3*time.Minute, "bench", "--duration", "5s", "--json", "--prefix", prefix, "--svg", svg)
+	stdout, stderr, code := runBench(t, 3*time.Minute, "bench", "--duration", "5s", "--rounds", "2", "--json", "--prefix", prefix, "--svg", svg)
 	took := time.Since(start)
 	if code != 0 {
 		t.Fatalf("exit status %d\nstderr:\n%s", code, stderr)
@@ -126,8 +126,23 @@ func TestBenchSmoke(t *testing.T) {
 		t.Errorf("want 6 uvxlan/kernel ratios, got %d", len(rep.Ratios))
 	}
 	for _, rt := range rep.Ratios {
-		if !(rt.Ratio > 0) {
-			t.Errorf("ratio %s = %v, want > 0", rt.Figure, rt.Ratio)
+		if !(rt.Ratio > 0) || !(rt.RatioMin <= rt.Ratio && rt.Ratio <= rt.RatioMax) {
+			t.Errorf("ratio %s = %v in [%v, %v], want > 0 and within its range", rt.Figure, rt.Ratio, rt.RatioMin, rt.RatioMax)
+		}
+	}
+	if len(rep.PerRound) != 2 || rep.Rounds != 2 {
+		t.Errorf("want the figures of 2 rounds, got %d (rounds %d)", len(rep.PerRound), rep.Rounds)
+	}
+	for i, round := range rep.PerRound {
+		var got []perf.Overlay
+		for _, o := range round {
+			got = append(got, o.Overlay)
+			if !(o.TCP1Gbps > 0) || o.RTTSamples < 100 {
+				t.Errorf("round %d %s: tcp1 %v Gbit/s, %d RTT samples", i+1, o.Overlay, o.TCP1Gbps, o.RTTSamples)
+			}
+		}
+		if !slices.Equal(got, perf.Overlays) {
+			t.Errorf("round %d overlays: want %v, got %v", i+1, perf.Overlays, got)
 		}
 	}
 	if m := rep.Machine; m.CPUs < 1 || m.Kernel == "" || m.GoVersion == "" || rep.DurationSeconds != 5 || rep.IperfSeconds != 1 {
@@ -136,10 +151,15 @@ func TestBenchSmoke(t *testing.T) {
 	if m := rep.Missing(); len(m) > 0 {
 		t.Errorf("missing figures: %v", m)
 	}
-	for i := range 15 {
-		if !strings.Contains(stderr, "["+strconv.Itoa(i+1)+"/15] ") {
-			t.Errorf("no progress line [%d/15] on stderr", i+1)
+	for i := range 30 {
+		if !strings.Contains(stderr, "["+strconv.Itoa(i+1)+"/30] ") {
+			t.Errorf("no progress line [%d/30] on stderr", i+1)
 		}
+	}
+	// The overlays take turns test by test.
+	if !strings.Contains(stderr, "[1/30] round 1/2 veth tcp-1") || !strings.Contains(stderr, "[2/30] round 1/2 kernel tcp-1") ||
+		!strings.Contains(stderr, "[30/30] round 2/2 uvxlan ping") {
+		t.Errorf("progress lines not in the order round, test, overlay:\n%s", stderr)
 	}
 	if b, err := os.ReadFile(svg); err != nil || !bytes.HasPrefix(b, []byte("<svg")) {
 		t.Errorf("--svg %s: %v %.40q", svg, err, b)
@@ -266,6 +286,8 @@ func TestBenchBadFlags(t *testing.T) {
 		{[]string{"bench", "--duration", "2h"}, "--duration"},
 		{[]string{"bench", "--duration", "soon"}, "duration"},
 		{[]string{"bench", "--overlays", "kernel,wireguard"}, "--overlays"},
+		{[]string{"bench", "--rounds", "0"}, "--rounds"},
+		{[]string{"bench", "--rounds", "21"}, "--rounds"},
 		{[]string{"bench", "--overlays", "veth", "--svg", filepath.Join(t.TempDir(), "x.svg")}, "--svg"},
 		{[]string{"bench", "--svg", filepath.Join(t.TempDir(), "no", "such", "dir.svg")}, "--svg"},
 		{[]string{"bench", "--prefix", "bad-prefix"}, "--prefix"},
