@@ -440,10 +440,11 @@ func (b *bench) measure(ctx context.Context, paths []path, rep *Report) error {
 			}
 		}
 	}
+	rep.Overlays = rounds[0]
 	if len(rounds) > 1 {
 		rep.PerRound = rounds
+		rep.summarize()
 	}
-	rep.Overlays = slices.Clone(rounds[0])
 	if i := rep.index(UVXLAN); i >= 0 {
 		a := &agents
 		a.CPUPercent = 100 * a.CPUSeconds / a.WallSeconds
@@ -463,7 +464,6 @@ func (b *bench) measure(ctx context.Context, paths []path, rep *Report) error {
 		b.say("uvxlan agents: %.2f s of CPU in %.1f s of uvxlan's tests (%.0f%% of a core), peak RSS %.1f MiB",
 			a.CPUSeconds, a.WallSeconds, a.CPUPercent, float64(a.PeakRSSBytes)/(1<<20))
 	}
-	rep.summarize()
 	return nil
 }
 

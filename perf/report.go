@@ -207,16 +207,13 @@ func (r *Report) index(o Overlay) int {
 }
 
 // summarize sets Overlays from PerRound: per overlay, the median of each
-// figure over the rounds. The agents' usage already in Overlays is kept.
+// figure over the rounds.
 func (r *Report) summarize() {
 	if len(r.PerRound) == 0 {
 		return
 	}
 	sum := slices.Clone(r.PerRound[0])
 	for i := range sum {
-		if old := r.Result(sum[i].Overlay); old != nil {
-			sum[i].Agents = old.Agents
-		}
 		sum[i].RTTSamples = 0
 		for _, round := range r.PerRound {
 			sum[i].RTTSamples += round[i].RTTSamples
