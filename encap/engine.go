@@ -99,29 +99,28 @@ type Engine struct {
 	fdb     *fdb.Table
 	log     *slog.Logger
 	c       counters
-	// tapMu serialises TAP writes: the receive loop writes frames, the
-	// transmit loop writes ARP replies.
+	own     *Demux // the demultiplexer of rx, when the engine has its own socket
+	// tapMu serialises TAP writes: the receive loops (demultiplexers)
+	// write frames, the transmit loop writes ARP replies.
 	tapMu sync.Mutex
-	// The last (source MAC, VTEP) learned in the current receive batch, so
-	// that a run of datagrams of one flow is learned once. Receive loop
-	// only.
-	rxSrc    fdb.MAC
-	rxFrom   netip.AddrPort
-	rxLearnt bool
 }
 
-// NewEngine builds an engine. rx receives from the underlay; senders send to
-// it, the sender for a frame chosen by a hash of its inner flow (pass rx alone
-// to send from the listening port). The engine owns dev, rx and senders from
-// here on: Run closes them when it returns.
+// NewEngine builds an engine. senders send to the underlay, the sender for
+// a frame chosen by a hash of its inner flow. rx, when not nil, is the
+// engine's own receiving socket: the engine then serves its VNI alone on it
+// (and may send from it: pass rx among senders). With rx nil the engine
+// receives what a Demux shared by several engines hands it. The engine owns
+// dev, rx and senders from here on: Run closes them when it returns
+// (closing a socket that another engine shares is harmless: Run returns
+// only when the whole agent stops).
 func NewEngine(cfg EngineConfig, dev tap.Device, rx Transport, senders []Transport, table *fdb.Table) (*Engine, error) {
 	switch {
 	case !cfg.VNI.Valid():
 		return nil, fmt.Errorf("encap: invalid VNI %d", cfg.VNI)
 	case cfg.Port == 0:
 		return nil, errors.New("encap: destination port is 0")
-	case dev == nil || rx == nil || table == nil:
-		return nil, errors.New("encap: engine needs a device, a transport and a table")
+	case dev == nil || table == nil:
+		return nil, errors.New("encap: engine needs a device and a table")
 	case len(senders) == 0:
 		return nil, errors.New("encap: engine needs at least one sender")
 	}
@@ -129,16 +128,32 @@ func NewEngine(cfg EngineConfig, dev tap.Device, rx Transport, senders []Transpo
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Engine{cfg: cfg, dev: dev, rx: rx, senders: senders, fdb: table,
-		log: log.With("subsystem", "engine")}, nil
+	e := &Engine{cfg: cfg, dev: dev, rx: rx, senders: senders, fdb: table,
+		log: log.With("subsystem", "engine", "vni", cfg.VNI)}
+	if rx != nil {
+		e.own = newDemux(rx, []*Engine{e})
+	}
+	return e, nil
 }
 
-// Stats returns a snapshot of the counters. Safe for concurrent use.
-func (e *Engine) Stats() Stats { return e.c.snapshot() }
+// VNI returns the VNI the engine serves.
+func (e *Engine) VNI() fdb.VNI { return e.cfg.VNI }
 
-// Run forwards in both directions until ctx is done or a loop fails, then
-// closes the device and the sockets and returns. It returns nil after a
-// cancellation and the first error otherwise.
+// Stats returns a snapshot of the counters (with those of its own receiving
+// socket, if it has one). Safe for concurrent use.
+func (e *Engine) Stats() Stats {
+	s := e.c.snapshot()
+	if e.own != nil {
+		s = s.Add(e.own.Stats())
+	}
+	return s
+}
+
+// Run forwards until ctx is done or a loop fails, then closes the device
+// and the sockets and returns. It returns nil after a cancellation and the
+// first error otherwise. With its own receiving socket the engine forwards
+// in both directions; without, it reads its TAP and sends, and a Demux
+// delivers what arrives for its VNI.
 func (e *Engine) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -154,17 +169,20 @@ func (e *Engine) Run(ctx context.Context) error {
 		}
 		cancel()
 	}
-	wg.Add(2)
+	wg.Add(1)
 	go func() { defer wg.Done(); fail(e.transmitLoop()) }()
-	go func() { defer wg.Done(); fail(e.receiveLoop()) }()
+	if e.own != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); fail(e.own.receiveLoop()) }()
+	}
 
 	<-ctx.Done()
 	e.dev.Close()
-	e.rx.Close()
+	if e.rx != nil {
+		e.rx.Close()
+	}
 	for _, s := range e.senders {
-		if s != e.rx {
-			s.Close()
-		}
+		s.Close()
 	}
 	wg.Wait()
 	return firstErr
@@ -234,8 +252,8 @@ func (e *Engine) transmitLoop() error {
 			}
 			sent, err := e.senders[i].WriteBatch(msgs)
 			for _, m := range msgs[:sent] {
-				e.c.txPackets.Add(1)
-				e.c.txBytes.Add(uint64(m.N - HeaderLen))
+				e.c.add(TxPackets, 1)
+				e.c.add(TxBytes, uint64(m.N-HeaderLen))
 			}
 			if err != nil {
 				if isClosed(err) {
@@ -285,11 +303,11 @@ func (e *Engine) route(pkt []byte, tb *txBatch) {
 		if mac, ok := e.cfg.Neigh.Lookup(e.cfg.VNI, arp.targetIP); ok && len(tb.replies) < len(tb.replyBufs) {
 			b := tb.replyBufs[len(tb.replies)]
 			tb.replies = append(tb.replies, b[:putARPReply(b, arp, mac)])
-			e.c.arpSuppressed.Add(1)
+			e.c.add(ARPSuppressed, 1)
 			return
 		}
 		if dst.IsMulticast() {
-			e.c.arpFlooded.Add(1)
+			e.c.add(ARPFlooded, 1)
 		}
 	}
 
@@ -320,7 +338,7 @@ func (e *Engine) route(pkt []byte, tb *txBatch) {
 		e.c.drop(DropNoVTEP)
 		return
 	}
-	e.c.floods.Add(1)
+	e.c.add(Floods, 1)
 }
 
 // snoop reports src, and the sender binding of an ARP packet, when they are
@@ -346,126 +364,8 @@ func (e *Engine) report(s Sighting) {
 	select {
 	case e.cfg.Snoop <- s:
 	default:
-		e.c.snoopDropped.Add(1)
+		e.c.add(SnoopDropped, 1)
 	}
-}
-
-// receiveLoop reads datagrams from the underlay and writes their frames to
-// the TAP, a batch of them at a time so that the TAP can coalesce a flow's
-// segments into one frame (GRO). A message in which the kernel coalesced a
-// run of datagrams (UDP GRO) is cut into its datagrams in place: each frame
-// is a slice of the message. The frames of all the messages of a batch go
-// to the TAP together, in order, so that runs cut apart by a sender become
-// one frame again.
-func (e *Engine) receiveLoop() error {
-	batch := e.rx.BatchSize()
-	msgs := make([]Message, batch)
-	for i := range msgs {
-		msgs[i].Buf = make([]byte, maxDatagram)
-	}
-	// out is what goes to the TAP in one Write: at most its batch size.
-	out := make([][]byte, 0, max(e.dev.BatchSize(), 1))
-	flush := func() bool {
-		closed := e.deliver(out)
-		out = out[:0]
-		return closed
-	}
-	for {
-		n, err := e.rx.ReadBatch(msgs)
-		if err != nil {
-			if isClosed(err) {
-				return nil
-			}
-			return err
-		}
-		e.rxLearnt = false
-		for i := 0; i < n; i++ {
-			m := &msgs[i]
-			if m.Seg <= 0 || m.N <= m.Seg {
-				if len(out) == cap(out) && flush() {
-					return nil
-				}
-				if e.accept(m) {
-					out = append(out, m.Buf[:m.N])
-				}
-				continue
-			}
-			// A run that does not fit what is left goes in a Write of
-			// its own, rather than cut in two.
-			if segs := (m.N + m.Seg - 1) / m.Seg; len(out)+segs > cap(out) && flush() {
-				return nil
-			}
-			for off := 0; off < m.N; off += m.Seg {
-				if len(out) == cap(out) && flush() {
-					return nil
-				}
-				sm := Message{Buf: m.Buf[off:min(off+m.Seg, m.N)], Addr: m.Addr}
-				sm.N = len(sm.Buf)
-				if e.accept(&sm) {
-					out = append(out, sm.Buf)
-				}
-			}
-		}
-		if flush() {
-			return nil
-		}
-	}
-}
-
-// deliver writes frames (datagrams: VXLAN header and frame) to the TAP and
-// counts them. It reports whether the TAP is closed.
-func (e *Engine) deliver(frames [][]byte) (closed bool) {
-	if len(frames) == 0 {
-		return false
-	}
-	const offset = HeaderLen
-	w, err := e.writeTAP(frames, offset)
-	for _, f := range frames[:w] {
-		e.c.rxPackets.Add(1)
-		e.c.rxBytes.Add(uint64(len(f) - offset))
-	}
-	return err != nil && isClosed(err)
-}
-
-// accept validates one datagram (VXLAN header + frame) and learns from it.
-// It reports whether the frame goes to the TAP.
-func (e *Engine) accept(m *Message) bool {
-	pkt := m.Buf[:m.N]
-	var h Header
-	if err := h.Unmarshal(pkt); err != nil {
-		switch {
-		case errors.Is(err, ErrNoIFlag):
-			e.c.drop(DropNoIFlag)
-		case errors.Is(err, ErrReserved):
-			e.c.drop(DropReservedBits)
-		default:
-			e.c.drop(DropShortHeader)
-		}
-		return false
-	}
-	if h.VNI != e.cfg.VNI {
-		e.c.drop(DropWrongVNI)
-		return false
-	}
-	frame := pkt[HeaderLen:]
-	if len(frame) < ethHeaderLen {
-		e.c.drop(DropShortFrame)
-		return false
-	}
-	src := fdb.MAC(frame[6:12])
-	switch {
-	case src.IsMulticast() || src.IsZero():
-		e.c.drop(DropBadSrcMAC)
-		return false
-	case src == e.cfg.MAC:
-		e.c.drop(DropOwnMAC)
-		return false
-	}
-	if e.cfg.Learning && (!e.rxLearnt || src != e.rxSrc || m.Addr != e.rxFrom) {
-		e.learn(src, m.Addr.Addr())
-		e.rxSrc, e.rxFrom, e.rxLearnt = src, m.Addr, true
-	}
-	return true
 }
 
 // learn records src as living behind the VTEP at addr.
@@ -476,11 +376,11 @@ func (e *Engine) learn(src fdb.MAC, addr netip.Addr) {
 	}
 	switch e.fdb.Learn(e.cfg.VNI, src, netip.AddrPortFrom(addr, port)) {
 	case fdb.LearnAdded:
-		e.c.learned.Add(1)
+		e.c.add(Learned, 1)
 	case fdb.LearnMoved:
-		e.c.moved.Add(1)
+		e.c.add(Moved, 1)
 	case fdb.LearnRefusedFull:
-		e.c.learnFull.Add(1)
+		e.c.add(LearnRefusedFull, 1)
 	}
 }
 

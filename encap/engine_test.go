@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -102,8 +104,8 @@ func TestEngineFloodLearnUnicast(t *testing.T) {
 			t.Fatalf("learned vtep for macA = %v %v, want %v", vtep, ok, vtepA)
 		}
 	}
-	if st := a.eng.Stats(); st.Floods != 1 || st.TxPackets != 2 {
-		t.Fatalf("A stats: floods=%d tx=%d, want 1 and 2", st.Floods, st.TxPackets)
+	if st := a.eng.Stats(); st.Counters[Floods] != 1 || st.Counters[TxPackets] != 2 {
+		t.Fatalf("A stats: floods=%d tx=%d, want 1 and 2", st.Counters[Floods], st.Counters[TxPackets])
 	}
 
 	// B answers by unicast: only A gets it, nothing is flooded.
@@ -114,10 +116,10 @@ func TestEngineFloodLearnUnicast(t *testing.T) {
 	if got := len(c.dev.written()); got != 1 {
 		t.Fatalf("C got %d frames, want 1 (the broadcast only)", got)
 	}
-	if st := b.eng.Stats(); st.Floods != 0 || st.TxPackets != 1 || st.TxBytes != uint64(len(uc)) {
+	if st := b.eng.Stats(); st.Counters[Floods] != 0 || st.Counters[TxPackets] != 1 || st.Counters[TxBytes] != uint64(len(uc)) {
 		t.Fatalf("B stats %+v: want 0 floods, 1 packet of %d bytes", st, len(uc))
 	}
-	if st := a.eng.Stats(); st.RxPackets != 1 || st.Learned != 1 {
+	if st := a.eng.Stats(); st.Counters[RxPackets] != 1 || st.Counters[Learned] != 1 {
 		t.Fatalf("A stats %+v: want 1 rx packet and 1 learned", st)
 	}
 }
@@ -129,7 +131,7 @@ func TestEngineUnknownUnicastWithoutPeersIsDropped(t *testing.T) {
 	a.dev.inject([]byte{1, 2, 3})
 	eventually(t, "drops counted", func() bool {
 		d := a.eng.Stats().Drops
-		return d["no_vtep"] == 1 && d["tx_short_frame"] == 1
+		return d[DropNoVTEP] == 1 && d[DropTxShortFrame] == 1
 	})
 }
 
@@ -166,19 +168,19 @@ func TestEngineReceiveDrops(t *testing.T) {
 	tests := []struct {
 		desc   string
 		pkt    []byte
-		reason string
+		reason DropReason
 	}{
-		{"empty datagram", nil, "short_header"},
-		{"7-byte datagram", good[:7], "short_header"},
-		{"I flag clear", vxlanDatagram(noI, ethFrame(macA, macB, 20)), "no_i_flag"},
-		{"reserved flag bit", vxlanDatagram(reservedFlag, ethFrame(macA, macB, 20)), "reserved_bits"},
-		{"reserved last byte", vxlanDatagram(reservedTail, ethFrame(macA, macB, 20)), "reserved_bits"},
-		{"other VNI", vxlanDatagram(goodHeader(testVNI+1), ethFrame(macA, macB, 20)), "wrong_vni"},
-		{"inner frame 13 bytes", vxlanDatagram(good, ethFrame(macA, macB, 0)[:13]), "short_frame"},
-		{"multicast source", vxlanDatagram(good, ethFrame(macA, fdb.MAC{0x01, 0, 0x5e, 0, 0, 1}, 20)), "bad_src_mac"},
-		{"broadcast source", vxlanDatagram(good, ethFrame(macA, bcast, 20)), "bad_src_mac"},
-		{"zero source", vxlanDatagram(good, ethFrame(macA, fdb.MAC{}, 20)), "bad_src_mac"},
-		{"our own MAC as source", vxlanDatagram(good, ethFrame(bcast, macA, 20)), "own_mac"},
+		{"empty datagram", nil, DropShortHeader},
+		{"7-byte datagram", good[:7], DropShortHeader},
+		{"I flag clear", vxlanDatagram(noI, ethFrame(macA, macB, 20)), DropNoIFlag},
+		{"reserved flag bit", vxlanDatagram(reservedFlag, ethFrame(macA, macB, 20)), DropReservedBits},
+		{"reserved last byte", vxlanDatagram(reservedTail, ethFrame(macA, macB, 20)), DropReservedBits},
+		{"other VNI", vxlanDatagram(goodHeader(testVNI+1), ethFrame(macA, macB, 20)), DropWrongVNI},
+		{"inner frame 13 bytes", vxlanDatagram(good, ethFrame(macA, macB, 0)[:13]), DropShortFrame},
+		{"multicast source", vxlanDatagram(good, ethFrame(macA, fdb.MAC{0x01, 0, 0x5e, 0, 0, 1}, 20)), DropBadSrcMAC},
+		{"broadcast source", vxlanDatagram(good, ethFrame(macA, bcast, 20)), DropBadSrcMAC},
+		{"zero source", vxlanDatagram(good, ethFrame(macA, fdb.MAC{}, 20)), DropBadSrcMAC},
+		{"our own MAC as source", vxlanDatagram(good, ethFrame(bcast, macA, 20)), DropOwnMAC},
 	}
 	var n fakeNet
 	a := startNode(t, &n, macA, vtepA, nil, true)
@@ -189,7 +191,7 @@ func TestEngineReceiveDrops(t *testing.T) {
 			if _, err := attacker.WriteBatch([]Message{{Buf: tc.pkt, N: len(tc.pkt), Addr: vtepA}}); err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, tc.reason+" counted", func() bool { return a.eng.Stats().Drops[tc.reason] == before+1 })
+			eventually(t, tc.reason.String()+" counted", func() bool { return a.eng.Stats().Drops[tc.reason] == before+1 })
 		})
 	}
 	if got := a.dev.written(); len(got) != 0 {
@@ -240,7 +242,7 @@ func TestEngineHotPathAllocs(t *testing.T) {
 	rx := vxlanDatagram(goodHeader(testVNI), ethFrame(macA, macB, 1000))
 	m := Message{Buf: rx, N: len(rx), Addr: vtepB}
 	if allocs := testing.AllocsPerRun(1000, func() {
-		if !e.accept(&m) {
+		if e.own.accept(&m) != 0 {
 			t.Fatal("good datagram rejected")
 		}
 	}); allocs != 0 {
@@ -277,7 +279,7 @@ func TestEngineARPSuppression(t *testing.T) {
 	}
 	a.dev.inject(gopacketARP(t, 1, macA, askerIP, fdb.MAC{}, unknown))
 	eventually(t, "unknown ARP flooded to B", func() bool { return len(b.dev.written()) == 1 })
-	if st := a.eng.Stats(); st.ARPSuppressed != 1 || st.ARPFlooded != 1 || st.TxPackets != 1 {
+	if st := a.eng.Stats(); st.Counters[ARPSuppressed] != 1 || st.Counters[ARPFlooded] != 1 || st.Counters[TxPackets] != 1 {
 		t.Errorf("stats %+v: want 1 suppressed, 1 flooded, 1 datagram sent", st)
 	}
 }
@@ -347,7 +349,7 @@ func BenchmarkEngineAccept(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(int64(len(rx) - HeaderLen))
 	for b.Loop() {
-		e.accept(&m)
+		e.own.accept(&m)
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pkts/s")
 }
@@ -387,7 +389,7 @@ func TestEngineReceiveGRORun(t *testing.T) {
 	if len(got[69]) != 14+10 {
 		t.Errorf("the short last frame is %d bytes", len(got[69]))
 	}
-	if d := a.eng.Stats().Drops["wrong_vni"]; d != 1 {
+	if d := a.eng.Stats().Drops[DropWrongVNI]; d != 1 {
 		t.Errorf("wrong_vni = %d, want 1", d)
 	}
 	if vtep, ok := a.table.Lookup(testVNI, macB); !ok || vtep != vtepB {
@@ -442,14 +444,62 @@ func TestEngineReceiveBatchesRuns(t *testing.T) {
 }
 
 func TestStatsAdd(t *testing.T) {
-	a := Stats{RxPackets: 1, TxBytes: 2, ARPFlooded: 3, Drops: map[string]uint64{"wrong_vni": 4, "own_mac": 1}}
-	b := Stats{RxPackets: 10, TxBytes: 20, SnoopDropped: 5, Drops: map[string]uint64{"wrong_vni": 6}}
+	var a, b Stats
+	a.Counters[RxPackets], a.Counters[TxBytes], a.Counters[ARPFlooded] = 1, 2, 3
+	a.Drops[DropWrongVNI], a.Drops[DropOwnMAC] = 4, 1
+	b.Counters[RxPackets], b.Counters[TxBytes], b.Counters[SnoopDropped] = 10, 20, 5
+	b.Drops[DropWrongVNI] = 6
 	s := a.Add(b)
-	if s.RxPackets != 11 || s.TxBytes != 22 || s.ARPFlooded != 3 || s.SnoopDropped != 5 ||
-		s.Drops["wrong_vni"] != 10 || s.Drops["own_mac"] != 1 {
+	if s.Counters[RxPackets] != 11 || s.Counters[TxBytes] != 22 || s.Counters[ARPFlooded] != 3 || s.Counters[SnoopDropped] != 5 ||
+		s.Drops[DropWrongVNI] != 10 || s.Drops[DropOwnMAC] != 1 {
 		t.Errorf("Add = %+v", s)
 	}
-	if a.Drops["wrong_vni"] != 4 {
-		t.Error("Add changed its receiver's drops")
+	if a.Drops[DropWrongVNI] != 4 {
+		t.Error("Add changed its receiver")
+	}
+}
+
+// TestStatsTables walks the declarations: every counter and drop reason has
+// a distinct snake_case name and a help text, and the JSON carries each
+// under its name and reads back the same.
+func TestStatsTables(t *testing.T) {
+	names := map[string]bool{"drops": true}
+	var s Stats
+	for i := range NumCounters {
+		d := i.Desc()
+		if d.Name == "" || d.Help == "" || names[d.Name] || strings.ToLower(d.Name) != d.Name || strings.ContainsAny(d.Name, " -") {
+			t.Errorf("counter %d: bad or repeated declaration %+v", i, d)
+		}
+		names[d.Name] = true
+		s.Counters[i] = uint64(i) + 1
+	}
+	drops := map[string]bool{}
+	for r := range NumDropReasons {
+		d := r.Desc()
+		if d.Name == "" || d.Help == "" || drops[d.Name] || strings.ToLower(d.Name) != d.Name {
+			t.Errorf("drop reason %d: bad or repeated declaration %+v", r, d)
+		}
+		drops[d.Name] = true
+		s.Drops[r] = 100 + uint64(r)
+	}
+	b, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	for i := range NumCounters {
+		if v, ok := m[i.String()].(float64); !ok || uint64(v) != s.Counters[i] {
+			t.Errorf("JSON %s = %v, want %d", i, m[i.String()], s.Counters[i])
+		}
+	}
+	var back Stats
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if back != s {
+		t.Errorf("JSON round trip: got %+v, want %+v", back, s)
 	}
 }

@@ -1,6 +1,67 @@
 package encap
 
-import "sync/atomic"
+import (
+	"encoding/json"
+	"sync/atomic"
+)
+
+// Every counter of the data path is declared once, here: its index, its
+// name (the JSON key of `uvxlan stats --json` and the Prometheus series
+// uvxlan_<name>_total) and its help text. The snapshot, the JSON and the
+// metrics are derived from these tables; tests walk them.
+
+// Counter names one of the data path's counters. All of them only grow.
+type Counter uint8
+
+// The counters. Packets and bytes count inner Ethernet frames: rx are frames
+// written to the TAP, tx are VXLAN datagrams sent to the underlay (a flooded
+// frame counts once per VTEP).
+const (
+	RxPackets        Counter = iota // frames received from the underlay and written to the TAP
+	RxBytes                         // bytes of those frames
+	TxPackets                       // datagrams sent to the underlay
+	TxBytes                         // bytes of inner frames sent
+	Floods                          // frames replicated to the flood list
+	Learned                         // new learned entries
+	Moved                           // learned entries that moved to another VTEP
+	LearnRefusedFull                // learning refused: table full
+	ARPSuppressed                   // ARP requests answered from the neighbour table
+	ARPFlooded                      // broadcast ARP requests for unknown addresses, flooded
+	SnoopDropped                    // sightings lost because the Snoop channel was full
+
+	NumCounters
+)
+
+// Desc declares a counter or a drop reason: its name and its help text.
+type Desc struct {
+	Name string
+	Help string
+}
+
+var counterDescs = [NumCounters]Desc{
+	RxPackets:        {"rx_packets", "Frames received from the underlay and written to the TAP."},
+	RxBytes:          {"rx_bytes", "Bytes of inner frames written to the TAP."},
+	TxPackets:        {"tx_packets", "VXLAN datagrams sent to the underlay (a flooded frame counts once per VTEP)."},
+	TxBytes:          {"tx_bytes", "Bytes of inner frames sent to the underlay."},
+	Floods:           {"floods", "Frames replicated to the flood list (broadcast, multicast, unknown unicast)."},
+	Learned:          {"learned", "FDB entries learned from received frames."},
+	Moved:            {"moved", "Learned FDB entries that moved to another VTEP."},
+	LearnRefusedFull: {"learn_refused_full", "Learning refused because the FDB is full."},
+	ARPSuppressed:    {"arp_suppressed", "ARP requests answered locally from the neighbour table."},
+	ARPFlooded:       {"arp_flooded", "Broadcast ARP requests for unknown addresses, flooded."},
+	SnoopDropped:     {"snoop_dropped", "Endpoint sightings lost because the agent was busy (they recur with the next frame)."},
+}
+
+// Desc returns the counter's declaration.
+func (c Counter) Desc() Desc {
+	if c < NumCounters {
+		return counterDescs[c]
+	}
+	return Desc{Name: "unknown"}
+}
+
+// String returns the counter's name.
+func (c Counter) String() string { return c.Desc().Name }
 
 // DropReason says why a frame or datagram was dropped. Every reason is a
 // counter; nothing is logged per packet.
@@ -11,7 +72,7 @@ const (
 	DropShortHeader  DropReason = iota // datagram shorter than the 8-byte VXLAN header
 	DropNoIFlag                        // I flag clear: the VNI field is not valid
 	DropReservedBits                   // a reserved bit set (strict, like Linux)
-	DropWrongVNI                       // VNI is not ours
+	DropWrongVNI                       // no segment serves the VNI
 	DropShortFrame                     // inner frame shorter than an Ethernet header
 	DropBadSrcMAC                      // inner source MAC is multicast, broadcast or zero
 	DropOwnMAC                         // inner source MAC is our own TAP MAC (a loop)
@@ -21,105 +82,123 @@ const (
 	DropTxShortFrame // frame read from the TAP shorter than an Ethernet header
 	DropNoVTEP       // nowhere to send: unknown destination and an empty flood list
 	DropSendError    // the underlay socket refused the datagram
+	// DropTAPSplit counts super-frames read from a TAP with offloads that
+	// could not be split into segments; the TAP counts them, the node adds
+	// them to its segment's snapshot.
+	DropTAPSplit
 
-	numDropReasons
+	NumDropReasons
 )
 
-var dropNames = [numDropReasons]string{
-	DropShortHeader:  "short_header",
-	DropNoIFlag:      "no_i_flag",
-	DropReservedBits: "reserved_bits",
-	DropWrongVNI:     "wrong_vni",
-	DropShortFrame:   "short_frame",
-	DropBadSrcMAC:    "bad_src_mac",
-	DropOwnMAC:       "own_mac",
-	DropTAPWrite:     "tap_write_error",
-	DropTxShortFrame: "tx_short_frame",
-	DropNoVTEP:       "no_vtep",
-	DropSendError:    "send_error",
+var dropDescs = [NumDropReasons]Desc{
+	DropShortHeader:  {"short_header", "Datagrams shorter than a VXLAN header."},
+	DropNoIFlag:      {"no_i_flag", "Datagrams without the VXLAN I flag."},
+	DropReservedBits: {"reserved_bits", "Datagrams with a reserved VXLAN bit set."},
+	DropWrongVNI:     {"wrong_vni", "Datagrams for a VNI no segment of this agent serves."},
+	DropShortFrame:   {"short_frame", "Datagrams whose inner frame is shorter than an Ethernet header."},
+	DropBadSrcMAC:    {"bad_src_mac", "Inner frames with a multicast, broadcast or zero source MAC."},
+	DropOwnMAC:       {"own_mac", "Inner frames with our own TAP MAC as source (a loop)."},
+	DropTAPWrite:     {"tap_write_error", "Frames the TAP refused."},
+	DropTxShortFrame: {"tx_short_frame", "Frames read from the TAP shorter than an Ethernet header."},
+	DropNoVTEP:       {"no_vtep", "Frames with nowhere to go: unknown destination and an empty flood list."},
+	DropSendError:    {"send_error", "Datagrams the underlay socket refused."},
+	DropTAPSplit:     {"tap_split_error", "Super-frames from the TAP that could not be split into segments."},
+}
+
+// Desc returns the reason's declaration.
+func (r DropReason) Desc() Desc {
+	if r < NumDropReasons {
+		return dropDescs[r]
+	}
+	return Desc{Name: "unknown"}
 }
 
 // String returns the name used in `uvxlan stats` and metrics.
-func (r DropReason) String() string {
-	if r < numDropReasons {
-		return dropNames[r]
-	}
-	return "unknown"
-}
+func (r DropReason) String() string { return r.Desc().Name }
 
-// counters are the engine's live counters, updated with atomics only.
+// counters are the live counters, updated with atomics only.
 type counters struct {
-	rxPackets, rxBytes atomic.Uint64
-	txPackets, txBytes atomic.Uint64
-	floods             atomic.Uint64 // frames replicated to the flood list
-	learned            atomic.Uint64 // new learned entries
-	moved              atomic.Uint64 // learned entries that moved to another VTEP
-	learnFull          atomic.Uint64 // learning refused: table full
-	arpSuppressed      atomic.Uint64 // ARP requests answered from the neighbour table
-	arpFlooded         atomic.Uint64 // broadcast ARP requests for unknown addresses, flooded
-	snoopDropped       atomic.Uint64 // sightings lost because the Snoop channel was full
-	drops              [numDropReasons]atomic.Uint64
+	c     [NumCounters]atomic.Uint64
+	drops [NumDropReasons]atomic.Uint64
 }
 
-func (c *counters) drop(r DropReason) { c.drops[r].Add(1) }
-
-// Stats is a snapshot of the engine's counters. Packets and bytes count inner
-// Ethernet frames: rx are frames written to the TAP, tx are VXLAN datagrams
-// sent to the underlay (a flooded frame counts once per VTEP).
-type Stats struct {
-	RxPackets uint64 `json:"rx_packets"`
-	RxBytes   uint64 `json:"rx_bytes"`
-	TxPackets uint64 `json:"tx_packets"`
-	TxBytes   uint64 `json:"tx_bytes"`
-	Floods    uint64 `json:"floods"`
-	Learned   uint64 `json:"learned"`
-	Moved     uint64 `json:"moved"`
-	LearnFull uint64 `json:"learn_refused_full"`
-	// ARPSuppressed counts ARP requests answered locally from the
-	// neighbour table; ARPFlooded broadcast requests for unknown targets.
-	ARPSuppressed uint64            `json:"arp_suppressed"`
-	ARPFlooded    uint64            `json:"arp_flooded"`
-	SnoopDropped  uint64            `json:"snoop_dropped"`
-	Drops         map[string]uint64 `json:"drops"`
-}
+func (c *counters) add(k Counter, v uint64) { c.c[k].Add(v) }
+func (c *counters) drop(r DropReason)       { c.drops[r].Add(1) }
 
 func (c *counters) snapshot() Stats {
-	s := Stats{
-		RxPackets:     c.rxPackets.Load(),
-		RxBytes:       c.rxBytes.Load(),
-		TxPackets:     c.txPackets.Load(),
-		TxBytes:       c.txBytes.Load(),
-		Floods:        c.floods.Load(),
-		Learned:       c.learned.Load(),
-		Moved:         c.moved.Load(),
-		LearnFull:     c.learnFull.Load(),
-		ARPSuppressed: c.arpSuppressed.Load(),
-		ARPFlooded:    c.arpFlooded.Load(),
-		SnoopDropped:  c.snoopDropped.Load(),
-		Drops:         make(map[string]uint64, numDropReasons),
+	var s Stats
+	for i := range c.c {
+		s.Counters[i] = c.c[i].Load()
 	}
 	for i := range c.drops {
-		s.Drops[DropReason(i).String()] = c.drops[i].Load()
+		s.Drops[i] = c.drops[i].Load()
 	}
 	return s
 }
 
+// Stats is a snapshot of counters: Counters indexed by Counter, Drops by
+// DropReason. Its JSON is one object with a key per counter and "drops", an
+// object keyed by reason.
+type Stats struct {
+	Counters [NumCounters]uint64
+	Drops    [NumDropReasons]uint64
+}
+
+// Get returns counter c.
+func (s Stats) Get(c Counter) uint64 { return s.Counters[c] }
+
 // Add returns the sum of s and o: the counters of several engines (one per
-// TAP queue) as one.
+// TAP queue, or one per segment) as one.
 func (s Stats) Add(o Stats) Stats {
-	sum := Stats{
-		RxPackets: s.RxPackets + o.RxPackets, RxBytes: s.RxBytes + o.RxBytes,
-		TxPackets: s.TxPackets + o.TxPackets, TxBytes: s.TxBytes + o.TxBytes,
-		Floods: s.Floods + o.Floods, Learned: s.Learned + o.Learned, Moved: s.Moved + o.Moved,
-		LearnFull: s.LearnFull + o.LearnFull, ARPSuppressed: s.ARPSuppressed + o.ARPSuppressed,
-		ARPFlooded: s.ARPFlooded + o.ARPFlooded, SnoopDropped: s.SnoopDropped + o.SnoopDropped,
-		Drops: make(map[string]uint64, numDropReasons),
+	for i := range s.Counters {
+		s.Counters[i] += o.Counters[i]
 	}
-	for k, v := range s.Drops {
-		sum.Drops[k] += v
+	for i := range s.Drops {
+		s.Drops[i] += o.Drops[i]
 	}
-	for k, v := range o.Drops {
-		sum.Drops[k] += v
+	return s
+}
+
+// Map returns the counters as a map by name, drops under "drops".
+func (s Stats) Map() map[string]any {
+	m := make(map[string]any, NumCounters+1)
+	for i, v := range s.Counters {
+		m[Counter(i).String()] = v
 	}
-	return sum
+	drops := make(map[string]uint64, NumDropReasons)
+	for i, v := range s.Drops {
+		drops[DropReason(i).String()] = v
+	}
+	m["drops"] = drops
+	return m
+}
+
+// MarshalJSON writes {"rx_packets": N, …, "drops": {"short_header": N, …}}.
+func (s Stats) MarshalJSON() ([]byte, error) { return json.Marshal(s.Map()) }
+
+// UnmarshalJSON reads what MarshalJSON writes; unknown keys are ignored
+// (an agent newer than its client).
+func (s *Stats) UnmarshalJSON(b []byte) error {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	*s = Stats{}
+	for i := range s.Counters {
+		if v, ok := raw[Counter(i).String()]; ok {
+			if err := json.Unmarshal(v, &s.Counters[i]); err != nil {
+				return err
+			}
+		}
+	}
+	if v, ok := raw["drops"]; ok {
+		var drops map[string]uint64
+		if err := json.Unmarshal(v, &drops); err != nil {
+			return err
+		}
+		for i := range s.Drops {
+			s.Drops[i] = drops[DropReason(i).String()]
+		}
+	}
+	return nil
 }

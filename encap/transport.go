@@ -1,6 +1,9 @@
 package encap
 
-import "net/netip"
+import (
+	"net/netip"
+	"sync"
+)
 
 // Message is one UDP datagram in a batch.
 //
@@ -44,4 +47,22 @@ type Transport interface {
 
 	// Close closes the socket; blocked calls return net.ErrClosed.
 	Close() error
+}
+
+// SharedSender wraps t so that several engines may send through it at once:
+// their WriteBatch calls are serialised by a mutex. ReadBatch, BatchSize,
+// LocalAddr and Close pass through. Use it only where engines must share a
+// socket (segments sending from the listening port); a socket per engine
+// needs no lock.
+func SharedSender(t Transport) Transport { return &sharedSender{Transport: t} }
+
+type sharedSender struct {
+	Transport
+	mu sync.Mutex
+}
+
+func (s *sharedSender) WriteBatch(msgs []Message) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.Transport.WriteBatch(msgs)
 }

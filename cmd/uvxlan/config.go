@@ -8,50 +8,24 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/urfave/cli/v2"
 	"github.com/vishvananda/netlink"
 
+	"github.com/uvxlan/uvxlan/cmd/uvxlan/node"
 	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/gossip"
 )
 
-// Config is the validated configuration of one node. Everything in it has
-// been checked; zero values mean "not set" where the field says so.
-type Config struct {
-	Name     string
-	Dev      string
-	VNI      fdb.VNI
-	Port     uint16
-	Local    netip.Addr
-	Address  netip.Prefix // zero: no overlay address on the TAP
-	MAC      fdb.MAC      // zero: keep the persisted or the kernel's MAC
-	MTU      int
-	Peers    []netip.AddrPort
-	Learning bool
-	Offload  bool // TAP offloads (virtio-net header, TSO, GRO)
-	Queues   int  // TAP queues, each with an engine and a socket
-	Ageing   time.Duration
-	FDBMax   int
-	StateDir string // empty: nothing persisted
-	Control  string
-	// SrcPortMin..SrcPortMax is the outer UDP source port range; 0..0
-	// sends from Port.
-	SrcPortMin, SrcPortMax uint16
-
-	Join       []string   // gossip seeds, HOST[:PORT]
-	GossipAddr netip.Addr // default Local
-	GossipPort int
-	GossipKeys [][]byte // AES keys; the first encrypts; none: no encryption
-	Metrics    string   // listen address for /metrics; empty: off
-
-	// Routed overlay (flannel mode): on when Leases is not nil.
-	Leases     *gossip.LeaseConfig // Prior is filled in by the node from StateDir
-	SubnetFile string
-	IPMasq     bool
+// runConfig is what `uvxlan run` was told: the node's configuration and
+// the adapters around it.
+type runConfig struct {
+	node.Config
+	Control string // the control socket
+	Metrics string // listen address for /metrics; empty: off
 }
 
 // defaultStateDir is --state-dir with --network when none is given: leases
@@ -80,33 +54,48 @@ func badFlag(flag, value, format string, args ...any) error {
 // defaultControl is where the control socket of device dev lives.
 func defaultControl(dev string) string { return "/run/uvxlan/" + dev + ".sock" }
 
+// segmentList is the value of --segment: one spec per use of the flag.
+// Unlike a slice flag it does not split at commas, which separate a spec's
+// fields; UVXLAN_SEGMENT separates several specs with ';'.
+type segmentList struct{ specs []string }
+
+func (l *segmentList) Set(v string) error {
+	for _, spec := range strings.Split(v, ";") {
+		if spec = strings.TrimSpace(spec); spec != "" {
+			l.specs = append(l.specs, spec)
+		}
+	}
+	return nil
+}
+
+func (l *segmentList) String() string {
+	if l == nil {
+		return ""
+	}
+	return strings.Join(l.specs, ";")
+}
+
+// segmentSpecs returns the --segment values of c.
+func segmentSpecs(c *cli.Context) []string {
+	if l, ok := c.Generic("segment").(*segmentList); ok && l != nil {
+		return l.specs
+	}
+	return nil
+}
+
+// segmentFlags are the single-segment flags, which --segment replaces.
+var segmentFlags = []string{"vni", "dev", "address", "mtu", "mac"}
+
 // configFromCLI reads and validates the flags of `uvxlan run`.
-func configFromCLI(c *cli.Context) (Config, error) {
-	cfg := Config{
+func configFromCLI(c *cli.Context) (runConfig, error) {
+	cfg := runConfig{Config: node.Config{
 		Name:     c.String("name"),
-		Dev:      c.String("dev"),
 		Learning: c.Bool("learning"),
 		Offload:  c.Bool("offload"),
 		Ageing:   c.Duration("ageing"),
 		FDBMax:   c.Int("fdb-max"),
 		StateDir: c.String("state-dir"),
-		Control:  c.String("control"),
-	}
-	if cfg.Name == "" {
-		cfg.Name, _ = os.Hostname()
-	}
-	if cfg.Dev == "" || len(cfg.Dev) > 15 || strings.ContainsAny(cfg.Dev, "/ \t") {
-		return cfg, badFlag("dev", cfg.Dev, "an interface name of 1 to 15 characters without '/' or spaces")
-	}
-	if cfg.Control == "" {
-		cfg.Control = defaultControl(cfg.Dev)
-	}
-
-	vni := c.Int64("vni")
-	if vni < 1 || vni > int64(fdb.MaxVNI) {
-		return cfg, badFlag("vni", strconv.FormatInt(vni, 10), "must be between 1 and %d", fdb.MaxVNI)
-	}
-	cfg.VNI = fdb.VNI(vni)
+	}, Control: c.String("control")}
 
 	port := c.Int("port")
 	if port < 1 || port > 65535 {
@@ -131,31 +120,20 @@ func configFromCLI(c *cli.Context) (Config, error) {
 	} else if cfg.Local, err = defaultLocal(); err != nil {
 		return cfg, badFlag("local", "", "not given and %v", err)
 	}
-
-	if s := c.String("address"); s != "" {
-		if cfg.Address, err = netip.ParsePrefix(s); err != nil {
-			return cfg, badFlag("address", s, "must be a CIDR such as 10.42.0.1/24")
-		}
-	}
-	if s := c.String("mac"); s != "" {
-		if cfg.MAC, err = fdb.ParseMAC(s); err != nil {
-			return cfg, badFlag("mac", s, "must be a MAC such as 02:00:00:00:00:01")
-		}
-		if cfg.MAC.IsMulticast() || cfg.MAC.IsZero() {
-			return cfg, badFlag("mac", s, "must be a unicast, non-zero MAC")
-		}
+	if cfg.Name == "" {
+		cfg.Name, _ = os.Hostname()
 	}
 
 	ulMTU, err := underlayMTU(cfg.Local)
 	if err != nil {
 		return cfg, badFlag("local", cfg.Local.String(), "%v", err)
 	}
-	cfg.MTU = c.Int("mtu")
-	if cfg.MTU == 0 {
-		cfg.MTU = ulMTU - vxlanOverhead(cfg.Local)
+	defMTU, maxMTU := ulMTU-vxlanOverhead(cfg.Local), 65535-vxlanOverhead(cfg.Local)
+	if cfg.Segments, err = segmentsFromCLI(c, defMTU, maxMTU); err != nil {
+		return cfg, err
 	}
-	if cfg.MTU < 68 || cfg.MTU > 65535-vxlanOverhead(cfg.Local) {
-		return cfg, badFlag("mtu", strconv.Itoa(cfg.MTU), "must be between 68 and %d", 65535-vxlanOverhead(cfg.Local))
+	if cfg.Control == "" {
+		cfg.Control = defaultControl(cfg.Segments[0].Dev)
 	}
 
 	for _, s := range c.StringSlice("peer") {
@@ -166,7 +144,7 @@ func configFromCLI(c *cli.Context) (Config, error) {
 		cfg.Peers = append(cfg.Peers, p)
 	}
 
-	if err := gossipConfig(c, &cfg); err != nil {
+	if err := gossipConfig(c, &cfg.Config); err != nil {
 		return cfg, err
 	}
 	cfg.Metrics = c.String("metrics")
@@ -187,14 +165,166 @@ func configFromCLI(c *cli.Context) (Config, error) {
 		}
 		cfg.Queues = 1
 	}
-	if err := routedConfig(c, &cfg); err != nil {
+	if err := routedConfig(c, &cfg.Config); err != nil {
 		return cfg, err
 	}
 	return cfg, nil
 }
 
+// segmentsFromCLI reads the segments: the --segment flags, or the one that
+// --vni, --dev, --address, --mtu and --mac describe.
+func segmentsFromCLI(c *cli.Context, defMTU, maxMTU int) ([]node.Segment, error) {
+	specs := segmentSpecs(c)
+	if len(specs) > 0 {
+		for _, f := range segmentFlags {
+			if c.IsSet(f) {
+				return nil, usageError{fmt.Errorf("--%s and --segment exclude each other: with --segment, give the %s inside it (--segment 'VNI,dev=NAME,address=CIDR,mtu=N,mac=MAC')", f, f)}
+			}
+		}
+		var segs []node.Segment
+		for _, spec := range specs {
+			s, err := parseSegment(spec, defMTU, maxMTU)
+			if err != nil {
+				return nil, badFlag("segment", spec, "%v", err)
+			}
+			for _, o := range segs {
+				if o.VNI == s.VNI {
+					return nil, badFlag("segment", spec, "VNI %d is already a segment", s.VNI)
+				}
+				if o.Dev == s.Dev {
+					return nil, badFlag("segment", spec, "TAP %s already belongs to VNI %d", s.Dev, o.VNI)
+				}
+			}
+			segs = append(segs, s)
+		}
+		return segs, nil
+	}
+
+	vnis := c.Int64Slice("vni")
+	switch {
+	case len(vnis) > 1:
+		return nil, usageError{fmt.Errorf("--vni given %d times: one agent serves several VNIs with one --segment each, such as --segment 42 --segment 43", len(vnis))}
+	case len(vnis) == 0:
+		vnis = []int64{1}
+	}
+	if vnis[0] < 1 || vnis[0] > int64(fdb.MaxVNI) {
+		return nil, badFlag("vni", strconv.FormatInt(vnis[0], 10), "must be between 1 and %d", fdb.MaxVNI)
+	}
+	s := node.Segment{VNI: fdb.VNI(vnis[0]), Dev: c.String("dev"), MTU: c.Int("mtu")}
+	if !validDev(s.Dev) {
+		return nil, badFlag("dev", s.Dev, "an interface name of 1 to 15 characters without '/' or spaces")
+	}
+	for _, a := range c.StringSlice("address") {
+		p, err := parseAddress(a, s.Addresses)
+		if err != nil {
+			return nil, badFlag("address", a, "%v", err)
+		}
+		s.Addresses = append(s.Addresses, p)
+	}
+	if m := c.String("mac"); m != "" {
+		mac, err := parseMAC(m)
+		if err != nil {
+			return nil, badFlag("mac", m, "%v", err)
+		}
+		s.MAC = mac
+	}
+	if s.MTU == 0 {
+		s.MTU = defMTU
+	}
+	if s.MTU < 68 || s.MTU > maxMTU {
+		return nil, badFlag("mtu", strconv.Itoa(s.MTU), "must be between 68 and %d", maxMTU)
+	}
+	return []node.Segment{s}, nil
+}
+
+// parseSegment parses 'VNI[,dev=NAME][,address=CIDR]...[,mtu=N][,mac=MAC]'.
+// The TAP is uvx<VNI> by default, the MTU defMTU.
+func parseSegment(spec string, defMTU, maxMTU int) (node.Segment, error) {
+	var s node.Segment
+	parts := strings.Split(spec, ",")
+	v, err := strconv.ParseUint(strings.TrimSpace(parts[0]), 10, 32)
+	if err != nil || v < 1 || v > uint64(fdb.MaxVNI) {
+		return s, fmt.Errorf("want VNI[,dev=NAME][,address=CIDR]...[,mtu=N][,mac=MAC] with a VNI between 1 and %d first", fdb.MaxVNI)
+	}
+	s.VNI = fdb.VNI(v)
+	seen := map[string]bool{}
+	for _, kv := range parts[1:] {
+		k, val, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		if !ok || val == "" {
+			return s, fmt.Errorf("%q: want KEY=VALUE with KEY dev, address, mtu or mac", kv)
+		}
+		if seen[k] && k != "address" {
+			return s, fmt.Errorf("%s given twice (only address may repeat)", k)
+		}
+		seen[k] = true
+		switch k {
+		case "dev":
+			if !validDev(val) {
+				return s, fmt.Errorf("dev=%s: an interface name of 1 to 15 characters without '/' or spaces", val)
+			}
+			s.Dev = val
+		case "address":
+			p, err := parseAddress(val, s.Addresses)
+			if err != nil {
+				return s, fmt.Errorf("address=%s: %v", val, err)
+			}
+			s.Addresses = append(s.Addresses, p)
+		case "mtu":
+			m, err := strconv.Atoi(val)
+			if err != nil || m < 68 || m > maxMTU {
+				return s, fmt.Errorf("mtu=%s: must be between 68 and %d", val, maxMTU)
+			}
+			s.MTU = m
+		case "mac":
+			if s.MAC, err = parseMAC(val); err != nil {
+				return s, fmt.Errorf("mac=%s: %v", val, err)
+			}
+		default:
+			return s, fmt.Errorf("unknown key %q: want dev, address, mtu or mac", k)
+		}
+	}
+	if s.Dev == "" {
+		s.Dev = fmt.Sprintf("uvx%d", s.VNI)
+	}
+	if s.MTU == 0 {
+		s.MTU = defMTU
+	}
+	return s, nil
+}
+
+func validDev(d string) bool {
+	return d != "" && len(d) <= 15 && !strings.ContainsAny(d, "/ \t,=")
+}
+
+// parseAddress parses an overlay CIDR for a TAP that already has have.
+func parseAddress(s string, have []netip.Prefix) (netip.Prefix, error) {
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		return p, errors.New("must be a CIDR such as 10.42.0.1/24 or fd42::1/64")
+	}
+	if p.Addr().IsUnspecified() || p.Addr().IsMulticast() {
+		return p, errors.New("must be a unicast address")
+	}
+	p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits())
+	if slices.Contains(have, p) {
+		return p, errors.New("given twice")
+	}
+	return p, nil
+}
+
+func parseMAC(s string) (fdb.MAC, error) {
+	mac, err := fdb.ParseMAC(s)
+	if err != nil {
+		return mac, errors.New("must be a MAC such as 02:00:00:00:00:01")
+	}
+	if mac.IsMulticast() || mac.IsZero() {
+		return mac, errors.New("must be a unicast, non-zero MAC")
+	}
+	return mac, nil
+}
+
 // routedConfig reads the flags of the routed overlay.
-func routedConfig(c *cli.Context, cfg *Config) error {
+func routedConfig(c *cli.Context, cfg *node.Config) error {
 	s := c.String("network")
 	if s == "" {
 		for _, f := range []string{"subnet-min", "subnet-max", "ip-masq"} {
@@ -204,7 +334,10 @@ func routedConfig(c *cli.Context, cfg *Config) error {
 		}
 		return nil
 	}
-	if cfg.Address.IsValid() {
+	if len(cfg.Segments) != 1 {
+		return usageError{fmt.Errorf("--network runs on exactly one segment, and --segment gives %d", len(cfg.Segments))}
+	}
+	if len(cfg.Segments[0].Addresses) > 0 {
 		return usageError{errors.New("--address and --network exclude each other: with --network the TAP gets its address from the subnet lease")}
 	}
 	network, err := netip.ParsePrefix(s)
@@ -377,7 +510,7 @@ func underlayMTU(addr netip.Addr) (int, error) {
 }
 
 // gossipConfig reads and checks the gossip flags.
-func gossipConfig(c *cli.Context, cfg *Config) error {
+func gossipConfig(c *cli.Context, cfg *node.Config) error {
 	cfg.GossipAddr = cfg.Local
 	if s := c.String("gossip-addr"); s != "" {
 		a, err := netip.ParseAddr(s)

@@ -20,6 +20,13 @@ import (
 //	learning: false
 //	ageing: 60s
 //
+// Segments are a list of mappings under "segments" (or "segment"), each
+// becoming one --segment value:
+//
+//	segments:
+//	  - {vni: 42, dev: uvx42, address: [10.42.0.1/24], mtu: 1450}
+//	  - {vni: 43, address: 10.43.0.1/24}
+//
 // A key whose flag was set on the command line or through its environment
 // variable is skipped, so the precedence is flags > environment > file >
 // defaults. A value is set as if given on the command line: a scalar sets the
@@ -70,6 +77,9 @@ func applyConfigFile(c *cli.Context, path string) error {
 	seen := map[string]bool{}
 	for i := 0; i+1 < len(m.Content); i += 2 {
 		key, v := m.Content[i].Value, m.Content[i+1]
+		if key == "segments" {
+			key = "segment"
+		}
 		f, ok := flags[key]
 		switch {
 		case !ok:
@@ -107,11 +117,19 @@ func scalars(f cli.Flag, v *yaml.Node) ([]string, error) {
 		}
 		return []string{v.Value}, nil
 	case yaml.SequenceNode:
-		if sf, ok := f.(cli.DocGenerationSliceFlag); !ok || !sf.IsSliceFlag() {
+		if sf, ok := f.(cli.DocGenerationSliceFlag); (!ok || !sf.IsSliceFlag()) && f.Names()[0] != "segment" {
 			return nil, errors.New("takes one value, not a list")
 		}
 		var values []string
 		for _, e := range v.Content {
+			if e.Kind == yaml.MappingNode && f.Names()[0] == "segment" {
+				spec, err := segmentSpec(e)
+				if err != nil {
+					return nil, err
+				}
+				values = append(values, spec)
+				continue
+			}
 			if e.Kind != yaml.ScalarNode || e.ShortTag() == "!!null" {
 				return nil, errors.New("list elements must be single values")
 			}
@@ -120,6 +138,51 @@ func scalars(f cli.Flag, v *yaml.Node) ([]string, error) {
 		return values, nil
 	}
 	return nil, errors.New("want a value or a list, not a mapping")
+}
+
+// segmentSpec turns a segment's mapping ({vni: 42, dev: uvx42, address:
+// [10.42.0.1/24], mtu: 1450, mac: ...}) into its --segment value.
+func segmentSpec(m *yaml.Node) (string, error) {
+	fields := map[string][]string{}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		k, v := m.Content[i].Value, m.Content[i+1]
+		switch k {
+		case "vni", "dev", "mtu", "mac":
+			if v.Kind != yaml.ScalarNode || v.Value == "" {
+				return "", fmt.Errorf("segment field %q takes one value", k)
+			}
+			fields[k] = []string{v.Value}
+		case "address":
+			switch v.Kind {
+			case yaml.ScalarNode:
+				fields[k] = []string{v.Value}
+			case yaml.SequenceNode:
+				for _, e := range v.Content {
+					if e.Kind != yaml.ScalarNode {
+						return "", errors.New("segment field \"address\" takes a CIDR or a list of them")
+					}
+					fields[k] = append(fields[k], e.Value)
+				}
+			default:
+				return "", errors.New("segment field \"address\" takes a CIDR or a list of them")
+			}
+		default:
+			return "", fmt.Errorf("unknown segment field %q: want vni, dev, address, mtu or mac", k)
+		}
+	}
+	if len(fields["vni"]) == 0 {
+		return "", errors.New("a segment needs a vni")
+	}
+	spec := fields["vni"][0]
+	for _, k := range []string{"dev", "address", "mtu", "mac"} {
+		for _, v := range fields[k] {
+			if strings.ContainsAny(v, ",=") {
+				return "", fmt.Errorf("segment field %q: %q has a ',' or '='", k, v)
+			}
+			spec += "," + k + "=" + v
+		}
+	}
+	return spec, nil
 }
 
 // want says what flag f accepts; the standard flag package's errors for

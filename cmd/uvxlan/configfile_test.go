@@ -210,7 +210,7 @@ func TestConfigFileRunFlags(t *testing.T) {
 		if err := applyConfigFile(c, path); err != nil {
 			return err
 		}
-		got = []any{c.String("dev"), c.Int64("vni"), c.Int("port"), c.StringSlice("peer"),
+		got = []any{c.String("dev"), c.Int64Slice("vni"), c.Int("port"), c.StringSlice("peer"),
 			c.Bool("learning"), c.Duration("ageing"), c.Int("fdb-max")}
 		return nil
 	}
@@ -218,7 +218,7 @@ func TestConfigFileRunFlags(t *testing.T) {
 	if err := app.Run([]string{"uvxlan", "run"}); err != nil {
 		t.Fatalf("err = %v, want nil", err)
 	}
-	want := []any{"uvx1", int64(42), 8472, []string{"198.18.0.2", "198.18.0.3"}, false, time.Minute, 100}
+	want := []any{"uvx1", []int64{42}, 8472, []string{"198.18.0.2", "198.18.0.3"}, false, time.Minute, 100}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("values:\nwant %v\n got %v", want, got)
 	}
@@ -265,4 +265,44 @@ func FuzzConfigFile(f *testing.F) {
 			t.Fatalf("config %q: %T %v, want a usage or flag error", text, err, err)
 		}
 	})
+}
+
+// The YAML form of segments is a list of mappings, turned into --segment
+// values; a bad one names the file, the key and the field.
+func TestConfigFileSegments(t *testing.T) {
+	run := func(text string) ([]string, error) {
+		path := filepath.Join(t.TempDir(), "uvxlan.yaml")
+		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cmd := runCommand()
+		var got []string
+		cmd.Action = func(c *cli.Context) error {
+			if err := applyConfigFile(c, path); err != nil {
+				return err
+			}
+			got = segmentSpecs(c)
+			return nil
+		}
+		app := &cli.App{Name: "uvxlan", Writer: io.Discard, ErrWriter: io.Discard, Commands: []*cli.Command{cmd}}
+		return got, app.Run([]string{"uvxlan", "run"})
+	}
+	got, err := run("segments:\n  - {vni: 42, dev: uvx42, address: [10.42.0.1/24, fd42::1/64], mtu: 1450}\n  - vni: 43\n    address: 10.43.0.1/24\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"42,dev=uvx42,address=10.42.0.1/24,address=fd42::1/64,mtu=1450", "43,address=10.43.0.1/24"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("segments:\nwant %q\n got %q", want, got)
+	}
+	for _, tc := range []struct{ text, want string }{
+		{"segments:\n  - {dev: uvx42}\n", "vni"},
+		{"segments:\n  - {vni: 42, colour: blue}\n", `"colour"`},
+		{"segments:\n  - {vni: 42, mtu: [1, 2]}\n", "mtu"},
+		{"segments:\n  - {vni: 42, dev: \"a,b\"}\n", "dev"},
+	} {
+		if _, err := run(tc.text); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: err = %v, want one naming %s", tc.text, err, tc.want)
+		}
+	}
 }

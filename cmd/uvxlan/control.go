@@ -1,18 +1,21 @@
 package main
 
-// The control socket is HTTP/1.1 with JSON bodies over a unix socket:
+// The control socket is HTTP/1.1 with JSON bodies over a unix socket, an
+// adapter over the node's read API:
 //
-//	GET /v1/status  the node's identity and settings
-//	GET /v1/fdb     []fdbRow
-//	POST /v1/fdb    staticEntry: add or replace a static entry
-//	DELETE /v1/fdb?mac=MAC  remove a static entry
-//	GET /v1/stats   statsView: encap.Stats and the gossip counters
-//	GET /v1/neigh   []neighRow
-//	GET /v1/members []memberRow
-//	GET /v1/leases  []gossip.Lease (routed overlay; empty otherwise)
+//	GET /v1/status   node.Status: identity, settings, segments
+//	GET /v1/fdb      []fdbRow
+//	POST /v1/fdb     staticEntry: add or replace a static entry
+//	DELETE /v1/fdb?mac=MAC[&vni=N]  remove a static entry
+//	GET /v1/stats    statsView: the data path's counters in total and per
+//	                 segment, and gossip's
+//	GET /v1/neigh    []neighRow
+//	GET /v1/members  []memberRow
+//	GET /v1/leases   []gossip.Lease (routed overlay; empty otherwise)
 //
-// The client commands (`uvxlan fdb show`, `uvxlan stats`) print these as
-// tables, or as they are with --json.
+// fdb, neigh and stats take ?vni=N to show one segment. The client commands
+// (`uvxlan fdb show`, `uvxlan stats`) print these as tables, or as they are
+// with --json.
 
 import (
 	"bytes"
@@ -26,18 +29,22 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/uvxlan/uvxlan/cmd/uvxlan/node"
 	"github.com/uvxlan/uvxlan/encap"
 	"github.com/uvxlan/uvxlan/fdb"
-	"github.com/uvxlan/uvxlan/gossip"
 )
 
 type controlServer struct {
 	path string
 	ln   net.Listener
+	mu   sync.Mutex // guards srv and closed: Serve and Close may race
 	srv  *http.Server
+	done bool // Close was called
 }
 
 // listenControl binds the control socket. A stale socket file left by a
@@ -62,22 +69,71 @@ func listenControl(path string) (*controlServer, error) {
 	return &controlServer{path: path, ln: ln}, nil
 }
 
+// vniFilter reads ?vni=N: 0 when absent; an error for a VNI the node does
+// not serve.
+func vniFilter(r *http.Request, n *node.Node) (fdb.VNI, error) {
+	s := r.URL.Query().Get("vni")
+	if s == "" {
+		return 0, nil
+	}
+	v, err := strconv.ParseUint(s, 10, 32)
+	if err != nil || !fdb.VNI(v).Valid() {
+		return 0, fmt.Errorf("bad vni %q: want 1 to %d", s, fdb.MaxVNI)
+	}
+	if !n.Serves(fdb.VNI(v)) {
+		return 0, fmt.Errorf("this agent serves no segment with VNI %d (it serves %v)", v, n.VNIs())
+	}
+	return fdb.VNI(v), nil
+}
+
+// staticVNI is the VNI of a static entry: the one given, else the node's
+// only one.
+func staticVNI(vni fdb.VNI, n *node.Node) (fdb.VNI, error) {
+	if vni != 0 {
+		if !n.Serves(vni) {
+			return 0, fmt.Errorf("this agent serves no segment with VNI %d (it serves %v)", vni, n.VNIs())
+		}
+		return vni, nil
+	}
+	if vnis := n.VNIs(); len(vnis) == 1 {
+		return vnis[0], nil
+	}
+	return 0, fmt.Errorf("this agent serves several VNIs (%v): give --vni", n.VNIs())
+}
+
 // Serve answers requests about n until Close. It returns nil after Close.
-func (s *controlServer) Serve(n *Node) error {
+func (s *controlServer) Serve(n *node.Node) error {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, n.status()) })
-	mux.HandleFunc("GET /v1/fdb", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, fdbRows(n.table.Entries(), time.Now())) })
-	mux.HandleFunc("GET /v1/stats", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, n.stats()) })
+	filtered := func(h func(w http.ResponseWriter, vni fdb.VNI)) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			vni, err := vniFilter(r, n)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			h(w, vni)
+		}
+	}
+	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, n.Status()) })
+	mux.HandleFunc("GET /v1/fdb", filtered(func(w http.ResponseWriter, vni fdb.VNI) {
+		writeJSON(w, fdbRows(n.Entries(), vni, time.Now()))
+	}))
+	mux.HandleFunc("GET /v1/stats", filtered(func(w http.ResponseWriter, vni fdb.VNI) { writeJSON(w, newStatsView(n.Stats(), vni)) }))
 	mux.HandleFunc("POST /v1/fdb", func(w http.ResponseWriter, r *http.Request) {
 		var e staticEntry
 		if err := json.NewDecoder(io.LimitReader(r.Body, 4096)).Decode(&e); err != nil {
 			http.Error(w, "bad request: "+err.Error(), http.StatusBadRequest)
 			return
 		}
-		if err := n.table.Set(fdb.Entry{VNI: n.cfg.VNI, MAC: e.MAC, VTEP: e.VTEP, Origin: fdb.OriginStatic}); err != nil {
+		vni, err := staticVNI(e.VNI, n)
+		if err == nil {
+			err = n.AddStatic(vni, e.MAC, e.VTEP)
+		}
+		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
+		e.VNI = vni
 		writeJSON(w, e)
 	})
 	mux.HandleFunc("DELETE /v1/fdb", func(w http.ResponseWriter, r *http.Request) {
@@ -86,32 +142,47 @@ func (s *controlServer) Serve(n *Node) error {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		if !n.table.DeleteOrigin(n.cfg.VNI, mac, fdb.OriginStatic) {
-			http.Error(w, "no static entry for "+mac.String(), http.StatusNotFound)
+		vni, err := vniFilter(r, n)
+		if err == nil {
+			vni, err = staticVNI(vni, n)
+		}
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		if !n.DeleteStatic(vni, mac) {
+			http.Error(w, fmt.Sprintf("no static entry for %s in VNI %d", mac, vni), http.StatusNotFound)
 			return
 		}
 		writeJSON(w, map[string]string{"deleted": mac.String()})
 	})
-	mux.HandleFunc("GET /v1/neigh", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, neighRows(n.neigh.Entries())) })
-	mux.HandleFunc("GET /v1/members", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, n.gossip.Members()) })
-	mux.HandleFunc("GET /v1/leases", func(w http.ResponseWriter, r *http.Request) {
-		ls := n.gossip.Leases()
-		if ls == nil {
-			ls = []gossip.Lease{}
-		}
-		writeJSON(w, ls)
-	})
+	mux.HandleFunc("GET /v1/neigh", filtered(func(w http.ResponseWriter, vni fdb.VNI) { writeJSON(w, neighRows(n.Neighbors(), vni)) }))
+	mux.HandleFunc("GET /v1/members", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, n.Members()) })
+	mux.HandleFunc("GET /v1/leases", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, n.Leases()) })
+
+	s.mu.Lock()
+	if s.done {
+		s.mu.Unlock()
+		return nil
+	}
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	if err := s.srv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
+	srv := s.srv
+	s.mu.Unlock()
+	if err := srv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
 		return fmt.Errorf("control socket: %w", err)
 	}
 	return nil
 }
 
-// Close stops serving and removes the socket file. Safe to call twice.
+// Close stops serving and removes the socket file. Safe to call twice, and
+// before, during or after Serve.
 func (s *controlServer) Close() error {
-	if s.srv != nil {
-		s.srv.Close()
+	s.mu.Lock()
+	s.done = true
+	srv := s.srv
+	s.mu.Unlock()
+	if srv != nil {
+		srv.Close()
 	} else {
 		s.ln.Close()
 	}
@@ -119,11 +190,83 @@ func (s *controlServer) Close() error {
 	return nil
 }
 
-// statsView is `uvxlan stats --json`: the engine's counters at the top
-// level, gossip's under "gossip".
+// statsView is `uvxlan stats --json`: the counters at the top level (the
+// totals, or one segment's with ?vni=), gossip's under "gossip", and each
+// segment's under "segments".
 type statsView struct {
-	encap.Stats
-	Gossip map[string]uint64 `json:"gossip,omitempty"`
+	Total    encap.Stats
+	Gossip   map[string]uint64
+	Segments []segmentStatsView
+}
+
+// segmentStatsView is one segment's counters, with its VNI and TAP.
+type segmentStatsView struct {
+	VNI   fdb.VNI
+	Dev   string
+	Stats encap.Stats
+}
+
+func newStatsView(st node.Stats, vni fdb.VNI) statsView {
+	v := statsView{Total: st.Total, Gossip: counterMap(st.Gossip)}
+	for _, s := range st.Segments {
+		if vni != 0 && s.VNI != vni {
+			continue
+		}
+		v.Segments = append(v.Segments, segmentStatsView{VNI: s.VNI, Dev: s.Dev, Stats: s.Stats})
+		if vni != 0 {
+			v.Total = s.Stats
+		}
+	}
+	return v
+}
+
+func (v statsView) MarshalJSON() ([]byte, error) {
+	m := v.Total.Map()
+	m["gossip"] = v.Gossip
+	segs := v.Segments
+	if segs == nil {
+		segs = []segmentStatsView{}
+	}
+	m["segments"] = segs
+	return json.Marshal(m)
+}
+
+func (v *statsView) UnmarshalJSON(b []byte) error {
+	var rest struct {
+		Gossip   map[string]uint64  `json:"gossip"`
+		Segments []segmentStatsView `json:"segments"`
+	}
+	if err := json.Unmarshal(b, &rest); err != nil {
+		return err
+	}
+	v.Gossip, v.Segments = rest.Gossip, rest.Segments
+	return v.Total.UnmarshalJSON(b)
+}
+
+func (s segmentStatsView) MarshalJSON() ([]byte, error) {
+	m := s.Stats.Map()
+	m["vni"], m["dev"] = s.VNI, s.Dev
+	return json.Marshal(m)
+}
+
+func (s *segmentStatsView) UnmarshalJSON(b []byte) error {
+	var id struct {
+		VNI fdb.VNI `json:"vni"`
+		Dev string  `json:"dev"`
+	}
+	if err := json.Unmarshal(b, &id); err != nil {
+		return err
+	}
+	s.VNI, s.Dev = id.VNI, id.Dev
+	return s.Stats.UnmarshalJSON(b)
+}
+
+// counterMap turns a struct of uint64 counters with JSON tags into a map.
+func counterMap(v any) map[string]uint64 {
+	b, _ := json.Marshal(v)
+	m := map[string]uint64{}
+	json.Unmarshal(b, &m)
+	return m
 }
 
 // fdbRow is one FDB entry as the control socket shows it (the JSON of
@@ -140,8 +283,10 @@ type fdbRow struct {
 	AgeSeconds float64 `json:"age_seconds"`
 }
 
-// staticEntry is the body of POST /v1/fdb.
+// staticEntry is the body of POST /v1/fdb; VNI 0 means the agent's only
+// one.
 type staticEntry struct {
+	VNI  fdb.VNI        `json:"vni,omitempty"`
 	MAC  fdb.MAC        `json:"mac"`
 	VTEP netip.AddrPort `json:"vtep"`
 }
@@ -154,10 +299,13 @@ type neighRow struct {
 	Origin fdb.Origin `json:"origin"`
 }
 
-func neighRows(ns []fdb.Neigh) []neighRow {
-	rows := make([]neighRow, len(ns))
-	for i, n := range ns {
-		rows[i] = neighRow{VNI: n.VNI, IP: n.IP, MAC: n.MAC, Origin: n.Origin}
+// neighRows are the bindings of vni (0: all).
+func neighRows(ns []fdb.Neigh, vni fdb.VNI) []neighRow {
+	rows := make([]neighRow, 0, len(ns))
+	for _, n := range ns {
+		if vni == 0 || n.VNI == vni {
+			rows = append(rows, neighRow{VNI: n.VNI, IP: n.IP, MAC: n.MAC, Origin: n.Origin})
+		}
 	}
 	return rows
 }
@@ -174,11 +322,15 @@ type memberRow struct {
 	Self    bool           `json:"self"`
 }
 
-func fdbRows(es []fdb.Entry, now time.Time) []fdbRow {
-	rows := make([]fdbRow, len(es))
-	for i, e := range es {
-		rows[i] = fdbRow{VNI: e.VNI, MAC: e.MAC, VTEP: e.VTEP.Addr(), Port: e.VTEP.Port(), Origin: e.Origin,
-			AgeSeconds: now.Sub(e.Updated).Round(time.Millisecond).Seconds()}
+// fdbRows are the entries of vni (0: all).
+func fdbRows(es []fdb.Entry, vni fdb.VNI, now time.Time) []fdbRow {
+	rows := make([]fdbRow, 0, len(es))
+	for _, e := range es {
+		if vni != 0 && e.VNI != vni {
+			continue
+		}
+		rows = append(rows, fdbRow{VNI: e.VNI, MAC: e.MAC, VTEP: e.VTEP.Addr(), Port: e.VTEP.Port(), Origin: e.Origin,
+			AgeSeconds: now.Sub(e.Updated).Round(time.Millisecond).Seconds()})
 	}
 	return rows
 }

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/uvxlan/uvxlan/cmd/uvxlan/node"
+	"github.com/uvxlan/uvxlan/encap"
 	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/testenv"
 )
@@ -128,7 +130,7 @@ func TestGossipCluster(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		before := h1.stats(t).ARPSuppressed
+		before := h1.stats(t).Get(encap.ARPSuppressed)
 		ping(t, h1.host, h3.overlay)
 		// Control: ARP for an address nobody announced is flooded, and
 		// must show up in the same capture.
@@ -146,7 +148,7 @@ func TestGossipCluster(t *testing.T) {
 		if n := countPackets(t, pcap, targets(ghost)); n == 0 {
 			t.Errorf("the capture saw no ARP for the unknown %s either: the capture is blind", ghost)
 		}
-		if after := h1.stats(t).ARPSuppressed; after <= before {
+		if after := h1.stats(t).Get(encap.ARPSuppressed); after <= before {
 			t.Errorf("arp_suppressed %d -> %d, want growth", before, after)
 		}
 	})
@@ -211,7 +213,7 @@ func TestConfigFileAndMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var st status
+	var st node.Status
 	if err := json.Unmarshal(raw, &st); err != nil {
 		t.Fatal(err)
 	}
@@ -237,11 +239,11 @@ func TestConfigFileAndMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
-		"uvxlan_rx_packets_total 0",
+		`uvxlan_rx_packets_total{vni="4242"} 0`,
 		`uvxlan_fdb_entries{origin="local"} 1`,
 		`uvxlan_neigh_entries{origin="local"} 1`,
 		`uvxlan_members{state="alive"} 1`,
-		`uvxlan_drops_total{reason="wrong_vni"} 0`,
+		`uvxlan_drops_total{reason="wrong_vni",vni=""} 0`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("metrics lack %q", want)

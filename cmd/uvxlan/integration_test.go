@@ -114,7 +114,17 @@ func (a *agent) stats(t *testing.T) encap.Stats {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return st.Stats
+	return st.Total
+}
+
+// drop returns the drop counter named reason.
+func drop(s encap.Stats, reason string) uint64 {
+	for r := range encap.NumDropReasons {
+		if r.String() == reason {
+			return s.Drops[r]
+		}
+	}
+	panic("no drop reason " + reason)
 }
 
 // cli runs the uvxlan binary in the root namespace (for the client commands)
@@ -258,7 +268,7 @@ func TestMeshStaticPeers(t *testing.T) {
 			}
 			stops = append(stops, stop)
 		}
-		floods := agents[0].stats(t).Floods
+		floods := agents[0].stats(t).Get(encap.Floods)
 		agents[0].host.Run(context.Background(), "ping", "-c", "2", "-W", "1", ghost.String())
 		for _, stop := range stops {
 			stop()
@@ -268,7 +278,7 @@ func TestMeshStaticPeers(t *testing.T) {
 				t.Errorf("%s saw no ARP request for %s", name, ghost)
 			}
 		}
-		if got := agents[0].stats(t).Floods; got <= floods {
+		if got := agents[0].stats(t).Get(encap.Floods); got <= floods {
 			t.Errorf("h1 floods %d -> %d, want growth", floods, got)
 		}
 	})
@@ -283,8 +293,8 @@ func TestIperfTCPAcrossOverlay(t *testing.T) {
 			agents := startMesh(t, tb, mode...)
 			bps := iperfTCP(t, agents[0].host, agents[1].host, agents[1].overlay, 3, false)
 			t.Logf("iperf3 TCP h1 -> h2 over uvxlan %v: %.2f Gbit/s", mode, bps/1e9)
-			if st := agents[1].stats(t); st.RxPackets == 0 || st.Drops["tap_write_error"] != 0 {
-				t.Errorf("h2: rx_packets %d, tap_write_error %d", st.RxPackets, st.Drops["tap_write_error"])
+			if st := agents[1].stats(t); st.Get(encap.RxPackets) == 0 || drop(st, "tap_write_error") != 0 {
+				t.Errorf("h2: rx_packets %d, tap_write_error %d", st.Get(encap.RxPackets), drop(st, "tap_write_error"))
 			}
 		})
 	}
@@ -493,14 +503,14 @@ func TestHostilePacketsAreCounted(t *testing.T) {
 	if _, err := conn.Write(append(hdr(0x08, vni, 0), frame(bcast, attacker)...)); err != nil {
 		t.Fatal(err)
 	}
-	err = testenv.Eventually(context.Background(), 5*time.Second, func() bool { return victim.stats(t).RxPackets > before.RxPackets })
+	err = testenv.Eventually(context.Background(), 5*time.Second, func() bool { return victim.stats(t).Get(encap.RxPackets) > before.Get(encap.RxPackets) })
 	stop()
 	if err != nil {
 		t.Fatalf("the good frame never arrived: %v", err)
 	}
 	after := victim.stats(t)
 	for reason, n := range want {
-		if got := after.Drops[reason] - before.Drops[reason]; got != n {
+		if got := drop(after, reason) - drop(before, reason); got != n {
 			t.Errorf("drops[%s] grew by %d, want %d", reason, got, n)
 		}
 	}

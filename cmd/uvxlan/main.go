@@ -16,6 +16,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/uvxlan/uvxlan/cmd/uvxlan/node"
 	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/gossip"
 )
@@ -41,9 +42,10 @@ func run(args []string, stdout, stderr *os.File) int {
 		return exitOK
 	}
 	var fe *flagError
+	var ce *node.ConfigError
 	var ue usageError
 	switch {
-	case errors.As(err, &fe), errors.As(err, &ue):
+	case errors.As(err, &fe), errors.As(err, &ce), errors.As(err, &ue):
 		fmt.Fprintf(stderr, "uvxlan: %v\n", err)
 		return exitUsage
 	}
@@ -128,8 +130,13 @@ broadcast, multicast and unknown unicast go to every --peer (head-end
 replication). With --learning the FDB learns inner source MAC -> outer source
 IP from received frames, as a kernel VXLAN device does.
 
+Several overlays (segments), one agent, one UDP port, demultiplexed by VNI
+like the kernel's VXLAN devices; each has its own TAP, tables and flood list:
+   host A# uvxlan run --local 198.18.0.1 --peer 198.18.0.2 \
+             --segment 42,address=10.42.0.1/24 --segment 43,dev=blue,address=10.43.0.1/24
+
 Every flag can also be set as UVXLAN_<FLAG>, e.g. UVXLAN_VNI=42.
-On SIGINT or SIGTERM the agent stops and removes the TAP it created.
+On SIGINT or SIGTERM the agent stops and removes the TAPs it created.
 
 Example, two hosts:
    host A# uvxlan run --local 198.18.0.1 --address 10.42.0.1/24 --peer 198.18.0.2
@@ -145,12 +152,13 @@ containers use (Docker: --bip=$FLANNEL_SUBNET --mtu=$FLANNEL_MTU).
    host B# uvxlan run --network 10.244.0.0/16 --name b --join hostA
    host B# uvxlan leases`,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "dev", Value: "uvx0", Usage: "TAP interface `NAME`", EnvVars: env("dev")},
-			&cli.Int64Flag{Name: "vni", Value: 1, Usage: "VXLAN network identifier, 1..16777215", EnvVars: env("vni")},
+			&cli.GenericFlag{Name: "segment", Value: &segmentList{}, Usage: "one overlay `'VNI[,dev=NAME][,address=CIDR]...[,mtu=N][,mac=MAC]'`, repeatable: every segment has its own TAP (default uvx<VNI>) and shares --port; replaces --vni, --dev, --address, --mtu and --mac", EnvVars: env("segment")},
+			&cli.StringFlag{Name: "dev", Value: "uvx0", Usage: "TAP interface `NAME` (one segment)", EnvVars: env("dev")},
+			&cli.Int64SliceFlag{Name: "vni", Usage: "VXLAN network identifier, 1..16777215 (one segment; default 1; for several, use --segment)", EnvVars: env("vni")},
 			&cli.IntFlag{Name: "port", Value: 4789, Usage: "UDP `PORT` to listen on and send to (8472 for Linux-default kernel peers)", EnvVars: env("port")},
 			&cli.StringFlag{Name: "src-port-range", Value: "49152-49159", Usage: "outer UDP source ports `MIN-MAX`, chosen by a hash of the inner flow; 0 sends from --port", EnvVars: env("src-port-range")},
 			&cli.StringFlag{Name: "local", Usage: "underlay `IP` of this VTEP (default: the address of the default-route interface)", EnvVars: env("local")},
-			&cli.StringFlag{Name: "address", Usage: "overlay address for the TAP, `CIDR` such as 10.42.0.1/24 (optional)", EnvVars: env("address")},
+			&cli.StringSliceFlag{Name: "address", Usage: "overlay address for the TAP, `CIDR` such as 10.42.0.1/24, repeatable (dual stack); optional", EnvVars: env("address")},
 			&cli.StringFlag{Name: "mac", Usage: "TAP `MAC` (default: kept from --state-dir, else derived from --name and --local, so it survives restarts)", EnvVars: env("mac")},
 			&cli.IntFlag{Name: "mtu", Usage: "TAP MTU (default: underlay MTU - 50)", EnvVars: env("mtu")},
 			&cli.StringSliceFlag{Name: "peer", Usage: "static VTEP `IP[:PORT]` to flood to, repeatable (kernel VXLAN devices, switches, other agents)", EnvVars: env("peer")},
@@ -195,6 +203,7 @@ containers use (Docker: --bip=$FLANNEL_SUBNET --mtu=$FLANNEL_MTU).
 			if err != nil {
 				return err
 			}
+			cfg.Logger = log
 			if path := c.String("cpu-profile"); path != "" {
 				f, err := os.Create(path)
 				if err != nil {
@@ -208,12 +217,8 @@ containers use (Docker: --bip=$FLANNEL_SUBNET --mtu=$FLANNEL_MTU).
 			}
 			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			node, err := NewNode(cfg, log)
-			if err != nil {
-				return err
-			}
-			err = node.Run(ctx)
-			log.Info("uvxlan stopped", "dev", cfg.Dev)
+			err = runAgent(ctx, cfg)
+			log.Info("uvxlan stopped")
 			return err
 		},
 	}
@@ -227,6 +232,23 @@ func controlFlags() []cli.Flag {
 	}
 }
 
+// vniFlag is --vni of the commands that talk to an agent.
+func vniFlag(usage string) cli.Flag {
+	return &cli.Int64Flag{Name: "vni", Usage: usage}
+}
+
+// vniArg is --vni of a command that talks to an agent: 0 when not given.
+func vniArg(c *cli.Context) (fdb.VNI, error) {
+	if !c.IsSet("vni") {
+		return 0, nil
+	}
+	v := c.Int64("vni")
+	if v < 1 || v > int64(fdb.MaxVNI) {
+		return 0, badFlag("vni", fmt.Sprint(v), "must be between 1 and %d", fdb.MaxVNI)
+	}
+	return fdb.VNI(v), nil
+}
+
 func fdbCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "fdb",
@@ -234,13 +256,13 @@ func fdbCommand() *cli.Command {
 		Subcommands: []*cli.Command{{
 			Name:   "show",
 			Usage:  "list (VNI, MAC) -> VTEP entries with their origin: local, static, learned",
-			Flags:  controlFlags(),
+			Flags:  append(controlFlags(), vniFlag("show only this segment's entries")),
 			Action: func(c *cli.Context) error { return show(c, "fdb", printFDB) },
 		}, {
 			Name:      "add",
 			Usage:     "add (or replace) a static entry: MAC lives behind VTEP; gossip and learning never override it",
 			ArgsUsage: "MAC VTEP[:PORT]",
-			Flags:     controlFlags()[:1],
+			Flags:     []cli.Flag{controlFlags()[0], vniFlag("the segment (needed when the agent serves several)")},
 			Action: func(c *cli.Context) error {
 				if c.NArg() != 2 {
 					return usageError{fmt.Errorf("add wants MAC VTEP[:PORT], got %d arguments", c.NArg())}
@@ -253,14 +275,18 @@ func fdbCommand() *cli.Command {
 				if err != nil {
 					return usageError{fmt.Errorf("VTEP %q: %v", c.Args().Get(1), err)}
 				}
-				_, err = newControlClient(c.String("control")).do(http.MethodPost, "fdb", staticEntry{MAC: mac, VTEP: vtep})
+				vni, err := vniArg(c)
+				if err != nil {
+					return err
+				}
+				_, err = newControlClient(c.String("control")).do(http.MethodPost, "fdb", staticEntry{VNI: vni, MAC: mac, VTEP: vtep})
 				return err
 			},
 		}, {
 			Name:      "del",
 			Usage:     "remove a static entry",
 			ArgsUsage: "MAC",
-			Flags:     controlFlags()[:1],
+			Flags:     []cli.Flag{controlFlags()[0], vniFlag("the segment (needed when the agent serves several)")},
 			Action: func(c *cli.Context) error {
 				if c.NArg() != 1 {
 					return usageError{fmt.Errorf("del wants one MAC argument, got %d", c.NArg())}
@@ -269,7 +295,15 @@ func fdbCommand() *cli.Command {
 				if err != nil {
 					return err
 				}
-				_, err = newControlClient(c.String("control")).do(http.MethodDelete, "fdb?mac="+mac.String(), nil)
+				vni, err := vniArg(c)
+				if err != nil {
+					return err
+				}
+				q := "fdb?mac=" + mac.String()
+				if vni != 0 {
+					q += fmt.Sprintf("&vni=%d", vni)
+				}
+				_, err = newControlClient(c.String("control")).do(http.MethodDelete, q, nil)
 				return err
 			},
 		}},
@@ -292,7 +326,7 @@ func neighCommand() *cli.Command {
 		Subcommands: []*cli.Command{{
 			Name:   "show",
 			Usage:  "list (VNI, IP) -> MAC bindings with their origin: local, static, gossip",
-			Flags:  controlFlags(),
+			Flags:  append(controlFlags(), vniFlag("show only this segment's bindings")),
 			Action: func(c *cli.Context) error { return show(c, "neigh", printNeigh) },
 		}},
 	}
@@ -320,7 +354,7 @@ func statsCommand() *cli.Command {
 	return &cli.Command{
 		Name:   "stats",
 		Usage:  "show packet, byte, flood, learning and drop counters of a running agent",
-		Flags:  controlFlags(),
+		Flags:  append(controlFlags(), vniFlag("show only this segment's counters")),
 		Action: func(c *cli.Context) error { return show(c, "stats", printStats) },
 	}
 }
@@ -329,6 +363,13 @@ func statsCommand() *cli.Command {
 // prints the agent's answer as it is, otherwise print formats it.
 func show[T any](c *cli.Context, what string, print func(io.Writer, T) error) error {
 	var v T
+	vni, err := vniArg(c)
+	if err != nil {
+		return err
+	}
+	if vni != 0 {
+		what += fmt.Sprintf("?vni=%d", vni)
+	}
 	raw, err := newControlClient(c.String("control")).getInto(what, &v)
 	if err != nil {
 		return err

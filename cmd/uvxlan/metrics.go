@@ -6,26 +6,49 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/uvxlan/uvxlan/cmd/uvxlan/node"
 	"github.com/uvxlan/uvxlan/encap"
 )
 
+// The metrics are an adapter over the node's read API: at scrape time the
+// collector reads a snapshot and derives every series from the counter
+// declarations (encap's counters and drop reasons, gossip's counters), so
+// the data path keeps only its atomic counters and nothing is listed twice.
+// Data-path series carry a vni label per segment; the drops that belong to
+// no segment (a bad VXLAN header, a VNI nobody serves) carry vni="".
+
 // metricsSnapshot is what one scrape reads from the node.
 type metricsSnapshot struct {
-	stats   encap.Stats
-	gossip  map[string]uint64 // gossip counters by name
-	fdb     map[string]int    // FDB entries by origin
-	neigh   map[string]int    // neighbour bindings by origin
-	members map[string]int    // cluster members by state
+	stats   node.Stats
+	fdb     map[string]int // FDB entries by origin
+	neigh   map[string]int // neighbour bindings by origin
+	members map[string]int // cluster members by state
 }
 
-// collector turns snapshots into Prometheus metrics at scrape time, so the
-// data path keeps only its atomic counters.
+func snapshotOf(n *node.Node) func() metricsSnapshot {
+	return func() metricsSnapshot {
+		s := metricsSnapshot{stats: n.Stats(), fdb: map[string]int{}, neigh: map[string]int{}, members: map[string]int{}}
+		for _, e := range n.Entries() {
+			s.fdb[e.Origin.String()]++
+		}
+		for _, e := range n.Neighbors() {
+			s.neigh[e.Origin.String()]++
+		}
+		for _, m := range n.Members() {
+			s.members[m.State]++
+		}
+		return s
+	}
+}
+
+// collector turns snapshots into Prometheus metrics at scrape time.
 type collector struct {
 	snapshot func() metricsSnapshot
 }
@@ -35,26 +58,32 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 }
 
 var (
-	descRxPackets = desc("rx_packets_total", "Frames received from the underlay and written to the TAP.")
-	descRxBytes   = desc("rx_bytes_total", "Bytes of inner frames written to the TAP.")
-	descTxPackets = desc("tx_packets_total", "VXLAN datagrams sent to the underlay (a flooded frame counts once per VTEP).")
-	descTxBytes   = desc("tx_bytes_total", "Bytes of inner frames sent to the underlay.")
-	descFloods    = desc("floods_total", "Frames replicated to the flood list.")
-	descLearned   = desc("learned_total", "FDB entries learned from received frames.")
-	descARPSupp   = desc("arp_suppressed_total", "ARP requests answered locally from the neighbour table.")
-	descARPFlood  = desc("arp_flooded_total", "ARP requests for unknown addresses, flooded.")
-	descDrops     = desc("drops_total", "Dropped packets by reason.", "reason")
-	descGossip    = desc("gossip_events_total", "Gossip entry updates by outcome.", "event")
-	descFDB       = desc("fdb_entries", "FDB entries by origin.", "origin")
-	descNeigh     = desc("neigh_entries", "Neighbour bindings by origin.", "origin")
-	descMembers   = desc("members", "Cluster members by state.", "state")
+	descCounters [encap.NumCounters]*prometheus.Desc
+	descDrops    = desc("drops_total", "Dropped packets by reason and segment (vni=\"\": no segment's).", "reason", "vni")
+	descGossip   = desc("gossip_events_total", "Gossip record updates by outcome.", "event")
+	descRecords  = desc("gossip_records", "Gossip records held by state: records (all), pending (owners not yet members), leases.", "state")
+	descFDB      = desc("fdb_entries", "FDB entries by origin.", "origin")
+	descNeigh    = desc("neigh_entries", "Neighbour bindings by origin.", "origin")
+	descMembers  = desc("members", "Cluster members by state.", "state")
 )
+
+// gossipGauges are the gossip counters that are levels, not events.
+var gossipGauges = map[string]bool{"records": true, "pending": true, "leases": true}
+
+func init() {
+	for i := range encap.NumCounters {
+		d := i.Desc()
+		descCounters[i] = desc(d.Name+"_total", d.Help, "vni")
+	}
+}
 
 // Describe lists the descriptors without collecting: the collector is
 // registered before the node it reads is complete.
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRxPackets, descRxBytes, descTxPackets, descTxBytes, descFloods,
-		descLearned, descARPSupp, descARPFlood, descDrops, descGossip, descFDB, descNeigh, descMembers} {
+	for _, d := range descCounters {
+		ch <- d
+	}
+	for _, d := range []*prometheus.Desc{descDrops, descGossip, descRecords, descFDB, descNeigh, descMembers} {
 		ch <- d
 	}
 }
@@ -67,19 +96,27 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v int, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), labels...)
 	}
-	counter(descRxPackets, s.stats.RxPackets)
-	counter(descRxBytes, s.stats.RxBytes)
-	counter(descTxPackets, s.stats.TxPackets)
-	counter(descTxBytes, s.stats.TxBytes)
-	counter(descFloods, s.stats.Floods)
-	counter(descLearned, s.stats.Learned)
-	counter(descARPSupp, s.stats.ARPSuppressed)
-	counter(descARPFlood, s.stats.ARPFlooded)
-	for reason, v := range s.stats.Drops {
-		counter(descDrops, v, reason)
+	// No segment's: the total less the segments.
+	rest := s.stats.Total
+	for _, seg := range s.stats.Segments {
+		vni := strconv.FormatUint(uint64(seg.VNI), 10)
+		for i, v := range seg.Stats.Counters {
+			counter(descCounters[i], v, vni)
+		}
+		for r, v := range seg.Stats.Drops {
+			counter(descDrops, v, encap.DropReason(r).String(), vni)
+			rest.Drops[r] -= v
+		}
 	}
-	for event, v := range s.gossip {
-		counter(descGossip, v, event)
+	for r, v := range rest.Drops {
+		counter(descDrops, v, encap.DropReason(r).String(), "")
+	}
+	for event, v := range counterMap(s.stats.Gossip) {
+		if gossipGauges[event] {
+			gauge(descRecords, int(v), event)
+		} else {
+			counter(descGossip, v, event)
+		}
 	}
 	for origin, v := range s.fdb {
 		gauge(descFDB, v, origin)

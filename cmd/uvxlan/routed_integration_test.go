@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/uvxlan/uvxlan/encap"
 	"github.com/uvxlan/uvxlan/gossip"
 	"github.com/uvxlan/uvxlan/testenv"
 )
@@ -367,7 +368,7 @@ func arpFlooded(t *testing.T, control string) uint64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return st.Stats.ARPFlooded
+	return st.Total.Get(encap.ARPFlooded)
 }
 
 // Five nodes started at the same moment lease five distinct subnets; a node

@@ -5,11 +5,11 @@ import (
 	"io"
 	"maps"
 	"slices"
-	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/uvxlan/uvxlan/encap"
 	"github.com/uvxlan/uvxlan/gossip"
 )
 
@@ -67,30 +67,17 @@ func printLeases(w io.Writer, rows []gossip.Lease) error {
 	return tw.Flush()
 }
 
+// printStats prints the counters (totals, or the one segment asked for),
+// then each segment's packets when there are several, then gossip's.
 func printStats(w io.Writer, v statsView) error {
-	s := v.Stats
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	for _, kv := range []struct {
-		k string
-		v uint64
-	}{
-		{"rx_packets", s.RxPackets}, {"rx_bytes", s.RxBytes},
-		{"tx_packets", s.TxPackets}, {"tx_bytes", s.TxBytes},
-		{"floods", s.Floods}, {"learned", s.Learned}, {"moved", s.Moved},
-		{"learn_refused_full", s.LearnFull},
-		{"arp_suppressed", s.ARPSuppressed}, {"arp_flooded", s.ARPFlooded},
-		{"snoop_dropped", s.SnoopDropped},
-	} {
-		fmt.Fprintf(tw, "%s\t%d\n", kv.k, kv.v)
-	}
-	reasons := make([]string, 0, len(s.Drops))
-	for r := range s.Drops {
-		reasons = append(reasons, r)
-	}
-	sort.Strings(reasons)
-	fmt.Fprintln(tw, "drops:\t")
-	for _, r := range reasons {
-		fmt.Fprintf(tw, "  %s\t%d\n", r, s.Drops[r])
+	printCounters(tw, "", v.Total)
+	if len(v.Segments) > 1 {
+		fmt.Fprintln(tw, "segments:\t")
+		for _, s := range v.Segments {
+			fmt.Fprintf(tw, "  vni %d (%s)\trx %d, tx %d, drops %d\n", s.VNI, s.Dev,
+				s.Stats.Get(encap.RxPackets), s.Stats.Get(encap.TxPackets), sum(s.Stats.Drops[:]))
+		}
 	}
 	if len(v.Gossip) > 0 {
 		fmt.Fprintln(tw, "gossip:\t")
@@ -99,4 +86,24 @@ func printStats(w io.Writer, v statsView) error {
 		}
 	}
 	return tw.Flush()
+}
+
+// printCounters prints every counter and every drop reason, in declaration
+// order, each line indented by indent.
+func printCounters(tw io.Writer, indent string, s encap.Stats) {
+	for i, v := range s.Counters {
+		fmt.Fprintf(tw, "%s%s\t%d\n", indent, encap.Counter(i), v)
+	}
+	fmt.Fprintf(tw, "%sdrops:\t\n", indent)
+	for r, v := range s.Drops {
+		fmt.Fprintf(tw, "%s  %s\t%d\n", indent, encap.DropReason(r), v)
+	}
+}
+
+func sum(vs []uint64) uint64 {
+	var t uint64
+	for _, v := range vs {
+		t += v
+	}
+	return t
 }

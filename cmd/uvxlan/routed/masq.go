@@ -1,4 +1,4 @@
-package main
+package routed
 
 // IP masquerade for the routed overlay (--ip-masq), with flannel's semantics.
 //
@@ -9,8 +9,8 @@ package main
 //
 //   - source in the cluster network, destination in it: never NATed
 //     (overlay traffic keeps its addresses end to end);
-//   - source in the cluster network, destination multicast (224.0.0.0/4,
-//     ff00::/8 for IPv6): never NATed, as flannel does;
+//   - source in the cluster network, destination multicast (224.0.0.0/4):
+//     never NATed, as flannel does;
 //   - source in the cluster network, any other destination: MASQUERADE, that
 //     is source NAT to the address of the interface the packet leaves by;
 //   - anything else: not ours, untouched.
@@ -19,13 +19,13 @@ package main
 // TAP name), so two agents on one host do not collide and nobody else's rules
 // are touched:
 //
-//   - nftables: table ip (ip6) uvxlan-<tag> with one chain, postrouting, of
+//   - nftables: table ip uvxlan-<tag> with one chain, postrouting, of
 //     type nat at hook postrouting, priority srcnat. Install replaces the
 //     whole table in one transaction (`nft -f -`: add table; delete table;
 //     table {...}), so a crashed agent's table is replaced, not doubled, and
 //     there is no moment without rules. nftables 1.0.6 (Debian 12) has no
 //     `destroy table`, hence the add-then-delete idiom.
-//   - iptables (ip6tables for IPv6): chain UVXLAN-MASQ-<tag> in table nat,
+//   - iptables: chain UVXLAN-MASQ-<tag> in table nat,
 //     filled atomically with `iptables-restore --noflush` (declaring the
 //     chain flushes it), and one jump to it appended to POSTROUTING after an
 //     `-C` check. The jump matches everything, and the chain matches the
@@ -59,7 +59,7 @@ const maxMasqTag = 15
 // masqRules is the installed NAT configuration of one agent: what
 // installMasq put in place, and enough to remove exactly that. Its methods
 // are safe to call more than once but not concurrently with each other or
-// with an installMasq for the same tag and address family.
+// with an installMasq for the same tag.
 type masqRules struct {
 	backend string       // masqNftables or masqIptables
 	network netip.Prefix // masked
@@ -67,17 +67,15 @@ type masqRules struct {
 }
 
 // installMasq installs the masquerade rules for the cluster network (an IPv4
-// or IPv6 prefix), tagging them with tag (the agent's TAP name: letters,
+// prefix: the routed overlay is IPv4 only), tagging them with tag (the agent's TAP name: letters,
 // digits, '.', '_' and '-', at most 15 characters). backend "" picks nftables
-// when the nft binary is on PATH and works, else iptables (ip6tables for
-// IPv6) when it is on PATH, else it fails saying neither was found; "nftables"
-// or "iptables" forces one. Installing again with the same tag and address
-// family replaces what was there, also when it was left behind by an agent
+// when the nft binary is on PATH and works, else iptables when it is on PATH, else it fails saying neither was found; "nftables"
+// or "iptables" forces one. Installing again with the same tag replaces what was there, also when it was left behind by an agent
 // that crashed, so there is always exactly one copy. It blocks while the
 // commands run; ctx bounds them.
 func installMasq(ctx context.Context, network netip.Prefix, tag, backend string) (*masqRules, error) {
-	if !network.IsValid() || network.Addr().Is4In6() || network.Addr().Zone() != "" {
-		return nil, fmt.Errorf("ip-masq: invalid cluster network %s: need an IPv4 or IPv6 prefix", network)
+	if !network.IsValid() || !network.Addr().Is4() {
+		return nil, fmt.Errorf("ip-masq: invalid cluster network %s: need an IPv4 prefix", network)
 	}
 	if err := checkMasqTag(tag); err != nil {
 		return nil, err
@@ -85,7 +83,7 @@ func installMasq(ctx context.Context, network netip.Prefix, tag, backend string)
 	m := &masqRules{network: network.Masked(), tag: tag}
 	switch backend {
 	case "":
-		b, err := pickMasqBackend(ctx, m.iptables())
+		b, err := pickMasqBackend(ctx, iptables)
 		if err != nil {
 			return nil, err
 		}
@@ -167,28 +165,18 @@ func pickMasqBackend(ctx context.Context, ipt string) (string, error) {
 }
 
 // multicast is the destination range that is never NATed.
-func (m *masqRules) multicast() netip.Prefix {
-	if m.network.Addr().Is4() {
-		return netip.MustParsePrefix("224.0.0.0/4")
-	}
-	return netip.MustParsePrefix("ff00::/8")
-}
+var multicast = netip.MustParsePrefix("224.0.0.0/4")
 
 // nftables
 
-// nftFamily is both the table family and the match keyword: ip or ip6.
-func (m *masqRules) nftFamily() string {
-	if m.network.Addr().Is4() {
-		return "ip"
-	}
-	return "ip6"
-}
+// nftFamily is both the table family and the match keyword.
+const nftFamily = "ip"
 
 func (m *masqRules) nftTable() string { return "uvxlan-" + m.tag }
 
 // nftRemoveScript deletes the table, whether or not it exists.
 func (m *masqRules) nftRemoveScript() string {
-	return fmt.Sprintf("add table %[1]s %[2]s\ndelete table %[1]s %[2]s\n", m.nftFamily(), m.nftTable())
+	return fmt.Sprintf("add table %[1]s %[2]s\ndelete table %[1]s %[2]s\n", nftFamily, m.nftTable())
 }
 
 // nftInstallScript replaces the table in one transaction:
@@ -204,14 +192,14 @@ func (m *masqRules) nftRemoveScript() string {
 //		}
 //	}
 func (m *masqRules) nftInstallScript() string {
-	f, n := m.nftFamily(), m.network
+	f, n := nftFamily, m.network
 	var b strings.Builder
 	b.WriteString(m.nftRemoveScript())
 	fmt.Fprintf(&b, "table %s %s {\n", f, m.nftTable())
 	b.WriteString("\tchain postrouting {\n")
 	b.WriteString("\t\ttype nat hook postrouting priority srcnat; policy accept;\n")
 	fmt.Fprintf(&b, "\t\t%s saddr %s %s daddr %s return\n", f, n, f, n)
-	fmt.Fprintf(&b, "\t\t%s saddr %s %s daddr %s return\n", f, n, f, m.multicast())
+	fmt.Fprintf(&b, "\t\t%s saddr %s %s daddr %s return\n", f, n, f, multicast)
 	fmt.Fprintf(&b, "\t\t%s saddr %s masquerade\n", f, n)
 	b.WriteString("\t}\n}\n")
 	return b.String()
@@ -219,13 +207,8 @@ func (m *masqRules) nftInstallScript() string {
 
 // iptables
 
-// iptables is the binary for the network's family: iptables or ip6tables.
-func (m *masqRules) iptables() string {
-	if m.network.Addr().Is4() {
-		return "iptables"
-	}
-	return "ip6tables"
-}
+// iptables is the binary that edits the IPv4 tables.
+const iptables = "iptables"
 
 func (m *masqRules) iptChain() string { return "UVXLAN-MASQ-" + m.tag }
 
@@ -249,14 +232,14 @@ func (m *masqRules) iptRestoreInput() string {
 	b.WriteString("*nat\n")
 	fmt.Fprintf(&b, ":%s - [0:0]\n", c)
 	fmt.Fprintf(&b, "-A %s -s %s -d %s -j RETURN\n", c, n, n)
-	fmt.Fprintf(&b, "-A %s -s %s -d %s -j RETURN\n", c, n, m.multicast())
+	fmt.Fprintf(&b, "-A %s -s %s -d %s -j RETURN\n", c, n, multicast)
 	fmt.Fprintf(&b, "-A %s -s %s -j MASQUERADE\n", c, n)
 	b.WriteString("COMMIT\n")
 	return b.String()
 }
 
 func (m *masqRules) installIptables(ctx context.Context) error {
-	ipt := m.iptables()
+	ipt := iptables
 	if _, err := runMasqCmd(ctx, m.iptRestoreInput(), ipt+"-restore", "-w", "--noflush"); err != nil {
 		return err
 	}
@@ -271,7 +254,7 @@ func (m *masqRules) installIptables(ctx context.Context) error {
 // iptJumpPresent checks for the jump with -C: exit status 1 is "no such
 // rule", 2 is "no such target chain" (both iptables-nft and -legacy).
 func (m *masqRules) iptJumpPresent(ctx context.Context) (bool, error) {
-	_, err := runMasqCmd(ctx, "", m.iptables(), append([]string{"-w", "-t", "nat", "-C"}, m.iptJump()...)...)
+	_, err := runMasqCmd(ctx, "", iptables, append([]string{"-w", "-t", "nat", "-C"}, m.iptJump()...)...)
 	switch masqExitCode(err) {
 	case 0:
 		return true, nil
@@ -284,7 +267,7 @@ func (m *masqRules) iptJumpPresent(ctx context.Context) (bool, error) {
 // removeIptables deletes every copy of the jump, then flushes and deletes
 // the chain if it exists (`-S chain` exits with status 1 when it does not).
 func (m *masqRules) removeIptables(ctx context.Context) error {
-	ipt, chain := m.iptables(), m.iptChain()
+	ipt, chain := iptables, m.iptChain()
 	for range 16 {
 		present, err := m.iptJumpPresent(ctx)
 		if err != nil {

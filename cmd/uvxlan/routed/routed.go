@@ -1,8 +1,6 @@
-package main
-
-// The routed overlay (flannel mode, --network). The node leases a subnet of
-// the cluster network through gossip and then, like flannel's vxlan backend
-// with its flannel.N device:
+// Package routed is the routed overlay's host networking (flannel mode,
+// --network): once the node holds a subnet lease it configures the host like
+// flannel's vxlan backend does with its flannel.N device:
 //
 //   - the TAP gets the subnet's network address as a /32 (10.244.5.0/32),
 //     leaving the first host address (10.244.5.1/24, FLANNEL_SUBNET) to the
@@ -15,16 +13,20 @@ package main
 //     routes, and the overlay carries frames between TAPs;
 //   - when a node's lease goes down (it left or died) its route and its ARP
 //     answers go; when it comes back they return;
-//   - the lease is saved in --state-dir (and after each renewal) and
-//     reclaimed at the next start; subnet.env is written for Docker and
-//     flannel's CNI plugin; with --ip-masq, traffic from the cluster network
-//     to the outside is masqueraded.
+//   - the lease is saved (and after each renewal) and reclaimed at the next
+//     start; subnet.env is written for Docker and flannel's CNI plugin; with
+//     IPMasq, traffic from the cluster network to the outside is
+//     masqueraded (masq.go).
+//
+// It runs on exactly one segment (one VNI, one TAP).
+package routed
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
@@ -48,13 +50,10 @@ type savedLease struct {
 	Expires   time.Time    `json:"expires"`
 }
 
-func (n *Node) leaseFile() string { return filepath.Join(n.cfg.StateDir, n.cfg.Dev+".lease.json") }
-
-// loadLease returns the lease of the previous run, or nil when there is
-// none or it does not fit the configuration (then it says why in the log;
-// a fresh subnet is leased).
-func (n *Node) loadLease() *gossip.Lease {
-	path := n.leaseFile()
+// LoadLease returns the lease saved at path by a previous run, or nil when
+// there is none or it does not fit network and subnetLen (then it says why
+// in the log; a fresh subnet is leased).
+func LoadLease(path string, network netip.Prefix, subnetLen int, log *slog.Logger) *gossip.Lease {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -64,26 +63,24 @@ func (n *Node) loadLease() *gossip.Lease {
 		err = json.Unmarshal(b, &s)
 	}
 	if err != nil {
-		n.log.Warn("ignoring the saved lease: unreadable; leasing a fresh subnet", "file", path, "err", err)
+		log.Warn("ignoring the saved lease: unreadable; leasing a fresh subnet", "file", path, "err", err)
 		return nil
 	}
-	lc := n.cfg.Leases
-	if s.Network != lc.Network || s.SubnetLen != lc.SubnetLen || !s.Subnet.IsValid() {
-		n.log.Warn("ignoring the saved lease: it is for another network configuration; leasing a fresh subnet",
-			"file", path, "saved_network", s.Network, "saved_subnet_len", s.SubnetLen, "network", lc.Network, "subnet_len", lc.SubnetLen)
+	if s.Network != network || s.SubnetLen != subnetLen || !s.Subnet.IsValid() {
+		log.Warn("ignoring the saved lease: it is for another network configuration; leasing a fresh subnet",
+			"file", path, "saved_network", s.Network, "saved_subnet_len", s.SubnetLen, "network", network, "subnet_len", subnetLen)
 		return nil
 	}
 	return &gossip.Lease{Subnet: s.Subnet, Claimed: s.Claimed, Expires: s.Expires}
 }
 
-func (n *Node) saveLease(l gossip.Lease) error {
-	lc := n.cfg.Leases
-	b, err := json.MarshalIndent(savedLease{Network: lc.Network, SubnetLen: lc.SubnetLen, Subnet: l.Subnet,
+func (cfg *Config) saveLease(l gossip.Lease) error {
+	b, err := json.MarshalIndent(savedLease{Network: cfg.Network, SubnetLen: cfg.SubnetLen, Subnet: l.Subnet,
 		Claimed: l.Claimed, Expires: l.Expires}, "", "  ")
 	if err != nil {
 		return err
 	}
-	if err := writeFileAtomic(n.leaseFile(), append(b, '\n')); err != nil {
+	if err := writeFileAtomic(cfg.LeaseFile, append(b, '\n')); err != nil {
 		return fmt.Errorf("state: save the lease: %w", err)
 	}
 	return nil
@@ -114,37 +111,62 @@ func subnetEnv(network, subnet netip.Prefix, mtu int, ipMasq bool) string {
 		network, bridgeAddress(subnet), mtu, ipMasq)
 }
 
-// runRouted waits for the lease, configures the host for it and keeps the
-// routes and ARP answers in step with the cluster's leases until ctx is
+// Config is what the routed overlay needs of the node.
+type Config struct {
+	Network   netip.Prefix // the cluster network (--network)
+	SubnetLen int          // --subnet-len
+	VNI       fdb.VNI      // the segment's VNI
+	Dev       string       // the segment's TAP
+	MTU       int          // the TAP's MTU, for subnet.env
+	// LeaseFile is where the lease is saved for the next start.
+	LeaseFile  string
+	SubnetFile string // --subnet-file
+	IPMasq     bool   // --ip-masq
+	Logger     *slog.Logger
+}
+
+// Leases is what the routed overlay reads of the cluster's subnet leases.
+type Leases interface {
+	// WaitLease blocks until this node holds a settled lease.
+	WaitLease(ctx context.Context) (gossip.Lease, error)
+	// LeaseChanges signals (coalesced) that the leases changed.
+	LeaseChanges() <-chan struct{}
+	// Leases returns every live lease.
+	Leases() []gossip.Lease
+}
+
+// Run waits for the lease, configures the host for it and keeps the routes
+// and ARP answers (in neigh) in step with the cluster's leases until ctx is
 // done. It returns an error when the host cannot be configured.
-func (n *Node) runRouted(ctx context.Context) error {
-	lease, err := n.gossip.WaitLease(ctx)
+func Run(ctx context.Context, cfg Config, leases Leases, neigh *fdb.Neighbors) error {
+	log := cfg.Logger
+	lease, err := leases.WaitLease(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
 		return err // gossip.Run fails too, and says the same
 	}
-	link, err := netlink.LinkByName(n.dev.Name())
+	link, err := netlink.LinkByName(cfg.Dev)
 	if err != nil {
 		return fmt.Errorf("routed: %w", err)
 	}
 	own := &netlink.Addr{IPNet: &net.IPNet{IP: lease.Subnet.Addr().AsSlice(), Mask: net.CIDRMask(32, 32)}}
 	if err := netlink.AddrReplace(link, own); err != nil {
-		return fmt.Errorf("routed: address %s/32 on %s: %w", lease.Subnet.Addr(), n.dev.Name(), err)
+		return fmt.Errorf("routed: address %s/32 on %s: %w", lease.Subnet.Addr(), cfg.Dev, err)
 	}
-	if err := n.saveLease(lease); err != nil {
+	if err := cfg.saveLease(lease); err != nil {
 		return err
 	}
-	env := subnetEnv(n.cfg.Leases.Network, lease.Subnet, n.dev.MTU(), n.cfg.IPMasq)
-	if err := writeFileAtomic(n.cfg.SubnetFile, []byte(env)); err != nil {
+	env := subnetEnv(cfg.Network, lease.Subnet, cfg.MTU, cfg.IPMasq)
+	if err := writeFileAtomic(cfg.SubnetFile, []byte(env)); err != nil {
 		return fmt.Errorf("routed: write --subnet-file: %w", err)
 	}
 	if err := enableForwarding(); err != nil {
 		return fmt.Errorf("routed: %w", err)
 	}
-	if n.cfg.IPMasq {
-		m, err := installMasq(ctx, n.cfg.Leases.Network, n.dev.Name(), "")
+	if cfg.IPMasq {
+		m, err := installMasq(ctx, cfg.Network, cfg.Dev, "")
 		if err != nil {
 			return fmt.Errorf("routed: --ip-masq: %w", err)
 		}
@@ -152,28 +174,31 @@ func (n *Node) runRouted(ctx context.Context) error {
 			rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			if err := m.Remove(rctx); err != nil {
-				n.log.Warn("could not remove the masquerade rules", "err", err)
+				log.Warn("could not remove the masquerade rules", "err", err)
 			}
 		}()
-		n.log.Info("masquerading traffic leaving the cluster network", "network", n.cfg.Leases.Network, "backend", m.Backend())
+		log.Info("masquerading traffic leaving the cluster network", "network", cfg.Network, "backend", m.Backend())
 	}
-	n.log.Info("leased a subnet", "subnet", lease.Subnet, "tap_address", lease.Subnet.Addr().String()+"/32",
-		"bridge_address", bridgeAddress(lease.Subnet), "subnet_file", n.cfg.SubnetFile)
+	log.Info("leased a subnet", "subnet", lease.Subnet, "tap_address", lease.Subnet.Addr().String()+"/32",
+		"bridge_address", bridgeAddress(lease.Subnet), "subnet_file", cfg.SubnetFile)
 
-	r := &router{n: n, link: link, routes: map[netip.Prefix]bool{}, saved: lease}
+	r := &router{cfg: &cfg, log: log, leases: leases, neigh: neigh, link: link, routes: map[netip.Prefix]bool{}, saved: lease}
 	for {
 		r.sync()
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-n.gossip.LeaseChanges():
+		case <-leases.LeaseChanges():
 		}
 	}
 }
 
 // router keeps the routes and ARP answers of the routed overlay.
 type router struct {
-	n      *Node
+	cfg    *Config
+	log    *slog.Logger
+	leases Leases
+	neigh  *fdb.Neighbors
 	link   netlink.Link
 	routes map[netip.Prefix]bool // installed
 	saved  gossip.Lease          // our lease as last saved
@@ -182,47 +207,46 @@ type router struct {
 // sync makes the routes and subnet ARP answers those of the remote live
 // leases, and saves our lease when it was renewed.
 func (r *router) sync() {
-	n := r.n
 	want := map[netip.Prefix]gossip.Lease{}
 	var answers []fdb.SubnetNeigh
-	for _, l := range n.gossip.Leases() {
+	for _, l := range r.leases.Leases() {
 		switch {
 		case l.Self && l.State == gossip.LeaseAlive && !l.Expires.Equal(r.saved.Expires):
-			if err := n.saveLease(l); err != nil {
-				n.log.Warn("could not save the renewed lease", "err", err)
+			if err := r.cfg.saveLease(l); err != nil {
+				r.log.Warn("could not save the renewed lease", "err", err)
 			} else {
 				r.saved = l
 			}
 		case !l.Self && l.State == gossip.LeaseAlive:
 			want[l.Subnet] = l
-			answers = append(answers, fdb.SubnetNeigh{VNI: n.cfg.VNI, Subnet: l.Subnet, MAC: l.MAC})
+			answers = append(answers, fdb.SubnetNeigh{VNI: r.cfg.VNI, Subnet: l.Subnet, MAC: l.MAC})
 		}
 	}
-	if err := n.neigh.SetSubnets(answers); err != nil {
-		n.log.Warn("subnet ARP answers refused", "err", err)
+	if err := r.neigh.SetSubnets(answers); err != nil {
+		r.log.Warn("subnet ARP answers refused", "err", err)
 	}
 	for subnet, l := range want {
 		if r.routes[subnet] {
 			continue
 		}
 		if err := netlink.RouteReplace(r.route(subnet)); err != nil {
-			n.log.Warn("could not add a route", "subnet", subnet, "node", l.Node, "err", err)
+			r.log.Warn("could not add a route", "subnet", subnet, "node", l.Node, "err", err)
 			continue
 		}
 		r.routes[subnet] = true
-		n.log.Info("route added", "subnet", subnet, "node", l.Node, "vtep", l.VTEP, "mac", l.MAC)
+		r.log.Info("route added", "subnet", subnet, "node", l.Node, "vtep", l.VTEP, "mac", l.MAC)
 	}
 	for subnet := range r.routes {
 		if _, ok := want[subnet]; ok {
 			continue
 		}
 		if err := netlink.RouteDel(r.route(subnet)); err != nil && !errors.Is(err, unix.ESRCH) {
-			n.log.Warn("could not remove a route", "subnet", subnet, "err", err)
+			r.log.Warn("could not remove a route", "subnet", subnet, "err", err)
 		}
 		// The kernel's ARP entry for the gateway would linger; drop it.
 		netlink.NeighDel(&netlink.Neigh{LinkIndex: r.link.Attrs().Index, IP: subnet.Addr().AsSlice()})
 		delete(r.routes, subnet)
-		n.log.Info("route removed", "subnet", subnet)
+		r.log.Info("route removed", "subnet", subnet)
 	}
 }
 

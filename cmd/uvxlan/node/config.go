@@ -1,0 +1,143 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/uvxlan/uvxlan/fdb"
+	"github.com/uvxlan/uvxlan/gossip"
+)
+
+// Segment configures one overlay of the node.
+type Segment struct {
+	VNI fdb.VNI
+	// Dev is the TAP's name (--segment dev=, --dev): 1 to 15 characters.
+	Dev string
+	// Addresses are put on the TAP (and announced as its IP → MAC
+	// bindings); none is fine.
+	Addresses []netip.Prefix
+	// MTU of the TAP (--segment mtu=, --mtu): 68 or more.
+	MTU int
+	// MAC of the TAP (--mac); zero: the one kept in StateDir, else one
+	// derived from the node's name, underlay address and VNI.
+	MAC fdb.MAC
+}
+
+// Config is the validated configuration of one node: the command line
+// checks the values and gives defaults; New checks how they fit together.
+// Errors name the flag, as a *ConfigError.
+type Config struct {
+	Name     string    // the gossip name, unique in the cluster (--name)
+	Segments []Segment // at least one; distinct VNIs and TAP names
+	Port     uint16    // the VXLAN port every segment listens on (--port)
+	Local    netip.Addr
+	Peers    []netip.AddrPort // static VTEPs: in every segment's flood list
+	Learning bool
+	Offload  bool // TAP offloads (virtio-net header, TSO, GRO)
+	Queues   int  // TAP queues per segment and UDP sockets, each with its loops
+	Ageing   time.Duration
+	FDBMax   int
+	StateDir string // empty: nothing persisted
+	// SrcPortMin..SrcPortMax is the outer UDP source port range; 0..0
+	// sends from Port.
+	SrcPortMin, SrcPortMax uint16
+
+	Join       []string   // gossip seeds, HOST[:PORT]
+	GossipAddr netip.Addr // default Local
+	GossipPort int
+	GossipKeys [][]byte // AES keys; the first encrypts; none: no encryption
+
+	// Routed overlay (flannel mode): on when Leases is not nil; it runs on
+	// the only segment.
+	Leases     *gossip.LeaseConfig // Prior is filled in by the node from StateDir
+	SubnetFile string
+	IPMasq     bool
+
+	Logger *slog.Logger // default slog.Default()
+}
+
+// ConfigError is a bad configuration value; Flag names the command-line
+// flag it comes from.
+type ConfigError struct {
+	Flag, Value, Why string
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("invalid --%s %q: %s", e.Flag, e.Value, e.Why)
+}
+
+func badConfig(flag, value, format string, args ...any) error {
+	return &ConfigError{Flag: flag, Value: value, Why: fmt.Sprintf(format, args...)}
+}
+
+// maxSegments bounds the segments of one node: gossip metadata lists the
+// VNIs a node serves.
+const maxSegments = 64
+
+// check validates how the fields fit together and fills in defaults.
+func (c *Config) check() error {
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	switch {
+	case len(c.Segments) == 0:
+		return badConfig("segment", "", "no segment: give --vni or --segment")
+	case len(c.Segments) > maxSegments:
+		return badConfig("segment", fmt.Sprint(len(c.Segments)), "at most %d segments per agent", maxSegments)
+	case c.Leases != nil && len(c.Segments) != 1:
+		return badConfig("network", c.Leases.Network.String(), "the routed overlay runs on exactly one segment, and %d are given", len(c.Segments))
+	case c.Port == 0:
+		return badConfig("port", "0", "must be between 1 and 65535")
+	case !c.Local.IsValid():
+		return badConfig("local", "", "not set")
+	}
+	c.Queues = max(c.Queues, 1)
+	for i := range c.Segments {
+		s := &c.Segments[i]
+		flag := fmt.Sprintf("segment %d", s.VNI)
+		switch {
+		case !s.VNI.Valid():
+			return badConfig("segment", fmt.Sprint(s.VNI), "VNI must be between 1 and %d", fdb.MaxVNI)
+		case s.Dev == "" || len(s.Dev) > 15 || strings.ContainsAny(s.Dev, "/ \t"):
+			return badConfig(flag, s.Dev, "the TAP name must have 1 to 15 characters without '/' or spaces")
+		case s.MTU < 68 || s.MTU > 65535:
+			return badConfig(flag, fmt.Sprint(s.MTU), "MTU must be between 68 and 65535")
+		case s.MAC.IsMulticast():
+			return badConfig("mac", s.MAC.String(), "must be a unicast MAC")
+		}
+		for _, o := range c.Segments[:i] {
+			if o.VNI == s.VNI {
+				return badConfig("segment", fmt.Sprint(s.VNI), "VNI %d is given twice", s.VNI)
+			}
+			if o.Dev == s.Dev {
+				return badConfig("segment", s.Dev, "two segments on TAP %s (VNIs %d and %d)", s.Dev, o.VNI, s.VNI)
+			}
+		}
+		for j, a := range s.Addresses {
+			if !a.IsValid() {
+				return badConfig("address", a.String(), "not a CIDR")
+			}
+			if slices.Contains(s.Addresses[:j], a) {
+				return badConfig("address", a.String(), "given twice")
+			}
+		}
+	}
+	if c.Leases != nil && len(c.Segments[0].Addresses) > 0 {
+		return errors.New("--address and --network exclude each other: with --network the TAP gets its address from the subnet lease")
+	}
+	return nil
+}
+
+// VNIs returns the VNIs of the segments, in order.
+func (c *Config) VNIs() []fdb.VNI {
+	out := make([]fdb.VNI, len(c.Segments))
+	for i, s := range c.Segments {
+		out[i] = s.VNI
+	}
+	return out
+}

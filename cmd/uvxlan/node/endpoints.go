@@ -1,0 +1,118 @@
+package node
+
+// Endpoints behind a TAP. An engine reports what it sees behind its TAP
+// (encap.Sighting: a source MAC not yet known as ours, an ARP sender binding
+// not yet in the neighbour table); the segment's tracker records each as a
+// local entry and announces it through gossip in the segment's VNI. The
+// engine refreshes a local entry's last-seen time with every frame, so the
+// tracker withdraws, every tenth of the ageing time (at least every second),
+// the endpoints that sent nothing for the ageing time: their FDB entries,
+// their IP bindings and their announcements. One that comes back is snooped
+// and announced again by its next frame.
+
+import (
+	"context"
+	"log/slog"
+	"net/netip"
+	"time"
+
+	"github.com/uvxlan/uvxlan/encap"
+	"github.com/uvxlan/uvxlan/fdb"
+)
+
+// announcer is what the tracker needs of gossip.
+type announcer interface {
+	AnnounceMAC(vni fdb.VNI, mac fdb.MAC) error
+	WithdrawMAC(vni fdb.VNI, mac fdb.MAC) error
+	AnnounceNeigh(vni fdb.VNI, ip netip.Addr, mac fdb.MAC) error
+	WithdrawNeigh(vni fdb.VNI, ip netip.Addr) error
+}
+
+// endpoints tracks the endpoints behind one segment's TAP.
+type endpoints struct {
+	vni    fdb.VNI
+	vtep   netip.AddrPort // ours
+	own    fdb.MAC        // the TAP's: never aged
+	ageing time.Duration
+	table  *fdb.Table
+	neigh  *fdb.Neighbors
+	gossip announcer
+	log    *slog.Logger
+}
+
+// run records sightings and ages endpoints until ctx is done.
+func (e *endpoints) run(ctx context.Context, sightings <-chan encap.Sighting) {
+	tick := time.NewTicker(max(e.ageing/10, time.Second))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case s := <-sightings:
+			e.saw(s)
+		case now := <-tick.C:
+			e.age(now)
+		}
+	}
+}
+
+// saw records one sighting and announces it.
+func (e *endpoints) saw(s encap.Sighting) {
+	if s.IP.IsValid() {
+		e.addNeigh(s.IP, s.MAC)
+		return
+	}
+	if err := e.table.Set(fdb.Entry{VNI: e.vni, MAC: s.MAC, VTEP: e.vtep, Origin: fdb.OriginLocal}); err != nil {
+		e.log.Debug("local MAC not recorded", "mac", s.MAC, "err", err)
+		return
+	}
+	if err := e.gossip.AnnounceMAC(e.vni, s.MAC); err != nil {
+		e.log.Debug("local MAC not announced", "mac", s.MAC, "err", err)
+	}
+}
+
+// addNeigh records and announces an IP → MAC binding behind the TAP.
+func (e *endpoints) addNeigh(ip netip.Addr, mac fdb.MAC) {
+	if _, err := e.neigh.Set(fdb.Neigh{VNI: e.vni, IP: ip, MAC: mac, Origin: fdb.OriginLocal}); err != nil {
+		e.log.Debug("local binding not recorded", "ip", ip, "mac", mac, "err", err)
+		return
+	}
+	if err := e.gossip.AnnounceNeigh(e.vni, ip, mac); err != nil {
+		e.log.Debug("local binding not announced", "ip", ip, "mac", mac, "err", err)
+	}
+}
+
+// age withdraws the endpoints last seen more than the ageing time before
+// now.
+func (e *endpoints) age(now time.Time) {
+	for _, mac := range staleEndpoints(e.table.Entries(), e.vni, e.own, now.Add(-e.ageing)) {
+		e.withdraw(mac)
+	}
+}
+
+// staleEndpoints returns the MACs of the local entries of vni, other than
+// the TAP's own, last seen before cutoff.
+func staleEndpoints(entries []fdb.Entry, vni fdb.VNI, own fdb.MAC, cutoff time.Time) []fdb.MAC {
+	var stale []fdb.MAC
+	for _, e := range entries {
+		if e.VNI == vni && e.Origin == fdb.OriginLocal && e.MAC != own && e.Updated.Before(cutoff) {
+			stale = append(stale, e.MAC)
+		}
+	}
+	return stale
+}
+
+// withdraw removes a local endpoint and its IP bindings, and withdraws
+// their announcements.
+func (e *endpoints) withdraw(mac fdb.MAC) {
+	if !e.table.DeleteOrigin(e.vni, mac, fdb.OriginLocal) {
+		return
+	}
+	e.gossip.WithdrawMAC(e.vni, mac)
+	for _, b := range e.neigh.Entries() {
+		if b.VNI == e.vni && b.Origin == fdb.OriginLocal && b.MAC == mac && e.neigh.DeleteOrigin(b.VNI, b.IP, fdb.OriginLocal) {
+			e.gossip.WithdrawNeigh(b.VNI, b.IP)
+		}
+	}
+	e.log.Info("endpoint behind the TAP aged out", "mac", mac, "ageing", e.ageing)
+}

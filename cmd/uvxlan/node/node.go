@@ -1,0 +1,390 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/uvxlan/uvxlan/cmd/uvxlan/routed"
+	"github.com/uvxlan/uvxlan/encap"
+	"github.com/uvxlan/uvxlan/fdb"
+	"github.com/uvxlan/uvxlan/gossip"
+	"github.com/uvxlan/uvxlan/tap"
+)
+
+// Node is one running uvxlan agent. Create it with New, run it with Run;
+// Close releases a node that is not run. The read API may be called from
+// any goroutine once New has returned.
+type Node struct {
+	cfg     Config
+	log     *slog.Logger
+	table   *fdb.Table
+	neigh   *fdb.Neighbors
+	segs    []*segment
+	demuxes []*encap.Demux // one per UDP socket (per queue)
+	gossip  *gossip.Node
+	vtep    netip.AddrPort
+
+	mu      sync.Mutex
+	running bool
+	closers []func() error // what Close releases when Run was not called
+}
+
+// segment is one overlay of the node.
+type segment struct {
+	cfg      Segment
+	mac      fdb.MAC
+	devs     []*tap.TAP      // the TAP queues
+	engines  []*encap.Engine // one per queue
+	snoop    chan encap.Sighting
+	tracker  *endpoints
+	offloads string
+}
+
+// New opens everything a node needs: the underlay sockets first (a port in
+// use fails before a TAP appears), then each segment's TAP and engines, the
+// tables, and the gossip member. On error whatever was opened is closed
+// again. Errors caused by a configuration value are *ConfigError.
+func New(cfg Config) (_ *Node, err error) {
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	n := &Node{cfg: cfg, log: cfg.Logger, vtep: netip.AddrPortFrom(cfg.Local, cfg.Port)}
+	defer func() {
+		if err != nil {
+			n.Close()
+		}
+	}()
+
+	// One socket per queue shares the port (SO_REUSEPORT) for all
+	// segments; a plain socket checks first that no one else holds it,
+	// since SO_REUSEPORT would let a second agent share it silently.
+	queues := cfg.Queues
+	if queues > 1 {
+		probe, err := encap.ListenUDP(n.vtep, encap.UDPOptions{})
+		if err != nil {
+			return nil, listenError("port", fmt.Sprint(cfg.Port), err)
+		}
+		probe.Close()
+	}
+	var rxs []*encap.UDPConn
+	for range queues {
+		rx, err := encap.ListenUDP(n.vtep, encap.UDPOptions{GRO: cfg.Offload, ReusePort: queues > 1})
+		if err != nil {
+			return nil, listenError("port", fmt.Sprint(cfg.Port), err)
+		}
+		n.closers = append(n.closers, rx.Close)
+		rxs = append(rxs, rx)
+	}
+	srcs, err := n.openSources()
+	if err != nil {
+		return nil, err
+	}
+
+	n.table = fdb.New(fdb.Config{Ageing: cfg.Ageing, MaxEntries: cfg.FDBMax})
+	n.neigh = fdb.NewNeighbors(cfg.FDBMax)
+	plain := false // a segment without TAP offloads
+	for _, sc := range cfg.Segments {
+		s, err := n.openSegment(sc, queues)
+		if err != nil {
+			return nil, err
+		}
+		n.segs = append(n.segs, s)
+		plain = plain || s.offloads == ""
+	}
+	if plain || !cfg.Offload { // runs of datagrams would only be cut and copied
+		for _, rx := range rxs {
+			if err := rx.DisableGRO(); err != nil {
+				n.log.Warn("could not turn UDP GRO off", "err", err)
+			}
+		}
+	}
+
+	n.gossip, err = gossip.New(gossip.Config{
+		Name:        cfg.Name,
+		BindAddr:    cfg.GossipAddr,
+		BindPort:    cfg.GossipPort,
+		VTEP:        n.vtep,
+		VNIs:        cfg.VNIs(),
+		MAC:         n.segs[0].mac,
+		Seeds:       cfg.Join,
+		SecretKeys:  cfg.GossipKeys,
+		StaticPeers: cfg.Peers,
+		FDB:         n.table,
+		Neigh:       n.neigh,
+		Logger:      n.log,
+		Leases:      n.leaseConfig(),
+	})
+	if err != nil {
+		if strings.Contains(err.Error(), "address already in use") {
+			return nil, badConfig("gossip-port", fmt.Sprint(cfg.GossipPort), "address already in use (another agent on this host?)")
+		}
+		return nil, err
+	}
+	n.closers = append(n.closers, n.gossip.Close)
+
+	for _, s := range n.segs {
+		if err := n.table.Set(fdb.Entry{VNI: s.cfg.VNI, MAC: s.mac, VTEP: n.vtep, Origin: fdb.OriginLocal}); err != nil {
+			return nil, fmt.Errorf("fdb: add the MAC of %s: %w", s.cfg.Dev, err)
+		}
+		s.tracker = &endpoints{vni: s.cfg.VNI, vtep: n.vtep, own: s.mac, ageing: cfg.Ageing, table: n.table,
+			neigh: n.neigh, gossip: n.gossip, log: n.log.With("vni", s.cfg.VNI)}
+		if err := n.gossip.AnnounceMAC(s.cfg.VNI, s.mac); err != nil {
+			return nil, err
+		}
+		for _, a := range s.cfg.Addresses {
+			s.tracker.addNeigh(a.Addr(), s.mac)
+		}
+	}
+	if err := n.buildEngines(rxs, srcs); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// openSegment opens a segment's TAP queues (falling back to one queue of
+// plain frames where the kernel refuses offloads or queues).
+func (n *Node) openSegment(sc Segment, queues int) (*segment, error) {
+	mac, err := n.chooseMAC(sc)
+	if err != nil {
+		return nil, err
+	}
+	tcfg := tap.Config{Name: sc.Dev, MTU: sc.MTU, Offload: n.cfg.Offload, Queues: queues,
+		MaxSegments: encap.GSOSegments(sc.MTU), MAC: net.HardwareAddr(mac[:]), Addrs: sc.Addresses}
+	devs, err := tap.OpenQueues(tcfg)
+	if err != nil && tcfg.Offload && !errors.Is(err, tap.ErrNoNetAdmin) && !errors.Is(err, tap.ErrNoTUN) {
+		n.log.Warn("TAP offloads (or queues) refused; using one queue of plain frames", "dev", sc.Dev, "err", err)
+		tcfg.Offload, tcfg.Queues = false, 1
+		devs, err = tap.OpenQueues(tcfg)
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range devs {
+		n.closers = append(n.closers, d.Close)
+	}
+	s := &segment{cfg: sc, devs: devs, snoop: make(chan encap.Sighting, 256), offloads: devs[0].Offloads()}
+	copy(s.mac[:], devs[0].MAC())
+	if err := n.saveMAC(sc.Dev, s.mac); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// buildEngines makes one engine per segment and queue, and one
+// demultiplexer per receiving socket. Engine k of each segment sends
+// through its share of the source-port sockets, or through receiving
+// socket k when there are too few (shared, then, by the segments).
+func (n *Node) buildEngines(rxs []*encap.UDPConn, srcs []*encap.UDPConn) error {
+	peerPorts := make(map[netip.Addr]uint16, len(n.cfg.Peers))
+	for _, p := range n.cfg.Peers {
+		peerPorts[p.Addr()] = p.Port()
+	}
+	total := 0
+	for _, s := range n.segs {
+		total += len(s.devs)
+	}
+	shared := make([]encap.Transport, len(rxs))
+	for k, rx := range rxs {
+		shared[k] = rx
+		if len(n.segs) > 1 {
+			shared[k] = encap.SharedSender(rx)
+		}
+	}
+	perSocket := make([][]*encap.Engine, len(rxs))
+	j := 0 // engine number across segments
+	for _, s := range n.segs {
+		for k, d := range s.devs {
+			var mine []encap.Transport
+			for i, src := range srcs {
+				if i%total == j {
+					mine = append(mine, src)
+				}
+			}
+			if len(mine) == 0 {
+				mine = []encap.Transport{shared[k]}
+			}
+			j++
+			eng, err := encap.NewEngine(encap.EngineConfig{
+				VNI:       s.cfg.VNI,
+				MAC:       s.mac,
+				Local:     n.cfg.Local,
+				Port:      n.cfg.Port,
+				PeerPorts: peerPorts,
+				Learning:  n.cfg.Learning,
+				Neigh:     n.neigh,
+				Snoop:     s.snoop,
+				Logger:    n.log,
+			}, d, nil, mine, n.table)
+			if err != nil {
+				return err
+			}
+			s.engines = append(s.engines, eng)
+		}
+		// A segment with fewer queues than sockets (offloads refused)
+		// gets the datagrams of every socket: engine k%queues.
+		for k := range rxs {
+			perSocket[k] = append(perSocket[k], s.engines[k%len(s.engines)])
+		}
+	}
+	for k, rx := range rxs {
+		d, err := encap.NewDemux(rx, perSocket[k])
+		if err != nil {
+			return err
+		}
+		n.demuxes = append(n.demuxes, d)
+	}
+	return nil
+}
+
+// openSources opens one socket per port of the source port range; a port
+// that is taken is skipped. With no range (or nothing bindable) the
+// engines send from the receiving sockets.
+func (n *Node) openSources() ([]*encap.UDPConn, error) {
+	cfg := n.cfg
+	if cfg.SrcPortMin == 0 {
+		return nil, nil
+	}
+	var out []*encap.UDPConn
+	var skipped []string
+	for p := int(cfg.SrcPortMin); p <= int(cfg.SrcPortMax); p++ {
+		c, err := encap.ListenUDP(netip.AddrPortFrom(cfg.Local, uint16(p)), encap.UDPOptions{})
+		if err != nil {
+			if errors.Is(err, unix.EADDRINUSE) {
+				skipped = append(skipped, fmt.Sprint(p))
+				continue
+			}
+			return nil, listenError("src-port-range", fmt.Sprintf("%d-%d", cfg.SrcPortMin, cfg.SrcPortMax), err)
+		}
+		n.closers = append(n.closers, c.Close)
+		out = append(out, c)
+	}
+	if len(skipped) > 0 {
+		n.log.Warn("source ports in use, skipped", "ports", strings.Join(skipped, ","))
+	}
+	if len(out) == 0 {
+		n.log.Warn("no source port of --src-port-range is free; sending from --port")
+	}
+	return out, nil
+}
+
+// listenError turns a bind failure into a configuration error where the
+// flag is the cause.
+func listenError(flag, value string, err error) error {
+	switch {
+	case errors.Is(err, unix.EADDRINUSE):
+		return badConfig(flag, value, "address already in use (another agent or a kernel VXLAN device on this port?)")
+	case errors.Is(err, unix.EADDRNOTAVAIL):
+		return badConfig("local", value, "not an address of this host")
+	}
+	return err
+}
+
+// leaseConfig is the gossip lease configuration, with the lease of the
+// previous run; nil without --network.
+func (n *Node) leaseConfig() *gossip.LeaseConfig {
+	if n.cfg.Leases == nil {
+		return nil
+	}
+	lc := *n.cfg.Leases
+	if path := n.leaseFile(); path != "" {
+		lc.Prior = routed.LoadLease(path, lc.Network, lc.SubnetLen, n.log)
+	}
+	return &lc
+}
+
+func (n *Node) leaseFile() string { return n.stateFile(n.cfg.Segments[0].Dev, ".lease.json") }
+
+// Run forwards and gossips until ctx is done or something fails; it then
+// leaves the cluster, closes everything (the TAPs disappear) and returns
+// the first error, or nil after a cancellation. Call it once.
+func (n *Node) Run(ctx context.Context) error {
+	n.mu.Lock()
+	if n.running {
+		n.mu.Unlock()
+		return errors.New("node: Run called twice")
+	}
+	n.running = true
+	n.mu.Unlock()
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, len(n.demuxes)+len(n.segs)*n.cfg.Queues+4) // every spawned function can fail without blocking
+	var wg sync.WaitGroup
+	spawn := func(f func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(); err != nil {
+				errs <- err
+			}
+			cancel()
+		}()
+	}
+	go n.table.Run(ctx)
+	for _, s := range n.segs {
+		go s.tracker.run(ctx, s.snoop)
+		for _, e := range s.engines {
+			spawn(func() error { return e.Run(ctx) })
+		}
+	}
+	for _, d := range n.demuxes {
+		spawn(d.Run)
+	}
+	spawn(func() error { return n.gossip.Run(ctx) })
+	if n.cfg.Leases != nil {
+		s := n.segs[0]
+		rc := routed.Config{Network: n.cfg.Leases.Network, SubnetLen: n.cfg.Leases.SubnetLen, VNI: s.cfg.VNI,
+			Dev: s.devs[0].Name(), MTU: s.devs[0].MTU(), LeaseFile: n.leaseFile(), SubnetFile: n.cfg.SubnetFile,
+			IPMasq: n.cfg.IPMasq, Logger: n.log.With("subsystem", "routed")}
+		spawn(func() error { return routed.Run(ctx, rc, n.gossip, n.neigh) })
+	}
+	for _, s := range n.segs {
+		n.log.Info("segment up", "vni", s.cfg.VNI, "dev", s.cfg.Dev, "mac", s.mac, "mtu", s.devs[0].MTU(),
+			"offloads", s.offloads, "queues", len(s.devs))
+	}
+	n.log.Info("uvxlan running", "name", n.cfg.Name, "segments", len(n.segs), "vnis", n.cfg.VNIs(),
+		"local", n.cfg.Local, "port", n.cfg.Port, "peers", len(n.cfg.Peers), "gossip", n.gossip.Addr(),
+		"join", strings.Join(n.cfg.Join, ","))
+
+	<-ctx.Done()
+	for _, d := range n.demuxes {
+		d.Close()
+	}
+	wg.Wait()
+	select {
+	case err := <-errs:
+		if errors.Is(err, gossip.ErrLeaseLost) {
+			// The saved lease would be reclaimed, and lost, at every start.
+			if rerr := os.Remove(n.leaseFile()); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+				n.log.Warn("could not remove the lost lease", "err", rerr)
+			}
+		}
+		return err
+	default:
+		return nil
+	}
+}
+
+// Close releases a node that was built but not run (Run releases
+// everything itself). It is safe to call more than once.
+func (n *Node) Close() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.running {
+		return nil
+	}
+	for i := len(n.closers) - 1; i >= 0; i-- {
+		n.closers[i]()
+	}
+	n.closers = nil
+	return nil
+}

@@ -1,0 +1,140 @@
+package node
+
+// The read API: what the control socket and the metrics serve. Every
+// method is safe for concurrent use and returns copies.
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"github.com/uvxlan/uvxlan/encap"
+	"github.com/uvxlan/uvxlan/fdb"
+	"github.com/uvxlan/uvxlan/gossip"
+)
+
+// Status is the node's identity and settings. VNI, Dev, MAC and MTU are
+// those of the first segment (the only one, usually).
+type Status struct {
+	Name     string          `json:"name"`
+	VNI      fdb.VNI         `json:"vni"`
+	Dev      string          `json:"dev"`
+	MAC      fdb.MAC         `json:"mac"`
+	MTU      int             `json:"mtu"`
+	Local    netip.Addr      `json:"local"`
+	Port     uint16          `json:"port"`
+	Peers    int             `json:"peers"`
+	Learning bool            `json:"learning"`
+	Segments []SegmentStatus `json:"segments"`
+}
+
+// SegmentStatus is one segment's identity and settings.
+type SegmentStatus struct {
+	VNI       fdb.VNI        `json:"vni"`
+	Dev       string         `json:"dev"`
+	MAC       fdb.MAC        `json:"mac"`
+	MTU       int            `json:"mtu"`
+	Addresses []netip.Prefix `json:"addresses"`
+	Queues    int            `json:"queues"`
+	Offloads  string         `json:"offloads"`
+}
+
+// Status returns the node's identity and settings.
+func (n *Node) Status() Status {
+	st := Status{Name: n.cfg.Name, Local: n.cfg.Local, Port: n.cfg.Port, Peers: len(n.cfg.Peers), Learning: n.cfg.Learning}
+	for _, s := range n.segs {
+		st.Segments = append(st.Segments, SegmentStatus{VNI: s.cfg.VNI, Dev: s.devs[0].Name(), MAC: s.mac,
+			MTU: s.devs[0].MTU(), Addresses: slices.Clone(s.cfg.Addresses), Queues: len(s.devs), Offloads: s.offloads})
+	}
+	first := st.Segments[0]
+	st.VNI, st.Dev, st.MAC, st.MTU = first.VNI, first.Dev, first.MAC, first.MTU
+	return st
+}
+
+// Serves reports whether a segment of the node serves vni.
+func (n *Node) Serves(vni fdb.VNI) bool { return n.segment(vni) != nil }
+
+func (n *Node) segment(vni fdb.VNI) *segment {
+	for _, s := range n.segs {
+		if s.cfg.VNI == vni {
+			return s
+		}
+	}
+	return nil
+}
+
+// Entries returns the FDB entries of every segment.
+func (n *Node) Entries() []fdb.Entry { return n.table.Entries() }
+
+// Neighbors returns the IP → MAC bindings of every segment.
+func (n *Node) Neighbors() []fdb.Neigh { return n.neigh.Entries() }
+
+// Members returns the gossip cluster as this node sees it.
+func (n *Node) Members() []gossip.Member { return n.gossip.Members() }
+
+// Leases returns the subnet leases of the cluster; empty outside routed
+// mode.
+func (n *Node) Leases() []gossip.Lease {
+	ls := n.gossip.Leases()
+	if ls == nil {
+		ls = []gossip.Lease{}
+	}
+	return ls
+}
+
+// Stats are the node's counters: the data path's in total and per segment,
+// and gossip's.
+type Stats struct {
+	// Total is the sum of the segments and of the drops that belong to no
+	// segment (a bad VXLAN header, a VNI nobody serves), which only it
+	// counts.
+	Total    encap.Stats
+	Segments []SegmentStats
+	Gossip   gossip.Stats
+}
+
+// SegmentStats are one segment's data-path counters.
+type SegmentStats struct {
+	VNI   fdb.VNI
+	Dev   string
+	Stats encap.Stats
+}
+
+// Stats returns a snapshot of the counters.
+func (n *Node) Stats() Stats {
+	var st Stats
+	for _, d := range n.demuxes {
+		st.Total = st.Total.Add(d.Stats())
+	}
+	for _, s := range n.segs {
+		ss := SegmentStats{VNI: s.cfg.VNI, Dev: s.cfg.Dev}
+		for _, e := range s.engines {
+			ss.Stats = ss.Stats.Add(e.Stats())
+		}
+		for _, d := range s.devs {
+			ss.Stats.Drops[encap.DropTAPSplit] += d.OffloadDrops()
+		}
+		st.Segments = append(st.Segments, ss)
+		st.Total = st.Total.Add(ss.Stats)
+	}
+	st.Gossip = n.gossip.Stats()
+	return st
+}
+
+// AddStatic adds or replaces a static FDB entry: mac lives behind vtep in
+// vni. vni must be served by a segment.
+func (n *Node) AddStatic(vni fdb.VNI, mac fdb.MAC, vtep netip.AddrPort) error {
+	if !n.Serves(vni) {
+		return &ConfigError{Flag: "vni", Value: fmt.Sprint(vni), Why: "no segment of this agent serves it"}
+	}
+	return n.table.Set(fdb.Entry{VNI: vni, MAC: mac, VTEP: vtep, Origin: fdb.OriginStatic})
+}
+
+// DeleteStatic removes a static FDB entry; it reports whether there was
+// one.
+func (n *Node) DeleteStatic(vni fdb.VNI, mac fdb.MAC) bool {
+	return n.table.DeleteOrigin(vni, mac, fdb.OriginStatic)
+}
+
+// VNIs returns the VNIs of the segments, in order.
+func (n *Node) VNIs() []fdb.VNI { return n.cfg.VNIs() }

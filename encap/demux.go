@@ -1,0 +1,244 @@
+package encap
+
+// The demultiplexer: one underlay socket, several segments. Like the
+// kernel's VXLAN driver, which serves every VXLAN device bound to port 4789
+// from one socket, a Demux reads one socket and hands each datagram to the
+// engine of its VNI.
+//
+// Receive (underlay → TAPs), one batch at a time:
+//  1. one ReadBatch (recvmmsg); a message in which the kernel coalesced a
+//     run of datagrams (UDP GRO) is cut into its datagrams in place;
+//  2. validate the VXLAN header (length, I flag, reserved bits): a failure is
+//     a drop counted by the Demux, as is a VNI no engine serves (wrong_vni);
+//  3. the engine of the VNI validates the inner frame (length, source MAC)
+//     and learns inner source MAC → outer source VTEP when learning is on;
+//     those drops and the rx counters are the engine's (its segment's);
+//  4. the frames of the batch are collected per engine, in order, and each
+//     engine's go to its TAP in one Write, so that the TAP can coalesce a
+//     flow's segments into one frame again (GRO).
+//
+// Nothing here allocates or logs per packet; the VNI → engine map is built
+// once and only read.
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/uvxlan/uvxlan/fdb"
+)
+
+// Demux receives VXLAN from one socket for several engines, one per VNI.
+// Create it with NewDemux and run it with Run; Stats may be called at any
+// time from any goroutine.
+type Demux struct {
+	rx      Transport
+	engines []*Engine
+	byVNI   map[fdb.VNI]int // index into engines
+	c       counters        // drops that belong to no engine
+	// The last (engine, source MAC, VTEP) learned in the current batch, so
+	// that a run of datagrams of one flow is learned once. Receive loop
+	// only.
+	lastEng    *Engine
+	lastSrc    fdb.MAC
+	lastFrom   netip.AddrPort
+	lastLearnt bool
+}
+
+// NewDemux builds a demultiplexer of rx for engines, which must serve
+// distinct VNIs and have no socket of their own. The Demux owns rx: Run
+// closes it.
+func NewDemux(rx Transport, engines []*Engine) (*Demux, error) {
+	if rx == nil || len(engines) == 0 {
+		return nil, errors.New("encap: a demultiplexer needs a socket and at least one engine")
+	}
+	seen := map[fdb.VNI]bool{}
+	for _, e := range engines {
+		if e.own != nil {
+			return nil, fmt.Errorf("encap: the engine of VNI %d has its own socket", e.cfg.VNI)
+		}
+		if seen[e.cfg.VNI] {
+			return nil, fmt.Errorf("encap: two engines for VNI %d", e.cfg.VNI)
+		}
+		seen[e.cfg.VNI] = true
+	}
+	return newDemux(rx, engines), nil
+}
+
+func newDemux(rx Transport, engines []*Engine) *Demux {
+	d := &Demux{rx: rx, engines: engines, byVNI: make(map[fdb.VNI]int, len(engines))}
+	for i, e := range engines {
+		d.byVNI[e.cfg.VNI] = i
+	}
+	return d
+}
+
+// Stats returns the Demux's own counters: the drops of datagrams that
+// belong to no engine (a bad header, a VNI nobody serves). Safe for
+// concurrent use.
+func (d *Demux) Stats() Stats { return d.c.snapshot() }
+
+// Run receives until rx is closed (by Close, or by an engine's Run on the
+// way out) and returns nil then, or the first receive error.
+func (d *Demux) Run() error { return d.receiveLoop() }
+
+// Close closes rx: Run returns.
+func (d *Demux) Close() error { return d.rx.Close() }
+
+// engineOf returns the index of the engine serving vni, or -1.
+func (d *Demux) engineOf(vni fdb.VNI) int {
+	if len(d.engines) == 1 {
+		if d.engines[0].cfg.VNI == vni {
+			return 0
+		}
+		return -1
+	}
+	if i, ok := d.byVNI[vni]; ok {
+		return i
+	}
+	return -1
+}
+
+// receiveLoop reads datagrams from the underlay and writes their frames to
+// the TAPs, a batch of them at a time (see the pipeline above).
+func (d *Demux) receiveLoop() error {
+	batch := d.rx.BatchSize()
+	msgs := make([]Message, batch)
+	for i := range msgs {
+		msgs[i].Buf = make([]byte, maxDatagram)
+	}
+	// outs[i] is what goes to engine i's TAP in one Write: at most its
+	// batch size.
+	outs := make([][][]byte, len(d.engines))
+	for i, e := range d.engines {
+		outs[i] = make([][]byte, 0, max(e.dev.BatchSize(), 1))
+	}
+	flush := func(i int) bool {
+		closed := d.engines[i].deliver(outs[i])
+		outs[i] = outs[i][:0]
+		return closed
+	}
+	// add validates one datagram and queues its frame; it reports whether
+	// a TAP turned out closed.
+	add := func(m *Message) bool {
+		i := d.accept(m)
+		if i < 0 {
+			return false
+		}
+		if len(outs[i]) == cap(outs[i]) && flush(i) {
+			return true
+		}
+		outs[i] = append(outs[i], m.Buf[:m.N])
+		return false
+	}
+	for {
+		n, err := d.rx.ReadBatch(msgs)
+		if err != nil {
+			if isClosed(err) {
+				return nil
+			}
+			return err
+		}
+		d.lastLearnt = false
+		for i := 0; i < n; i++ {
+			m := &msgs[i]
+			if m.Seg <= 0 || m.N <= m.Seg {
+				if add(m) {
+					return nil
+				}
+				continue
+			}
+			// A run that does not fit what is left of its engine's
+			// Write goes in a Write of its own, rather than cut in two.
+			// (A run is one flow: its datagrams share a VNI.)
+			if k := d.peekVNI(m.Buf[:m.Seg]); k >= 0 {
+				if segs := (m.N + m.Seg - 1) / m.Seg; len(outs[k])+segs > cap(outs[k]) && flush(k) {
+					return nil
+				}
+			}
+			for off := 0; off < m.N; off += m.Seg {
+				sm := Message{Buf: m.Buf[off:min(off+m.Seg, m.N)], Addr: m.Addr}
+				sm.N = len(sm.Buf)
+				if add(&sm) {
+					return nil
+				}
+			}
+		}
+		for i := range outs {
+			if len(outs[i]) > 0 && flush(i) {
+				return nil
+			}
+		}
+	}
+}
+
+// peekVNI returns the engine of a datagram's VNI without counting anything,
+// or -1.
+func (d *Demux) peekVNI(pkt []byte) int {
+	var h Header
+	if h.Unmarshal(pkt) != nil {
+		return -1
+	}
+	return d.engineOf(h.VNI)
+}
+
+// accept validates one datagram (VXLAN header + frame), finds the engine of
+// its VNI and lets it check and learn from the frame. It returns the
+// engine's index, or -1 when the datagram is dropped.
+func (d *Demux) accept(m *Message) int {
+	pkt := m.Buf[:m.N]
+	var h Header
+	if err := h.Unmarshal(pkt); err != nil {
+		switch {
+		case errors.Is(err, ErrNoIFlag):
+			d.c.drop(DropNoIFlag)
+		case errors.Is(err, ErrReserved):
+			d.c.drop(DropReservedBits)
+		default:
+			d.c.drop(DropShortHeader)
+		}
+		return -1
+	}
+	i := d.engineOf(h.VNI)
+	if i < 0 {
+		d.c.drop(DropWrongVNI)
+		return -1
+	}
+	e := d.engines[i]
+	frame := pkt[HeaderLen:]
+	if len(frame) < ethHeaderLen {
+		e.c.drop(DropShortFrame)
+		return -1
+	}
+	src := fdb.MAC(frame[6:12])
+	switch {
+	case src.IsMulticast() || src.IsZero():
+		e.c.drop(DropBadSrcMAC)
+		return -1
+	case src == e.cfg.MAC:
+		e.c.drop(DropOwnMAC)
+		return -1
+	}
+	if e.cfg.Learning && (!d.lastLearnt || e != d.lastEng || src != d.lastSrc || m.Addr != d.lastFrom) {
+		e.learn(src, m.Addr.Addr())
+		d.lastEng, d.lastSrc, d.lastFrom, d.lastLearnt = e, src, m.Addr, true
+	}
+	return i
+}
+
+// deliver writes frames (datagrams: VXLAN header and frame) to the TAP and
+// counts them. It reports whether the TAP is closed.
+func (e *Engine) deliver(frames [][]byte) (closed bool) {
+	if len(frames) == 0 {
+		return false
+	}
+	const offset = HeaderLen
+	w, err := e.writeTAP(frames, offset)
+	var bytes uint64
+	for _, f := range frames[:w] {
+		bytes += uint64(len(f) - offset)
+	}
+	e.c.add(RxPackets, uint64(w))
+	e.c.add(RxBytes, bytes)
+	return err != nil && isClosed(err)
+}
