@@ -93,7 +93,7 @@ func configFromCLI(c *cli.Context) (Config, error) {
 		Control:  c.String("control"),
 	}
 	if cfg.Name == "" {
-		cfg.Name, _ = os.Hostname()
+		cfg.Name = defaultNameFromCLI(c)
 	}
 	if cfg.Dev == "" || len(cfg.Dev) > 15 || strings.ContainsAny(cfg.Dev, "/ \t") {
 		return cfg, badFlag("dev", cfg.Dev, "an interface name of 1 to 15 characters without '/' or spaces")
