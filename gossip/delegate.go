@@ -117,8 +117,12 @@ func (d *delegate) NotifyAlive(peer *memberlist.Node) error {
 }
 
 // NotifyMerge cancels a join (either way) with a cluster that holds a node we
-// would refuse, so the joiner gets a clear error.
+// would refuse, so the joiner gets a clear error, or a node under a name
+// that is taken (see conflict.go).
 func (d *delegate) NotifyMerge(peers []*memberlist.Node) error {
+	if err := d.n.checkNames(peers); err != nil {
+		return err
+	}
 	for _, p := range peers {
 		if p.Name == d.n.name || p.State != memberlist.StateAlive {
 			continue

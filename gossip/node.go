@@ -367,7 +367,7 @@ func New(cfg Config) (*Node, error) {
 	mc.BindPort = cfg.BindPort
 	mc.AdvertisePort = cfg.BindPort
 	d := &delegate{n}
-	mc.Delegate, mc.Events, mc.Alive, mc.Merge = d, d, d, d
+	mc.Delegate, mc.Events, mc.Alive, mc.Merge, mc.Conflict = d, d, d, d, d
 	mc.Logger = log.New(logWriter{n.log}, "", 0)
 	if len(cfg.SecretKeys) > 0 {
 		kr, err := memberlist.NewKeyring(cfg.SecretKeys, cfg.SecretKeys[0])
@@ -520,7 +520,9 @@ func normSeed(s string) (string, error) {
 // most about two seconds for the leave message to go out), shuts memberlist
 // down and returns nil. It returns an error, after leaving, when the node
 // cannot go on: a join refused because the cluster's network configuration
-// differs, no subnet to lease, a settled lease lost. Call it once.
+// differs, no subnet to lease, a settled lease lost; or, without leaving, an
+// error wrapping ErrNameTaken when another live member has this node's name
+// (see conflict.go). Call it once.
 func (n *Node) Run(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
@@ -590,6 +592,11 @@ func (n *Node) loop(ctx context.Context) {
 			n.gc(time.Now())
 		case <-join.C:
 			cnt, err := n.ml.Join(seeds)
+			select {
+			case <-n.failed: // refused while joining (ErrNameTaken): Run returns why
+				return
+			default:
+			}
 			if cnt > 0 {
 				n.log.Info("joined the cluster", "seeds", seeds, "contacted", cnt, "members", n.ml.NumMembers())
 				n.joined.Store(true)
@@ -683,6 +690,15 @@ func (n *Node) Close() error {
 func (n *Node) shutdown(leave bool) {
 	n.closeOnce.Do(func() {
 		close(n.closed)
+		select {
+		case <-n.failed:
+			if errors.Is(n.failErr, ErrNameTaken) {
+				// Our name is another node's: leaving would tell the
+				// cluster that node is gone.
+				leave = false
+			}
+		default:
+		}
 		if leave {
 			n.queue.QueueBroadcast(&broadcast{name: "leave/" + n.name, msg: appendLeave(nil, n.name, n.self.boot)})
 			if err := n.ml.Leave(leaveTimeout); err != nil {

@@ -121,7 +121,8 @@ func configFromCLI(c *cli.Context) (runConfig, error) {
 		return cfg, badFlag("local", "", "not given and %v", err)
 	}
 	if cfg.Name == "" {
-		cfg.Name, _ = os.Hostname()
+		hostname, _ := os.Hostname()
+		cfg.Name = defaultName(hostname, cfg.Local)
 	}
 
 	ulMTU, err := underlayMTU(cfg.Local)

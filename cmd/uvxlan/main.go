@@ -169,7 +169,7 @@ containers use (Docker: --bip=$FLANNEL_SUBNET --mtu=$FLANNEL_MTU).
 			&cli.IntFlag{Name: "fdb-max", Value: 16384, Usage: "most FDB entries; learning stops (and is counted) beyond", EnvVars: env("fdb-max")},
 			&cli.StringFlag{Name: "state-dir", Usage: "`DIR` to keep state across restarts and reboots: the TAP MAC, the subnet lease (default with --network: /var/lib/uvxlan)", EnvVars: env("state-dir")},
 			&cli.StringFlag{Name: "control", Usage: "control socket `PATH` (default: /run/uvxlan/<dev>.sock)", EnvVars: env("control")},
-			&cli.StringFlag{Name: "name", Usage: "node name, unique in the cluster (default: the hostname)", EnvVars: env("name")},
+			&cli.StringFlag{Name: "name", Usage: "node name, unique in the cluster (default: the hostname and --local, such as myhost-198.18.0.1)", EnvVars: env("name")},
 			&cli.StringSliceFlag{Name: "join", Usage: "gossip seed `HOST[:PORT]` to join, repeatable; retried until one answers, and re-joined periodically", EnvVars: env("join")},
 			&cli.StringFlag{Name: "gossip-addr", Usage: "`IP` for gossip (TCP and UDP) (default: --local)", EnvVars: env("gossip-addr")},
 			&cli.IntFlag{Name: "gossip-port", Value: 7946, Usage: "gossip `PORT`", EnvVars: env("gossip-port")},
