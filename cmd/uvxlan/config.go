@@ -16,7 +16,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/uvxlan/uvxlan/fdb"
-	"github.com/uvxlan/uvxlan/gossip"
+	"github.com/uvxlan/uvxlan/gossip/lease"
 )
 
 // Config is the validated configuration of one node. Everything in it has
@@ -49,7 +49,7 @@ type Config struct {
 	Metrics    string   // listen address for /metrics; empty: off
 
 	// Routed overlay (flannel mode): on when Leases is not nil.
-	Leases     *gossip.LeaseConfig // Prior is filled in by the node from StateDir
+	Leases     *lease.Config // Prior is filled in by the node from StateDir
 	SubnetFile string
 	IPMasq     bool
 }
@@ -211,7 +211,7 @@ func routedConfig(c *cli.Context, cfg *Config) error {
 	if err != nil || !network.Addr().Is4() {
 		return badFlag("network", s, "must be an IPv4 CIDR such as 10.244.0.0/16")
 	}
-	lc := &gossip.LeaseConfig{Network: network, SubnetLen: c.Int("subnet-len"), TTL: c.Duration("lease-ttl")}
+	lc := &lease.Config{Network: network, SubnetLen: c.Int("subnet-len"), TTL: c.Duration("lease-ttl")}
 	for _, f := range []struct {
 		name string
 		dst  *netip.Addr
@@ -226,7 +226,7 @@ func routedConfig(c *cli.Context, cfg *Config) error {
 		return badFlag("lease-ttl", c.String("lease-ttl"), "must be a positive duration such as 24h")
 	}
 	if err := lc.Check(); err != nil {
-		var fe *gossip.FieldError
+		var fe *lease.FieldError
 		if errors.As(err, &fe) {
 			flag := map[string]string{"Network": "network", "SubnetLen": "subnet-len", "SubnetMin": "subnet-min",
 				"SubnetMax": "subnet-max", "TTL": "lease-ttl"}[fe.Field]

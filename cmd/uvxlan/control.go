@@ -9,7 +9,7 @@ package main
 //	GET /v1/stats   statsView: encap.Stats and the gossip counters
 //	GET /v1/neigh   []neighRow
 //	GET /v1/members []memberRow
-//	GET /v1/leases  []gossip.Lease (routed overlay; empty otherwise)
+//	GET /v1/leases  []lease.Lease (routed overlay; empty otherwise)
 //
 // The client commands (`uvxlan fdb show`, `uvxlan stats`) print these as
 // tables, or as they are with --json.
@@ -31,7 +31,7 @@ import (
 
 	"github.com/uvxlan/uvxlan/encap"
 	"github.com/uvxlan/uvxlan/fdb"
-	"github.com/uvxlan/uvxlan/gossip"
+	"github.com/uvxlan/uvxlan/gossip/lease"
 )
 
 type controlServer struct {
@@ -95,9 +95,9 @@ func (s *controlServer) Serve(n *Node) error {
 	mux.HandleFunc("GET /v1/neigh", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, neighRows(n.neigh.Entries())) })
 	mux.HandleFunc("GET /v1/members", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, n.gossip.Members()) })
 	mux.HandleFunc("GET /v1/leases", func(w http.ResponseWriter, r *http.Request) {
-		ls := n.gossip.Leases()
+		ls := n.leases.Leases()
 		if ls == nil {
-			ls = []gossip.Lease{}
+			ls = []lease.Lease{}
 		}
 		writeJSON(w, ls)
 	})

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
@@ -20,6 +21,7 @@ import (
 	"github.com/uvxlan/uvxlan/encap"
 	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/gossip"
+	"github.com/uvxlan/uvxlan/gossip/lease"
 	"github.com/uvxlan/uvxlan/tap"
 )
 
@@ -44,6 +46,7 @@ type Node struct {
 	engines []*encap.Engine // one per TAP queue
 	devs    []*tap.TAP      // the queues; dev is devs[0]
 	gossip  *gossip.Node
+	leases  *lease.Leases // nil without --network
 	ctl     *controlServer
 	metrics *metricsServer // nil without --metrics
 	snoop   chan encap.Sighting
@@ -157,6 +160,13 @@ func NewNode(cfg Config, log *slog.Logger) (n *Node, err error) {
 	if err := n.table.Set(fdb.Entry{VNI: cfg.VNI, MAC: n.mac, VTEP: vtep, Origin: fdb.OriginLocal}); err != nil {
 		return nil, fmt.Errorf("fdb: add own MAC: %w", err)
 	}
+	var exts []gossip.Extension
+	if lc := n.leaseConfig(); lc != nil {
+		if n.leases, err = lease.New(*lc); err != nil {
+			return nil, err
+		}
+		exts = append(exts, n.leases.Extension())
+	}
 	n.gossip, err = gossip.New(gossip.Config{
 		Name:        cfg.Name,
 		BindAddr:    cfg.GossipAddr,
@@ -170,7 +180,7 @@ func NewNode(cfg Config, log *slog.Logger) (n *Node, err error) {
 		FDB:         n.table,
 		Neigh:       n.neigh,
 		Logger:      log,
-		Leases:      n.leaseConfig(),
+		Extensions:  exts,
 	})
 	if err != nil {
 		if strings.Contains(err.Error(), "address already in use") {
@@ -219,9 +229,9 @@ func NewNode(cfg Config, log *slog.Logger) (n *Node, err error) {
 	return n, nil
 }
 
-// leaseConfig is the gossip lease configuration, with the lease of the
+// leaseConfig is the lease configuration, with the lease of the
 // previous run; nil without --network.
-func (n *Node) leaseConfig() *gossip.LeaseConfig {
+func (n *Node) leaseConfig() *lease.Config {
 	if n.cfg.Leases == nil {
 		return nil
 	}
@@ -386,7 +396,7 @@ func (n *Node) Run(ctx context.Context) error {
 	wg.Wait()
 	select {
 	case err := <-errs:
-		if errors.Is(err, gossip.ErrLeaseLost) {
+		if errors.Is(err, lease.ErrLost) {
 			// The saved lease would be reclaimed, and lost, at every start.
 			if rerr := os.Remove(n.leaseFile()); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
 				n.log.Warn("could not remove the lost lease", "err", rerr)
@@ -502,7 +512,15 @@ const dropTAPSplit = "tap_split_error"
 
 // stats is what /v1/stats serves.
 func (n *Node) stats() statsView {
-	return statsView{Stats: n.engineStats(), Gossip: counterMap(n.gossip.Stats())}
+	return statsView{Stats: n.engineStats(), Gossip: n.gossipCounters()}
+}
+
+// gossipCounters are gossip's counters and the leases' (zero without
+// --network).
+func (n *Node) gossipCounters() map[string]uint64 {
+	m := counterMap(n.gossip.Stats())
+	maps.Copy(m, counterMap(n.leases.Stats()))
+	return m
 }
 
 // counterMap turns a struct of uint64 counters with JSON tags into a map.
@@ -514,7 +532,7 @@ func counterMap(v any) map[string]uint64 {
 }
 
 func (n *Node) metricsSnapshot() metricsSnapshot {
-	s := metricsSnapshot{stats: n.engineStats(), gossip: counterMap(n.gossip.Stats()),
+	s := metricsSnapshot{stats: n.engineStats(), gossip: n.gossipCounters(),
 		fdb: map[string]int{}, neigh: map[string]int{}, members: map[string]int{}}
 	for _, e := range n.table.Entries() {
 		s.fdb[e.Origin.String()]++

@@ -36,7 +36,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/uvxlan/uvxlan/fdb"
-	"github.com/uvxlan/uvxlan/gossip"
+	"github.com/uvxlan/uvxlan/gossip/lease"
 )
 
 // savedLease is the lease file in --state-dir.
@@ -53,7 +53,7 @@ func (n *Node) leaseFile() string { return filepath.Join(n.cfg.StateDir, n.cfg.D
 // loadLease returns the lease of the previous run, or nil when there is
 // none or it does not fit the configuration (then it says why in the log;
 // a fresh subnet is leased).
-func (n *Node) loadLease() *gossip.Lease {
+func (n *Node) loadLease() *lease.Lease {
 	path := n.leaseFile()
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -73,10 +73,10 @@ func (n *Node) loadLease() *gossip.Lease {
 			"file", path, "saved_network", s.Network, "saved_subnet_len", s.SubnetLen, "network", lc.Network, "subnet_len", lc.SubnetLen)
 		return nil
 	}
-	return &gossip.Lease{Subnet: s.Subnet, Claimed: s.Claimed, Expires: s.Expires}
+	return &lease.Lease{Subnet: s.Subnet, Claimed: s.Claimed, Expires: s.Expires}
 }
 
-func (n *Node) saveLease(l gossip.Lease) error {
+func (n *Node) saveLease(l lease.Lease) error {
 	lc := n.cfg.Leases
 	b, err := json.MarshalIndent(savedLease{Network: lc.Network, SubnetLen: lc.SubnetLen, Subnet: l.Subnet,
 		Claimed: l.Claimed, Expires: l.Expires}, "", "  ")
@@ -118,7 +118,7 @@ func subnetEnv(network, subnet netip.Prefix, mtu int, ipMasq bool) string {
 // routes and ARP answers in step with the cluster's leases until ctx is
 // done. It returns an error when the host cannot be configured.
 func (n *Node) runRouted(ctx context.Context) error {
-	lease, err := n.gossip.WaitLease(ctx)
+	lease, err := n.leases.WaitLease(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -166,7 +166,7 @@ func (n *Node) runRouted(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-n.gossip.LeaseChanges():
+		case <-n.leases.Changes():
 		}
 	}
 }
@@ -176,24 +176,24 @@ type router struct {
 	n      *Node
 	link   netlink.Link
 	routes map[netip.Prefix]bool // installed
-	saved  gossip.Lease          // our lease as last saved
+	saved  lease.Lease           // our lease as last saved
 }
 
 // sync makes the routes and subnet ARP answers those of the remote live
 // leases, and saves our lease when it was renewed.
 func (r *router) sync() {
 	n := r.n
-	want := map[netip.Prefix]gossip.Lease{}
+	want := map[netip.Prefix]lease.Lease{}
 	var answers []fdb.SubnetNeigh
-	for _, l := range n.gossip.Leases() {
+	for _, l := range n.leases.Leases() {
 		switch {
-		case l.Self && l.State == gossip.LeaseAlive && !l.Expires.Equal(r.saved.Expires):
+		case l.Self && l.State == lease.Alive && !l.Expires.Equal(r.saved.Expires):
 			if err := n.saveLease(l); err != nil {
 				n.log.Warn("could not save the renewed lease", "err", err)
 			} else {
 				r.saved = l
 			}
-		case !l.Self && l.State == gossip.LeaseAlive:
+		case !l.Self && l.State == lease.Alive:
 			want[l.Subnet] = l
 			answers = append(answers, fdb.SubnetNeigh{VNI: n.cfg.VNI, Subnet: l.Subnet, MAC: l.MAC})
 		}
