@@ -11,9 +11,11 @@ import (
 	"github.com/uvxlan/uvxlan/fdb"
 )
 
-// The wire format of entry messages. Every message that uvxlan sends
-// through memberlist (broadcasts, and the user state of a push/pull) is one
-// of these. All integers are big endian.
+// The wire format of entry messages. Every broadcast that gossip itself
+// sends through memberlist is one of these or a leave intent (below), and
+// the user state of a push/pull carries one (see "Push/pull states" below);
+// the extensions' messages start with their own type byte (extension.go).
+// All integers are big endian.
 //
 //	message:  type (1) = msgEntries | count (4) | entry × count
 //
@@ -38,9 +40,9 @@ import (
 // bytes are an error. So the encoding is canonical: whatever decodes
 // re-encodes to the same bytes.
 
-// Message types: the first byte of every message.
-// The types below MinExtensionType are gossip's; the others are the
-// extensions' (see extension.go).
+// Message types: the first byte of every message. The types below
+// MinExtensionType are gossip's; the others are the extensions' (see
+// extension.go).
 const (
 	msgEntries byte = 1
 	msgLeave   byte = 2

@@ -65,7 +65,8 @@ import (
 
 const (
 	// MinExtensionType is the smallest type byte of an extension; the
-	// smaller ones are gossip's own message types.
+	// smaller ones are gossip's own message types. Types in use:
+	// MinExtensionType, subnet leases (gossip/lease).
 	MinExtensionType = 16
 	// MaxExtensionMeta bounds an extension's contribution to the node
 	// metadata, in bytes.

@@ -290,7 +290,8 @@ type Stats struct {
 	// members, dropped because the pending set was full or because the owner
 	// did not join within a minute.
 	RejectedUnknownOwner uint64 `json:"rejected_unknown_owner"`
-	// DecodeErrors counts undecodable messages, dropped whole.
+	// DecodeErrors counts undecodable messages (and extension messages and
+	// sections that their extension could not decode), dropped whole.
 	DecodeErrors uint64 `json:"decode_errors"`
 	// Withdrawn counts gossip entries removed from our tables, by
 	// withdrawals and departures of their owners.
