@@ -11,9 +11,11 @@ import (
 	"github.com/uvxlan/uvxlan/fdb"
 )
 
-// The wire format of entry messages. Every message that uvxlan sends
-// through memberlist (broadcasts, and the user state of a push/pull) is one
-// of these. All integers are big endian.
+// The wire format of entry messages. Every broadcast that gossip itself
+// sends through memberlist is one of these or a leave intent (below), and
+// the user state of a push/pull carries one (see "Push/pull states" below);
+// the extensions' messages start with their own type byte (extension.go).
+// All integers are big endian.
 //
 //	message:  type (1) = msgEntries | count (4) | entry × count
 //
@@ -38,10 +40,13 @@ import (
 // bytes are an error. So the encoding is canonical: whatever decodes
 // re-encodes to the same bytes.
 
-// Message types: the first byte of every message.
+// Message types: the first byte of every message. The types below
+// MinExtensionType are gossip's; the others are the extensions' (see
+// extension.go).
 const (
 	msgEntries byte = 1
 	msgLeave   byte = 2
+	msgState   byte = 3
 )
 
 const (
@@ -339,120 +344,42 @@ func validName(s string) bool {
 	return s != "" && len(s) <= maxNameLen && !strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f })
 }
 
-// Lease messages and push/pull states (see lease.go):
+// Push/pull states. The user state of a push/pull is this node's entries
+// and a section for each extension it runs (see extension.go):
 //
-//	message:  type (1) = msgLeases | count (4) | lease × count
-//	lease:    flags (1) | version (8) | owner length (1) | owner
-//	          | subnet address length (1) = 4 | subnet address | subnet bits (1)
-//	          | claim (8) | expires (8) | VTEP address length (1) | VTEP address | VTEP port (2) | MAC (6)
+//	state:    type (1) = msgState | entries message length (4) | entries message | section ...
+//	section:  extension type (1) | length (4) | data
 //
-//	state:    type (1) = msgState | entries message length (4) | entries message | leases message
-//
-// The lease decoder is strict in the same way: a valid owner, a masked IPv4
-// subnet, a usable VTEP, a unicast MAC, no unknown flags, no trailing bytes.
+// Sections are in increasing order of type, and the types are
+// MinExtensionType or above; a section runs to the next one or the end.
+// The receiver hands each section to its extension of that type and skips
+// (and counts) the others; a malformed state is dropped whole.
 
-const (
-	msgLeases byte = 3
-	msgState  byte = 4
-	// minLeaseLen is the smallest encoded lease.
-	minLeaseLen = 1 + 8 + 1 + 1 + 1 + 4 + 1 + 8 + 8 + 1 + 4 + 2 + 6
-)
-
-func appendLeases(b []byte, recs []leaseRec) []byte {
-	b = append(b, msgLeases)
-	b = binary.BigEndian.AppendUint32(b, uint32(len(recs)))
-	for i := range recs {
-		r := &recs[i]
-		var flags byte
-		if r.deleted {
-			flags |= flagDeleted
-		}
-		b = append(b, flags)
-		b = binary.BigEndian.AppendUint64(b, r.version)
-		b = append(b, byte(len(r.owner)))
-		b = append(b, r.owner...)
-		b = appendAddr(b, r.subnet.Addr())
-		b = append(b, byte(r.subnet.Bits()))
-		b = binary.BigEndian.AppendUint64(b, r.claim)
-		b = binary.BigEndian.AppendUint64(b, r.expires)
-		b = appendAddr(b, r.vtep.Addr())
-		b = binary.BigEndian.AppendUint16(b, r.vtep.Port())
-		b = append(b, r.mac[:]...)
-	}
-	return b
+// section is an extension's part of a push/pull state or of the node
+// metadata.
+type section struct {
+	typ  byte
+	data []byte
 }
 
-// decodeLeases decodes a message made by appendLeases. Errors wrap errDecode.
-func decodeLeases(b []byte) ([]leaseRec, error) {
-	if len(b) < 5 {
-		return nil, fmt.Errorf("%w: %w", errDecode, io.ErrUnexpectedEOF)
-	}
-	if b[0] != msgLeases {
-		return nil, fmt.Errorf("%w: unknown message type %d", errDecode, b[0])
-	}
-	n := binary.BigEndian.Uint32(b[1:5])
-	if n > maxLeases || int(n) > len(b[5:])/minLeaseLen {
-		return nil, fmt.Errorf("%w: %d leases in %d bytes", errDecode, n, len(b)-5)
-	}
-	r := reader{b: b[5:]}
-	recs := make([]leaseRec, n)
-	for i := range recs {
-		l := &recs[i]
-		flags := r.u8()
-		l.deleted = flags&flagDeleted != 0
-		l.version = r.u64()
-		l.owner = string(r.next(int(r.u8())))
-		a := r.addr()
-		bits := int(r.u8())
-		l.claim = r.u64()
-		l.expires = r.u64()
-		va := r.addr()
-		l.vtep = netip.AddrPortFrom(va, r.u16())
-		l.mac = r.mac()
-		if r.err != nil {
-			return nil, fmt.Errorf("%w: lease %d: %w", errDecode, i, r.err)
-		}
-		var err error
-		switch {
-		case flags&^flagDeleted != 0:
-			err = fmt.Errorf("unknown flags %#x", flags)
-		case !validName(l.owner):
-			err = fmt.Errorf("bad owner name %q", l.owner)
-		case !a.Is4() || bits > 32:
-			err = fmt.Errorf("subnet %s/%d is not an IPv4 prefix", a, bits)
-		case !validVTEP(l.vtep):
-			err = fmt.Errorf("unusable VTEP %s", l.vtep)
-		case !validMAC(l.mac):
-			err = fmt.Errorf("MAC %s is zero or multicast", l.mac)
-		}
-		if err == nil {
-			l.subnet = netip.PrefixFrom(a, bits)
-			if l.subnet != l.subnet.Masked() {
-				err = fmt.Errorf("subnet %s has host bits set", l.subnet)
-			}
-		}
-		if err != nil {
-			return nil, fmt.Errorf("%w: lease %d: %w", errDecode, i, err)
-		}
-	}
-	if len(r.b) != 0 {
-		return nil, fmt.Errorf("%w: %d trailing bytes", errDecode, len(r.b))
-	}
-	return recs, nil
-}
-
-// appendState appends a push/pull state: an entries message and a leases
-// message.
-func appendState(b []byte, entries []record, leases []leaseRec) []byte {
+// appendState appends a push/pull state. The sections must be in
+// increasing order of type, MinExtensionType or above.
+func appendState(b []byte, entries []record, sections []section) []byte {
 	b = append(b, msgState, 0, 0, 0, 0)
 	start := len(b)
 	b = appendEntries(b, entries)
 	binary.BigEndian.PutUint32(b[start-4:start], uint32(len(b)-start))
-	return appendLeases(b, leases)
+	for _, s := range sections {
+		b = append(b, s.typ)
+		b = binary.BigEndian.AppendUint32(b, uint32(len(s.data)))
+		b = append(b, s.data...)
+	}
+	return b
 }
 
-// decodeState decodes a message made by appendState. Errors wrap errDecode.
-func decodeState(b []byte) ([]record, []leaseRec, error) {
+// decodeState decodes a message made by appendState. The records own their
+// memory; the sections' data are subslices of b. Errors wrap errDecode.
+func decodeState(b []byte) ([]record, []section, error) {
 	if len(b) < 5 || b[0] != msgState {
 		return nil, nil, fmt.Errorf("%w: not a state message", errDecode)
 	}
@@ -464,9 +391,21 @@ func decodeState(b []byte) ([]record, []leaseRec, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	leases, err := decodeLeases(b[5+n:])
-	if err != nil {
-		return nil, nil, err
+	var sections []section
+	for rest := b[5+n:]; len(rest) > 0; {
+		if len(rest) < 5 {
+			return nil, nil, fmt.Errorf("%w: section %d: %w", errDecode, len(sections), io.ErrUnexpectedEOF)
+		}
+		t, l := rest[0], binary.BigEndian.Uint32(rest[1:5])
+		if uint64(l) > uint64(len(rest)-5) {
+			return nil, nil, fmt.Errorf("%w: section %d of %d bytes in %d", errDecode, len(sections), l, len(rest)-5)
+		}
+		if t < MinExtensionType || (len(sections) > 0 && t <= sections[len(sections)-1].typ) {
+			return nil, nil, fmt.Errorf("%w: section of type %d out of order", errDecode, t)
+		}
+		end := 5 + int(l)
+		sections = append(sections, section{typ: t, data: rest[5:end:end]})
+		rest = rest[end:]
 	}
-	return recs, leases, nil
+	return recs, sections, nil
 }

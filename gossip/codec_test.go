@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -156,7 +157,7 @@ func sampleMeta() meta {
 func TestMetaRoundTrip(t *testing.T) {
 	m := sampleMeta()
 	b := m.encode()
-	if want := 1 + 8 + 1 + 4 + 2 + 6 + 1 + 3*4 + 3; len(b) != want {
+	if want := 1 + 8 + 1 + 4 + 2 + 6 + 1 + 3*4 + 1; len(b) != want {
 		t.Errorf("encoded length %d, want %d", len(b), want)
 	}
 	got, err := decodeMeta(b)
@@ -169,9 +170,9 @@ func TestMetaRoundTrip(t *testing.T) {
 	for v := range fdb.VNI(maxVNIs) {
 		big.vnis = append(big.vnis, v+1)
 	}
-	big.network, big.subnetLen = netip.MustParsePrefix("10.244.0.0/16"), 24
-	if got, err := decodeMeta(big.encode()); err != nil || got.network != big.network || got.subnetLen != 24 {
-		t.Errorf("decodeMeta(with a network) = %+v, %v", got, err)
+	big.ext = []section{{typ: MinExtensionType, data: []byte{10, 244, 0, 0, 16, 24}}, {typ: 255, data: bytes.Repeat([]byte{7}, MaxExtensionMeta)}}
+	if got, err := decodeMeta(big.encode()); err != nil || !reflect.DeepEqual(got.ext, big.ext) {
+		t.Errorf("decodeMeta(with extensions) = %+v, %v", got, err)
 	}
 	if n := len(big.encode()); n > 512 {
 		t.Errorf("largest metadata is %d bytes, more than memberlist's 512", n)
@@ -222,17 +223,22 @@ func TestDecodeMetaErrors(t *testing.T) {
 		{"VNI twice", func() []byte { m := sampleMeta(); m.vnis = []fdb.VNI{5, 5}; return m.encode() }()},
 		{"port 0", func() []byte { m := sampleMeta(); m.vtep = netip.MustParseAddrPort("198.18.0.1:0"); return m.encode() }()},
 		{"multicast MAC", func() []byte { m := sampleMeta(); m.mac = fdb.MAC{1, 2, 3, 4, 5, 6}; return m.encode() }()},
-		{"network host bits", func() []byte {
+		{"extension type too small", func() []byte {
 			m := sampleMeta()
-			m.network, m.subnetLen = netip.PrefixFrom(netip.MustParseAddr("10.244.1.0"), 16), 24
+			m.ext = []section{{typ: MinExtensionType - 1, data: []byte{1}}}
 			return m.encode()
 		}()},
-		{"subnet not longer than network", func() []byte {
+		{"extensions out of order", func() []byte {
 			m := sampleMeta()
-			m.network, m.subnetLen = netip.MustParsePrefix("10.244.0.0/16"), 16
+			m.ext = []section{{typ: 20, data: []byte{1}}, {typ: 20}}
 			return m.encode()
 		}()},
-		{"subnet length without network", append(bytes.Clone(good[:len(good)-3]), 0, 0, 24)},
+		{"extension metadata too long", func() []byte {
+			m := sampleMeta()
+			m.ext = []section{{typ: 20, data: make([]byte, MaxExtensionMeta+1)}}
+			return m.encode()
+		}()},
+		{"section cut short", append(bytes.Clone(good[:len(good)-1]), 1, 20, 3, 1)},
 	}
 	for _, tt := range tests {
 		if m, err := decodeMeta(tt.in); err == nil {
@@ -244,9 +250,9 @@ func TestDecodeMetaErrors(t *testing.T) {
 func FuzzDecodeMeta(f *testing.F) {
 	f.Add(sampleMeta().encode())
 	f.Add([]byte{protoVersion})
-	withNet := sampleMeta()
-	withNet.network, withNet.subnetLen = netip.MustParsePrefix("10.244.0.0/16"), 24
-	f.Add(withNet.encode())
+	withExt := sampleMeta()
+	withExt.ext = []section{{typ: MinExtensionType, data: []byte{10, 244, 0, 0, 16, 24}}, {typ: 200}}
+	f.Add(withExt.encode())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := decodeMeta(b)
 		if err != nil {
@@ -257,7 +263,7 @@ func FuzzDecodeMeta(f *testing.F) {
 			t.Fatalf("re-encoded %+v does not decode: %v", m, err)
 		}
 		if again.boot != m.boot || again.vtep != m.vtep || again.mac != m.mac || !slices.Equal(again.vnis, m.vnis) ||
-			again.network != m.network || again.subnetLen != m.subnetLen {
+			!reflect.DeepEqual(again.ext, m.ext) {
 			t.Fatalf("round trip changed the metadata: got %+v, want %+v", again, m)
 		}
 		if !bytes.Equal(m.encode(), b) {

@@ -172,48 +172,6 @@ func TestDuplicateNameRefused(t *testing.T) {
 	logs.check(t)
 }
 
-// A duplicate with the holder's lease as its prior lease (a copied state
-// directory) is refused before it can claim anything: the holder's lease
-// stays the same and alive everywhere.
-func TestDuplicateNameKeepsLease(t *testing.T) {
-	a := startLease(t, leaseConfig(0, 1, 200, 0, nil))
-	b := startLease(t, leaseConfig(1, 1, 200, 0, nil, a.Addr().String()))
-	c := startLease(t, leaseConfig(2, 1, 200, 0, nil, a.Addr().String()))
-	la := a.wait(t)
-	b.wait(t)
-	c.wait(t)
-	eventually(t, converge, "c sees a's lease", func() error {
-		if l, ok := leaseOf(c.Node, la.Subnet); !ok || l.Node != a.name || l.State != "alive" {
-			return fmt.Errorf("c sees %+v", l)
-		}
-		return nil
-	})
-
-	cfg := leaseConfig(5, 1, 200, 0, &la, b.Addr().String()) // via another member
-	cfg.Name = a.name
-	wantNameTaken(t, runDuplicate(t, cfg), a.name, a.Addr())
-	cfg = leaseConfig(6, 1, 200, 0, &la, a.Addr().String()) // via the holder
-	cfg.Name = a.name
-	wantNameTaken(t, runDuplicate(t, cfg), a.name, a.Addr())
-
-	time.Sleep(2 * testPushPull)
-	for _, n := range []*leaseNode{a, b, c} {
-		l, ok := leaseOf(n.Node, la.Subnet)
-		if !ok || l.Node != a.name || l.State != "alive" || !l.Claimed.Equal(la.Claimed) || l.VTEP != la.VTEP {
-			t.Errorf("%s sees %s as %+v, want a's lease %+v alive", n.name, la.Subnet, l, la)
-		}
-	}
-	if l, err := a.WaitLease(context.Background()); err != nil || l.Subnet != la.Subnet {
-		t.Errorf("a leases %v (%v), want %s", l.Subnet, err, la.Subnet)
-	}
-	select {
-	case err := <-a.done:
-		a.done <- err
-		t.Errorf("a's Run returned: %v", err)
-	default:
-	}
-}
-
 // A node that waits alone for its seeds (not joined yet) keeps its name when
 // a duplicate, started later, joins it: the duplicate is the newcomer.
 func TestDuplicateNameAloneHolder(t *testing.T) {

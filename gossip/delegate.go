@@ -31,34 +31,41 @@ func (d *delegate) NodeMeta(limit int) []byte {
 	return d.n.meta
 }
 
-// NotifyMsg handles a message from a peer (a broadcast). The decoder copies
-// what it keeps, so b is not retained; an undecodable message is counted and
-// dropped. It never waits on the network.
+// NotifyMsg handles a message from a peer (a broadcast): entries, a leave
+// intent or an extension's message. The decoders copy what they keep, so b
+// is not retained; an undecodable message is counted and dropped, and so is
+// the message of an extension this node does not run. It never waits on the
+// network.
 func (d *delegate) NotifyMsg(b []byte) {
-	if len(b) > 0 && b[0] == msgLeases {
-		leases, err := decodeLeases(b)
-		if err != nil {
-			d.n.stats.decodeErrors.Add(1)
-			return
-		}
-		d.n.mergeLeases(leases, true)
+	if len(b) == 0 {
+		d.n.stats.decodeErrors.Add(1)
 		return
 	}
-	if len(b) > 0 && b[0] == msgLeave {
+	switch t := b[0]; {
+	case t == msgLeave:
 		name, boot, err := decodeLeave(b)
 		if err != nil {
 			d.n.stats.decodeErrors.Add(1)
 			return
 		}
 		d.n.leaving(name, boot)
-		return
+	case t >= MinExtensionType:
+		e := d.n.extension(t)
+		if e == nil {
+			d.n.stats.unknownExtension.Add(1)
+			return
+		}
+		if err := e.NotifyMsg(b[1:]); err != nil {
+			d.n.stats.decodeErrors.Add(1)
+		}
+	default:
+		recs, err := decodeEntries(b)
+		if err != nil {
+			d.n.stats.decodeErrors.Add(1)
+			return
+		}
+		d.n.merge(recs, true)
 	}
-	recs, err := decodeEntries(b)
-	if err != nil {
-		d.n.stats.decodeErrors.Add(1)
-		return
-	}
-	d.n.merge(recs, true)
 }
 
 // GetBroadcasts returns queued broadcasts that fit limit.
@@ -66,46 +73,62 @@ func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
 	return d.n.queue.GetBroadcasts(overhead, limit)
 }
 
-// LocalState returns every record of alive owners and every lease, for a
-// push/pull.
+// LocalState returns every record of alive owners, and the extensions'
+// sections, for a push/pull.
 func (d *delegate) LocalState(join bool) []byte { return d.n.localState() }
 
-// MergeRemoteState merges a peer's LocalState with the usual rules. The
-// records are not broadcast again: the push/pull of others carries them.
+// MergeRemoteState merges a peer's LocalState with the usual rules, and
+// hands each extension its section. The records are not broadcast again:
+// the push/pull of others carries them.
 func (d *delegate) MergeRemoteState(buf []byte, join bool) {
-	recs, leases, err := decodeState(buf)
+	recs, sections, err := decodeState(buf)
 	if err != nil {
 		d.n.stats.decodeErrors.Add(1)
 		return
 	}
 	d.n.merge(recs, false)
-	d.n.mergeLeases(leases, false)
+	for _, s := range sections {
+		e := d.n.extension(s.typ)
+		if e == nil {
+			d.n.stats.unknownExtension.Add(1)
+			continue
+		}
+		if err := e.MergeRemoteState(s.data); err != nil {
+			d.n.stats.decodeErrors.Add(1)
+		}
+	}
 }
 
-// NotifyJoin: a member joined (or came back). memberlist holds its node lock.
-func (d *delegate) NotifyJoin(node *memberlist.Node) {
-	d.n.mu.Lock()
-	defer d.n.mu.Unlock()
-	d.n.memberUpLocked(node)
-}
+// NotifyJoin: a member joined (or came back). memberlist holds its node
+// lock, so the membership callbacks come one at a time.
+func (d *delegate) NotifyJoin(node *memberlist.Node) { d.memberUp(node) }
 
 // NotifyUpdate: a member's metadata changed (a restart, usually).
-func (d *delegate) NotifyUpdate(node *memberlist.Node) {
+func (d *delegate) NotifyUpdate(node *memberlist.Node) { d.memberUp(node) }
+
+func (d *delegate) memberUp(node *memberlist.Node) {
 	d.n.mu.Lock()
-	defer d.n.mu.Unlock()
-	d.n.memberUpLocked(node)
+	up := d.n.memberUpLocked(node)
+	d.n.mu.Unlock()
+	if up {
+		d.n.notifyMember(node.Name, true)
+	}
 }
 
 // NotifyLeave: memberlist declared a member dead or left; its entries are
 // withdrawn from the tables and its VTEP from the flood lists.
 func (d *delegate) NotifyLeave(node *memberlist.Node) {
 	d.n.mu.Lock()
-	defer d.n.mu.Unlock()
-	d.n.memberDownLocked(node.Name)
+	down := d.n.memberDownLocked(node.Name)
+	d.n.mu.Unlock()
+	if down {
+		d.n.notifyMember(node.Name, false)
+	}
 }
 
 // NotifyAlive refuses a node whose metadata we cannot use (another protocol
-// version, not a uvxlan node, garbage): it never becomes a member.
+// version, not a uvxlan node, garbage, a configuration our extensions
+// refuse): it never becomes a member.
 func (d *delegate) NotifyAlive(peer *memberlist.Node) error {
 	if peer.Name == d.n.name {
 		return nil
@@ -128,7 +151,8 @@ func (d *delegate) NotifyMerge(peers []*memberlist.Node) error {
 			continue
 		}
 		if err := d.n.acceptable(p.Name, p.Meta); err != nil {
-			if errors.Is(err, errNetworkMismatch) && !d.n.joined.Load() {
+			var mm mismatch
+			if errors.As(err, &mm) && !d.n.joined.Load() {
 				// Perhaps we are the one joining a cluster that disagrees:
 				// Run fails with it if no seed can be joined.
 				d.n.mismatch.Store(&err)
@@ -140,12 +164,12 @@ func (d *delegate) NotifyMerge(peers []*memberlist.Node) error {
 }
 
 // acceptable decodes a peer's metadata and checks that it can be a member:
-// our protocol version, our network configuration. A refusal is counted
-// and logged.
+// our protocol version, our extensions' agreement (an error of type
+// mismatch otherwise). A refusal is counted and logged.
 func (n *Node) acceptable(name string, b []byte) error {
 	md, err := decodeMeta(b)
-	if err == nil && !sameNetwork(md, n.self) {
-		err = networkMismatch(name, md, n.self)
+	if err == nil {
+		err = n.checkExtensionsMeta(name, &md)
 	}
 	if err != nil {
 		n.refuse(name, err)

@@ -235,12 +235,13 @@ func (n *Node) broadcastLocked(r *record) {
 	n.queue.QueueBroadcast(&broadcast{name: r.id(), msg: appendEntries(nil, []record{*r})})
 }
 
-// memberUpLocked handles a join or an update of node (self included).
-func (n *Node) memberUpLocked(node *memberlist.Node) {
+// memberUpLocked handles a join or an update of node (self included). It
+// reports whether the node is now an alive member.
+func (n *Node) memberUpLocked(node *memberlist.Node) bool {
 	md, err := decodeMeta(node.Meta)
 	if err != nil { // NotifyAlive refuses those; this is a safety net
 		n.refuse(node.Name, err)
-		return
+		return false
 	}
 	now := time.Now()
 	m := n.members[node.Name]
@@ -296,16 +297,15 @@ func (n *Node) memberUpLocked(node *memberlist.Node) {
 		n.applyLocked(k, olds[i], n.winnerLocked(k))
 	}
 	n.setFloodLocked()
-	if n.leases != nil {
-		n.leasesChangedLocked() // the owner's leases are alive again
-	}
+	return true
 }
 
-// memberDownLocked handles memberlist declaring a member dead or left.
-func (n *Node) memberDownLocked(name string) {
+// memberDownLocked handles memberlist declaring a member dead or left. It
+// reports whether an alive member went down.
+func (n *Node) memberDownLocked(name string) bool {
 	m := n.members[name]
 	if m == nil || !m.alive || name == n.name {
-		return
+		return false
 	}
 	keys := n.store.keysOf(name)
 	olds := make([]*stored, len(keys))
@@ -317,9 +317,7 @@ func (n *Node) memberDownLocked(name string) {
 		n.applyLocked(k, olds[i], n.winnerLocked(k))
 	}
 	n.setFloodLocked()
-	if n.leases != nil {
-		n.leasesChangedLocked() // the owner's leases are down
-	}
+	return true
 }
 
 // leaving records the leave intent of a member's run started at boot, and
@@ -397,9 +395,6 @@ func (n *Node) gc(now time.Time) {
 			n.stats.unknownOwner.Add(1)
 		}
 	}
-	if n.leases != nil {
-		n.gcLeasesLocked(now)
-	}
 	for s, t := range n.warned {
 		if now.Sub(t) > time.Minute {
 			delete(n.warned, s)
@@ -409,11 +404,11 @@ func (n *Node) gc(now time.Time) {
 
 // localState encodes the records of alive owners (ours included), live and
 // tombstones, for a push/pull: at most maxBatch of them (the store holds no
-// more, but for a few of our own tombstones). Dormant and pending records
-// stay here: their owners are not members of the cluster.
+// more, but for a few of our own tombstones), and the extensions' sections.
+// Dormant and pending records stay here: their owners are not members of
+// the cluster.
 func (n *Node) localState() []byte {
 	n.mu.Lock()
-	leases := n.leaseRecordsLocked()
 	recs := make([]record, 0, n.store.n)
 	for owner, byKey := range n.store.byOwner {
 		if m := n.members[owner]; owner != n.name && (m == nil || !m.alive) {
@@ -424,7 +419,11 @@ func (n *Node) localState() []byte {
 		}
 	}
 	n.mu.Unlock()
-	return appendState(nil, recs[:min(len(recs), maxBatch)], leases)
+	sections := make([]section, len(n.exts))
+	for i, e := range n.exts { // without n.mu: see extension.go
+		sections[i] = section{typ: e.Type(), data: e.LocalState()}
+	}
+	return appendState(nil, recs[:min(len(recs), maxBatch)], sections)
 }
 
 // warnLocked logs a warning at most once a minute per subject.

@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -16,20 +17,22 @@ import (
 //
 //	version (1) | boot (8) | address length (1) = 4 or 16 | VTEP address | VTEP port (2)
 //	| TAP MAC (6) | VNI count (1) | VNI (4) × count
-//	| network address length (1) = 0 or 4 | network address | network bits (1) | subnet length (1)
+//	| section count (1) | (extension type (1) | length (1) | data) × count
 //
 // version is protoVersion; a node speaking another version is refused before
 // anything else is read, since the rest may mean something else to it. boot
 // is the node's clock when it started (see clock): every record it creates
 // has a higher version, so records older than boot are from an earlier run
 // of the node and are dropped. The TAP MAC is zero when the node has none.
-// The network is the lease configuration (LeaseConfig.Network and
-// SubnetLen): length 0 and two zero bytes when leases are off. Nodes whose
-// networks differ refuse each other.
+// The sections are the contributions of the node's extensions
+// (Extension.Meta, at most MaxExtensionMeta bytes each), in increasing order
+// of type; a node refuses a peer whose sections its extensions refuse, or
+// that has a section of an extension it does not run.
 
-// protoVersion is the version of the gossip protocol (entry messages and
-// metadata) this package speaks. Nodes speaking another one are refused.
-const protoVersion = 2
+// protoVersion is the version of the gossip protocol (entry messages,
+// push/pull states and metadata) this package speaks. Nodes speaking another
+// one are refused. Version 3: extensions (sections in states and metadata).
+const protoVersion = 3
 
 // maxVNIs bounds Config.VNIs, so that the metadata always fits.
 const maxVNIs = 64
@@ -38,10 +41,6 @@ const maxVNIs = 64
 // protocol version.
 var errIncompatible = errors.New("incompatible gossip protocol version")
 
-// errNetworkMismatch is wrapped by the refusal of a node whose lease
-// configuration differs from ours.
-var errNetworkMismatch = errors.New("different network configuration")
-
 // meta is a node's metadata, decoded.
 type meta struct {
 	version uint8
@@ -49,9 +48,17 @@ type meta struct {
 	vtep    netip.AddrPort
 	mac     fdb.MAC
 	vnis    []fdb.VNI
-	// network and subnetLen: the lease configuration; zero when off.
-	network   netip.Prefix
-	subnetLen int
+	ext     []section // extensions' metadata, by increasing type
+}
+
+// section returns the metadata of extension t, or nil.
+func (m *meta) section(t byte) []byte {
+	for _, s := range m.ext {
+		if s.typ == t {
+			return s.data
+		}
+	}
+	return nil
 }
 
 func (m *meta) serves(vni fdb.VNI) bool { return slices.Contains(m.vnis, vni) }
@@ -67,11 +74,12 @@ func (m meta) encode() []byte {
 	for _, v := range m.vnis {
 		b = binary.BigEndian.AppendUint32(b, uint32(v))
 	}
-	if !m.network.IsValid() {
-		return append(b, 0, 0, 0)
+	b = append(b, byte(len(m.ext)))
+	for _, s := range m.ext {
+		b = append(b, s.typ, byte(len(s.data)))
+		b = append(b, s.data...)
 	}
-	b = appendAddr(b, m.network.Addr())
-	return append(b, byte(m.network.Bits()), byte(m.subnetLen))
+	return b
 }
 
 // decodeMeta decodes and checks a node's metadata. A version other than
@@ -97,27 +105,15 @@ func decodeMeta(b []byte) (meta, error) {
 	for range n {
 		m.vnis = append(m.vnis, fdb.VNI(r.u32()))
 	}
-	var na netip.Addr
-	switch l := r.u8(); l {
-	case 0:
-	case 4:
-		na = netip.AddrFrom4([4]byte(r.next(4)))
-	default:
-		return meta{}, fmt.Errorf("bad node metadata: network address length %d", l)
-	}
-	bits, sublen := int(r.u8()), int(r.u8())
-	switch {
-	case r.err != nil:
-	case na.IsValid():
-		if bits > 32 || sublen <= bits || sublen > 30 {
-			return meta{}, fmt.Errorf("bad node metadata: network %s/%d with /%d subnets", na, bits, sublen)
+	n = int(r.u8())
+	for range n {
+		t := r.u8()
+		data := bytes.Clone(r.next(int(r.u8())))
+		if r.err == nil && (t < MinExtensionType || len(data) > MaxExtensionMeta ||
+			(len(m.ext) > 0 && t <= m.ext[len(m.ext)-1].typ)) {
+			return meta{}, fmt.Errorf("bad node metadata: extension section of type %d, %d bytes", t, len(data))
 		}
-		m.network, m.subnetLen = netip.PrefixFrom(na, bits), sublen
-		if m.network != m.network.Masked() {
-			return meta{}, fmt.Errorf("bad node metadata: network %s has host bits set", m.network)
-		}
-	case bits != 0 || sublen != 0:
-		return meta{}, fmt.Errorf("bad node metadata: subnet length without a network")
+		m.ext = append(m.ext, section{typ: t, data: data})
 	}
 	if r.err != nil {
 		return meta{}, fmt.Errorf("bad node metadata: %w", r.err)

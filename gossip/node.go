@@ -176,10 +176,10 @@ type Config struct {
 	// alive are joined again, so that a healed partition merges. Default
 	// 30s.
 	RejoinInterval time.Duration
-	// Leases, when set, turns on subnet leases (see lease.go): the node
-	// leases a subnet of Leases.Network once it has joined (WaitLease), and
-	// refuses nodes with another network. MAC must be set.
-	Leases *LeaseConfig
+	// Extensions are other replicated state riding this node's gossip,
+	// such as subnet leases (package gossip/lease); see extension.go. Their
+	// types must differ. Each serves this node only.
+	Extensions []Extension
 	// Tune, when set, is called last on the memberlist configuration, for
 	// tests (faster timings, port 0 for any free port) and experiments.
 	Tune func(*memberlist.Config)
@@ -221,18 +221,20 @@ type Node struct {
 	closed    chan struct{}
 	closeErr  error
 
-	leases *leaseState // nil: leases are off
+	exts []ext // Config.Extensions, started, by increasing type
 
 	failOnce sync.Once
 	failed   chan struct{} // closed by fail
 	failErr  error         // why; Run returns it
 	joined   atomic.Bool   // a join succeeded (or there was nobody to join)
+	joinedCh chan struct{} // closed when joined becomes true
 	// memberSeen signals (coalesced) that another member came alive: a
 	// node whose own joins fail is still in the cluster once another
 	// member joined it.
 	memberSeen chan struct{}
-	// mismatch is the refusal of the last node whose network differed, met
-	// while joining; Run fails with it when no seed could be joined.
+	// mismatch is the refusal of the last node configured differently
+	// (the extensions disagree), met while joining; Run fails with it when
+	// no seed could be joined.
 	mismatch atomic.Pointer[error]
 }
 
@@ -288,7 +290,8 @@ type Stats struct {
 	// members, dropped because the pending set was full or because the owner
 	// did not join within a minute.
 	RejectedUnknownOwner uint64 `json:"rejected_unknown_owner"`
-	// DecodeErrors counts undecodable messages, dropped whole.
+	// DecodeErrors counts undecodable messages (and extension messages and
+	// sections that their extension could not decode), dropped whole.
 	DecodeErrors uint64 `json:"decode_errors"`
 	// Withdrawn counts gossip entries removed from our tables, by
 	// withdrawals and departures of their owners.
@@ -304,12 +307,9 @@ type Stats struct {
 	// RefusedNodes counts refusals of nodes with incompatible or bad
 	// metadata (alive messages and joins).
 	RefusedNodes uint64 `json:"refused_nodes"`
-	// RejectedLeases counts lease records for subnets outside our network
-	// or of another length.
-	RejectedLeases uint64 `json:"rejected_leases"`
-	// Leases is the number of lease records now held (all owners,
-	// tombstones included).
-	Leases uint64 `json:"leases"`
+	// UnknownExtension counts broadcasts and push/pull sections of
+	// extensions this node does not run: skipped.
+	UnknownExtension uint64 `json:"unknown_extension"`
 	// Pending is the number of records now held for owners that are not
 	// alive members.
 	Pending uint64 `json:"pending"`
@@ -320,7 +320,7 @@ type Stats struct {
 
 type counters struct {
 	received, applied, stale, duplicate, foreignVTEP, unknownOwner, decodeErrors,
-	withdrawn, outranked, tableErrors, reannounced, refused, rejectedLeases atomic.Uint64
+	withdrawn, outranked, tableErrors, reannounced, refused, unknownExtension atomic.Uint64
 }
 
 // New checks cfg, binds the gossip sockets (memberlist starts) and
@@ -343,23 +343,9 @@ func New(cfg Config) (*Node, error) {
 		closed:       make(chan struct{}),
 		failed:       make(chan struct{}),
 		memberSeen:   make(chan struct{}, 1),
+		joinedCh:     make(chan struct{}),
 	}
 	n.self = meta{version: protoVersion, boot: n.clock.next(), vtep: cfg.VTEP, mac: cfg.MAC, vnis: slices.Clone(cfg.VNIs)}
-	if cfg.Leases != nil {
-		ls, err := newLeaseState(*cfg.Leases)
-		if err != nil {
-			return nil, fmt.Errorf("gossip: %w", err)
-		}
-		if cfg.MAC.IsZero() {
-			return nil, errors.New("gossip: leases need the TAP MAC (config MAC)")
-		}
-		n.leases = ls
-		n.self.network, n.self.subnetLen = ls.subnets.network, ls.subnets.bits
-	}
-	n.meta = n.self.encode()
-	if len(n.meta) > memberlist.MetaMaxSize {
-		return nil, fmt.Errorf("gossip: node metadata is %d bytes, more than %d", len(n.meta), memberlist.MetaMaxSize)
-	}
 
 	mc := memberlist.DefaultLANConfig()
 	mc.Name = cfg.Name
@@ -388,11 +374,15 @@ func New(cfg Config) (*Node, error) {
 	n.setFloodLocked() // static peers, before anyone joins
 	n.mu.Unlock()
 
-	// A prior lease is claimed again before memberlist starts: a push/pull
-	// that found no claim of ours would answer the old one with a
-	// tombstone (authority) and free the subnet for a moment.
-	if n.leases != nil && n.reclaimPrior(time.Now()) {
-		n.log.Info("reclaimed the subnet of the previous run", "subnet", n.leases.cfg.Prior.Subnet)
+	// The extensions start before memberlist, so that they can claim their
+	// state of a previous run before a peer's push/pull finds none (and
+	// answers it with a tombstone, authority).
+	if err := n.startExtensions(); err != nil {
+		return nil, fmt.Errorf("gossip: %w", err)
+	}
+	n.meta = n.self.encode()
+	if len(n.meta) > memberlist.MetaMaxSize {
+		return nil, fmt.Errorf("gossip: node metadata is %d bytes, more than %d", len(n.meta), memberlist.MetaMaxSize)
 	}
 	ml, err := memberlist.Create(mc)
 	if err != nil {
@@ -493,6 +483,21 @@ func (c *Config) check() error {
 	if c.RejoinInterval < 0 {
 		return fmt.Errorf("config RejoinInterval %v is negative", c.RejoinInterval)
 	}
+	c.Extensions = slices.Clone(c.Extensions)
+	for i, e := range c.Extensions {
+		if e == nil {
+			return fmt.Errorf("config Extensions: extension %d is nil", i+1)
+		}
+		if e.Type() < MinExtensionType {
+			return fmt.Errorf("config Extensions: type %d is below %d", e.Type(), MinExtensionType)
+		}
+	}
+	slices.SortStableFunc(c.Extensions, func(a, b Extension) int { return int(a.Type()) - int(b.Type()) })
+	for i := 1; i < len(c.Extensions); i++ {
+		if c.Extensions[i].Type() == c.Extensions[i-1].Type() {
+			return fmt.Errorf("config Extensions: two of type %d", c.Extensions[i].Type())
+		}
+	}
 	return nil
 }
 
@@ -515,20 +520,26 @@ func normSeed(s string) (string, error) {
 // none answers (each failure is logged at Info). Once joined, it syncs again
 // with a few random members when the join has settled (20 gossip intervals
 // later), and every RejoinInterval it joins again the seeds and departed
-// members that are not alive. It also drops expired tombstones. It blocks until
-// ctx is done or Close is called; then it leaves the cluster (waiting at
-// most about two seconds for the leave message to go out), shuts memberlist
-// down and returns nil. It returns an error, after leaving, when the node
-// cannot go on: a join refused because the cluster's network configuration
-// differs, no subnet to lease, a settled lease lost; or, without leaving, an
-// error wrapping ErrNameTaken when another live member has this node's name
-// (see conflict.go). Call it once.
+// members that are not alive. It also drops expired tombstones. It runs the
+// extensions (Extension.Run). It blocks until ctx is done or Close is
+// called; then it stops the extensions, leaves the cluster (waiting at most
+// about two seconds for the leave message to go out), shuts memberlist down
+// and returns nil. It returns an error, after leaving, when the node cannot
+// go on: a join refused because the cluster is configured differently (the
+// extensions disagree), or an extension failed the node (Handle.Fail); or,
+// without leaving, an error wrapping ErrNameTaken when another live member
+// has this node's name (see conflict.go). Call it once.
 func (n *Node) Run(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		n.loop(ctx)
 	}()
+	ectx, stopExts := context.WithCancel(ctx)
+	var exts sync.WaitGroup
+	for _, e := range n.exts {
+		exts.Go(func() { e.Run(ectx) })
+	}
 	var err error
 	select {
 	case <-ctx.Done():
@@ -536,9 +547,18 @@ func (n *Node) Run(ctx context.Context) error {
 	case <-n.failed:
 		err = n.failErr
 	}
+	stopExts()
 	n.Close()
 	<-done // a join in progress finishes within memberlist's TCPTimeout
+	exts.Wait()
 	return err
+}
+
+// setJoined records that this node is in the cluster (Handle.Joined).
+func (n *Node) setJoined() {
+	if n.joined.CompareAndSwap(false, true) {
+		close(n.joinedCh)
+	}
 }
 
 func (n *Node) loop(ctx context.Context) {
@@ -562,25 +582,8 @@ func (n *Node) loop(ctx context.Context) {
 	settle := time.NewTimer(n.settleDelay)
 	settle.Stop()
 	defer settle.Stop()
-	// Leases: claimed once in the cluster (a push/pull brought the
-	// cluster's leases), renewed from the start (a reclaimed lease is
-	// settled at once).
-	var renew <-chan time.Time
-	if n.leases != nil {
-		t := time.NewTicker(n.leases.renew)
-		defer t.Stop()
-		renew = t.C
-	}
-	acquired := n.leases == nil || n.leases.settled
-	startLeases := func() {
-		if !acquired {
-			acquired = true
-			go n.acquire(ctx, n.settleDelay)
-		}
-	}
 	if len(seeds) == 0 {
-		n.joined.Store(true)
-		startLeases()
+		n.setJoined()
 	}
 	for {
 		select {
@@ -599,10 +602,9 @@ func (n *Node) loop(ctx context.Context) {
 			}
 			if cnt > 0 {
 				n.log.Info("joined the cluster", "seeds", seeds, "contacted", cnt, "members", n.ml.NumMembers())
-				n.joined.Store(true)
+				n.setJoined()
 				rejoin.Reset(n.cfg.RejoinInterval)
 				settle.Reset(n.settleDelay)
-				startLeases()
 				continue
 			}
 			if m := n.mismatch.Load(); m != nil && !n.joined.Load() {
@@ -616,37 +618,17 @@ func (n *Node) loop(ctx context.Context) {
 			if !n.joined.Load() {
 				// Another member joined us while our own joins failed.
 				n.log.Info("in the cluster: a member contacted this node", "members", n.ml.NumMembers())
-				n.joined.Store(true)
+				n.setJoined()
 				join.Stop()
 				rejoin.Reset(n.cfg.RejoinInterval)
 				settle.Reset(n.settleDelay)
-				startLeases()
 			}
 		case <-settle.C:
 			n.settle()
 		case <-rejoin.C:
 			n.rejoin()
-		case <-renew:
-			n.renewLease(time.Now())
 		}
 	}
-}
-
-// settle syncs (push/pull) with a few random alive members.
-func (n *Node) settle() {
-	var peers []string
-	for _, m := range n.ml.Members() {
-		if m.Name != n.name {
-			peers = append(peers, m.Address())
-		}
-	}
-	rand.Shuffle(len(peers), func(i, j int) { peers[i], peers[j] = peers[j], peers[i] })
-	peers = peers[:min(len(peers), settlePeers)]
-	if len(peers) == 0 {
-		return
-	}
-	cnt, err := n.ml.Join(peers)
-	n.log.Debug("settling sync", "peers", peers, "contacted", cnt, "err", err)
 }
 
 // rejoin joins the seeds and the departed members that are not alive now.
@@ -831,13 +813,10 @@ func (n *Node) Stats() Stats {
 		TableErrors:          n.stats.tableErrors.Load(),
 		Reannounced:          n.stats.reannounced.Load(),
 		RefusedNodes:         n.stats.refused.Load(),
-		RejectedLeases:       n.stats.rejectedLeases.Load(),
+		UnknownExtension:     n.stats.unknownExtension.Load(),
 	}
 	n.mu.Lock()
 	s.Pending, s.Records = uint64(len(n.pending)), uint64(n.store.n)
-	if n.leases != nil {
-		s.Leases = uint64(n.leases.n)
-	}
 	n.mu.Unlock()
 	return s
 }

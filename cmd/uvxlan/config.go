@@ -17,7 +17,7 @@ import (
 
 	"github.com/uvxlan/uvxlan/cmd/uvxlan/node"
 	"github.com/uvxlan/uvxlan/fdb"
-	"github.com/uvxlan/uvxlan/gossip"
+	"github.com/uvxlan/uvxlan/gossip/lease"
 )
 
 // runConfig is what `uvxlan run` was told: the node's configuration and
@@ -345,7 +345,7 @@ func routedConfig(c *cli.Context, cfg *node.Config) error {
 	if err != nil || !network.Addr().Is4() {
 		return badFlag("network", s, "must be an IPv4 CIDR such as 10.244.0.0/16")
 	}
-	lc := &gossip.LeaseConfig{Network: network, SubnetLen: c.Int("subnet-len"), TTL: c.Duration("lease-ttl")}
+	lc := &lease.Config{Network: network, SubnetLen: c.Int("subnet-len"), TTL: c.Duration("lease-ttl")}
 	for _, f := range []struct {
 		name string
 		dst  *netip.Addr
@@ -360,7 +360,7 @@ func routedConfig(c *cli.Context, cfg *node.Config) error {
 		return badFlag("lease-ttl", c.String("lease-ttl"), "must be a positive duration such as 24h")
 	}
 	if err := lc.Check(); err != nil {
-		var fe *gossip.FieldError
+		var fe *lease.FieldError
 		if errors.As(err, &fe) {
 			flag := map[string]string{"Network": "network", "SubnetLen": "subnet-len", "SubnetMin": "subnet-min",
 				"SubnetMax": "subnet-max", "TTL": "lease-ttl"}[fe.Field]

@@ -11,7 +11,7 @@ package main
 //	                 segment, and gossip's
 //	GET /v1/neigh    []neighRow
 //	GET /v1/members  []memberRow
-//	GET /v1/leases   []gossip.Lease (routed overlay; empty otherwise)
+//	GET /v1/leases   []lease.Lease (routed overlay; empty otherwise)
 //
 // fdb, neigh and stats take ?vni=N to show one segment. The client commands
 // (`uvxlan fdb show`, `uvxlan stats`) print these as tables, or as they are
@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
@@ -207,7 +208,7 @@ type segmentStatsView struct {
 }
 
 func newStatsView(st node.Stats, vni fdb.VNI) statsView {
-	v := statsView{Total: st.Total, Gossip: counterMap(st.Gossip)}
+	v := statsView{Total: st.Total, Gossip: gossipCounters(st)}
 	for _, s := range st.Segments {
 		if vni != 0 && s.VNI != vni {
 			continue
@@ -259,6 +260,14 @@ func (s *segmentStatsView) UnmarshalJSON(b []byte) error {
 	}
 	s.VNI, s.Dev = id.VNI, id.Dev
 	return s.Stats.UnmarshalJSON(b)
+}
+
+// gossipCounters are gossip's counters and the leases' (zero outside
+// routed mode), by name.
+func gossipCounters(st node.Stats) map[string]uint64 {
+	m := counterMap(st.Gossip)
+	maps.Copy(m, counterMap(st.Leases))
+	return m
 }
 
 // counterMap turns a struct of uint64 counters with JSON tags into a map.

@@ -18,7 +18,7 @@ import (
 
 	"github.com/uvxlan/uvxlan/cmd/uvxlan/node"
 	"github.com/uvxlan/uvxlan/fdb"
-	"github.com/uvxlan/uvxlan/gossip"
+	"github.com/uvxlan/uvxlan/gossip/lease"
 )
 
 // Exit statuses.
@@ -179,7 +179,7 @@ containers use (Docker: --bip=$FLANNEL_SUBNET --mtu=$FLANNEL_MTU).
 			&cli.IntFlag{Name: "subnet-len", Category: "routed overlay (flannel mode)", Value: 24, Usage: "prefix length of each node's subnet (the same on every node)", EnvVars: env("subnet-len")},
 			&cli.StringFlag{Name: "subnet-min", Category: "routed overlay (flannel mode)", Usage: "first subnet handed out, e.g. 10.244.10.0 (default: the network's second subnet)", EnvVars: env("subnet-min")},
 			&cli.StringFlag{Name: "subnet-max", Category: "routed overlay (flannel mode)", Usage: "last subnet handed out (default: the network's last subnet)", EnvVars: env("subnet-max")},
-			&cli.DurationFlag{Name: "lease-ttl", Category: "routed overlay (flannel mode)", Value: gossip.DefaultLeaseTTL, Usage: "how long a gone node's subnet stays reserved for it", EnvVars: env("lease-ttl")},
+			&cli.DurationFlag{Name: "lease-ttl", Category: "routed overlay (flannel mode)", Value: lease.DefaultTTL, Usage: "how long a gone node's subnet stays reserved for it", EnvVars: env("lease-ttl")},
 			&cli.StringFlag{Name: "subnet-file", Category: "routed overlay (flannel mode)", Value: defaultSubnetFile, Usage: "where to write the flannel-style subnet.env (FLANNEL_NETWORK, FLANNEL_SUBNET, FLANNEL_MTU, FLANNEL_IPMASQ) for Docker --bip or flannel's CNI plugin", EnvVars: env("subnet-file")},
 			&cli.BoolFlag{Name: "ip-masq", Category: "routed overlay (flannel mode)", Usage: "masquerade traffic from the cluster network to destinations outside it (nftables or iptables; removed at exit)", EnvVars: env("ip-masq")},
 			&cli.StringFlag{Name: "metrics", Usage: "serve Prometheus metrics at http://`ADDR`/metrics, e.g. 127.0.0.1:9464 (default: off)", EnvVars: env("metrics")},

@@ -111,7 +111,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	for r, v := range rest.Drops {
 		counter(descDrops, v, encap.DropReason(r).String(), "")
 	}
-	for event, v := range counterMap(s.stats.Gossip) {
+	for event, v := range gossipCounters(s.stats) {
 		if gossipGauges[event] {
 			gauge(descRecords, int(v), event)
 		} else {

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/uvxlan/uvxlan/encap"
-	"github.com/uvxlan/uvxlan/gossip"
+	"github.com/uvxlan/uvxlan/gossip/lease"
 	"github.com/uvxlan/uvxlan/testenv"
 )
 
@@ -97,9 +97,9 @@ func (ra *routedAgent) bridge(t *testing.T) netip.Prefix {
 	return p
 }
 
-func (ra *routedAgent) leases(t *testing.T) []gossip.Lease {
+func (ra *routedAgent) leases(t *testing.T) []lease.Lease {
 	t.Helper()
-	var ls []gossip.Lease
+	var ls []lease.Lease
 	if _, err := newControlClient(ra.control).getInto("leases", &ls); err != nil {
 		t.Fatalf("%s: leases: %v", ra.host.Name, err)
 	}

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/uvxlan/uvxlan/encap"
-	"github.com/uvxlan/uvxlan/gossip"
+	"github.com/uvxlan/uvxlan/gossip/lease"
 )
 
 func printFDB(w io.Writer, rows []fdbRow) error {
@@ -48,7 +48,7 @@ func printMembers(w io.Writer, rows []memberRow) error {
 	return tw.Flush()
 }
 
-func printLeases(w io.Writer, rows []gossip.Lease) error {
+func printLeases(w io.Writer, rows []lease.Lease) error {
 	if len(rows) == 0 {
 		_, err := fmt.Fprintln(w, "no leases (the agent runs without --network)")
 		return err

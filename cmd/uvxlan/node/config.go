@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/uvxlan/uvxlan/fdb"
-	"github.com/uvxlan/uvxlan/gossip"
+	"github.com/uvxlan/uvxlan/gossip/lease"
 )
 
 // Segment configures one overlay of the node.
@@ -54,7 +54,7 @@ type Config struct {
 
 	// Routed overlay (flannel mode): on when Leases is not nil; it runs on
 	// the only segment.
-	Leases     *gossip.LeaseConfig // Prior is filled in by the node from StateDir
+	Leases     *lease.Config // Prior is filled in by the node from StateDir
 	SubnetFile string
 	IPMasq     bool
 

@@ -17,6 +17,7 @@ import (
 	"github.com/uvxlan/uvxlan/encap"
 	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/gossip"
+	"github.com/uvxlan/uvxlan/gossip/lease"
 	"github.com/uvxlan/uvxlan/tap"
 )
 
@@ -31,6 +32,7 @@ type Node struct {
 	segs    []*segment
 	demuxes []*encap.Demux // one per UDP socket (per queue)
 	gossip  *gossip.Node
+	leases  *lease.Leases // nil outside routed mode
 	vtep    netip.AddrPort
 
 	mu      sync.Mutex
@@ -108,6 +110,13 @@ func New(cfg Config) (_ *Node, err error) {
 		}
 	}
 
+	var exts []gossip.Extension
+	if lc := n.leaseConfig(); lc != nil {
+		if n.leases, err = lease.New(*lc); err != nil {
+			return nil, err
+		}
+		exts = append(exts, n.leases.Extension())
+	}
 	n.gossip, err = gossip.New(gossip.Config{
 		Name:        cfg.Name,
 		BindAddr:    cfg.GossipAddr,
@@ -121,7 +130,7 @@ func New(cfg Config) (_ *Node, err error) {
 		FDB:         n.table,
 		Neigh:       n.neigh,
 		Logger:      n.log,
-		Leases:      n.leaseConfig(),
+		Extensions:  exts,
 	})
 	if err != nil {
 		if strings.Contains(err.Error(), "address already in use") {
@@ -290,7 +299,7 @@ func listenError(flag, value string, err error) error {
 
 // leaseConfig is the gossip lease configuration, with the lease of the
 // previous run; nil without --network.
-func (n *Node) leaseConfig() *gossip.LeaseConfig {
+func (n *Node) leaseConfig() *lease.Config {
 	if n.cfg.Leases == nil {
 		return nil
 	}
@@ -345,7 +354,7 @@ func (n *Node) Run(ctx context.Context) error {
 		rc := routed.Config{Network: n.cfg.Leases.Network, SubnetLen: n.cfg.Leases.SubnetLen, VNI: s.cfg.VNI,
 			Dev: s.devs[0].Name(), MTU: s.devs[0].MTU(), LeaseFile: n.leaseFile(), SubnetFile: n.cfg.SubnetFile,
 			IPMasq: n.cfg.IPMasq, Logger: n.log.With("subsystem", "routed")}
-		spawn(func() error { return routed.Run(ctx, rc, n.gossip, n.neigh) })
+		spawn(func() error { return routed.Run(ctx, rc, n.leases, n.neigh) })
 	}
 	for _, s := range n.segs {
 		n.log.Info("segment up", "vni", s.cfg.VNI, "dev", s.cfg.Dev, "mac", s.mac, "mtu", s.devs[0].MTU(),
@@ -362,7 +371,7 @@ func (n *Node) Run(ctx context.Context) error {
 	wg.Wait()
 	select {
 	case err := <-errs:
-		if errors.Is(err, gossip.ErrLeaseLost) {
+		if errors.Is(err, lease.ErrLost) {
 			// The saved lease would be reclaimed, and lost, at every start.
 			if rerr := os.Remove(n.leaseFile()); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
 				n.log.Warn("could not remove the lost lease", "err", rerr)

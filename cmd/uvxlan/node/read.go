@@ -11,6 +11,7 @@ import (
 	"github.com/uvxlan/uvxlan/encap"
 	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/gossip"
+	"github.com/uvxlan/uvxlan/gossip/lease"
 )
 
 // Status is the node's identity and settings. VNI, Dev, MAC and MTU are
@@ -74,10 +75,13 @@ func (n *Node) Members() []gossip.Member { return n.gossip.Members() }
 
 // Leases returns the subnet leases of the cluster; empty outside routed
 // mode.
-func (n *Node) Leases() []gossip.Lease {
-	ls := n.gossip.Leases()
+func (n *Node) Leases() []lease.Lease {
+	var ls []lease.Lease
+	if n.leases != nil {
+		ls = n.leases.Leases()
+	}
 	if ls == nil {
-		ls = []gossip.Lease{}
+		ls = []lease.Lease{}
 	}
 	return ls
 }
@@ -91,6 +95,7 @@ type Stats struct {
 	Total    encap.Stats
 	Segments []SegmentStats
 	Gossip   gossip.Stats
+	Leases   lease.Stats // zero outside routed mode
 }
 
 // SegmentStats are one segment's data-path counters.
@@ -118,6 +123,9 @@ func (n *Node) Stats() Stats {
 		st.Total = st.Total.Add(ss.Stats)
 	}
 	st.Gossip = n.gossip.Stats()
+	if n.leases != nil {
+		st.Leases = n.leases.Stats()
+	}
 	return st
 }
 

@@ -38,7 +38,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/uvxlan/uvxlan/fdb"
-	"github.com/uvxlan/uvxlan/gossip"
+	"github.com/uvxlan/uvxlan/gossip/lease"
 )
 
 // savedLease is the lease file in --state-dir.
@@ -53,7 +53,7 @@ type savedLease struct {
 // LoadLease returns the lease saved at path by a previous run, or nil when
 // there is none or it does not fit network and subnetLen (then it says why
 // in the log; a fresh subnet is leased).
-func LoadLease(path string, network netip.Prefix, subnetLen int, log *slog.Logger) *gossip.Lease {
+func LoadLease(path string, network netip.Prefix, subnetLen int, log *slog.Logger) *lease.Lease {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -71,10 +71,10 @@ func LoadLease(path string, network netip.Prefix, subnetLen int, log *slog.Logge
 			"file", path, "saved_network", s.Network, "saved_subnet_len", s.SubnetLen, "network", network, "subnet_len", subnetLen)
 		return nil
 	}
-	return &gossip.Lease{Subnet: s.Subnet, Claimed: s.Claimed, Expires: s.Expires}
+	return &lease.Lease{Subnet: s.Subnet, Claimed: s.Claimed, Expires: s.Expires}
 }
 
-func (cfg *Config) saveLease(l gossip.Lease) error {
+func (cfg *Config) saveLease(l lease.Lease) error {
 	b, err := json.MarshalIndent(savedLease{Network: cfg.Network, SubnetLen: cfg.SubnetLen, Subnet: l.Subnet,
 		Claimed: l.Claimed, Expires: l.Expires}, "", "  ")
 	if err != nil {
@@ -128,11 +128,11 @@ type Config struct {
 // Leases is what the routed overlay reads of the cluster's subnet leases.
 type Leases interface {
 	// WaitLease blocks until this node holds a settled lease.
-	WaitLease(ctx context.Context) (gossip.Lease, error)
-	// LeaseChanges signals (coalesced) that the leases changed.
-	LeaseChanges() <-chan struct{}
+	WaitLease(ctx context.Context) (lease.Lease, error)
+	// Changes signals (coalesced) that the leases changed.
+	Changes() <-chan struct{}
 	// Leases returns every live lease.
-	Leases() []gossip.Lease
+	Leases() []lease.Lease
 }
 
 // Run waits for the lease, configures the host for it and keeps the routes
@@ -140,25 +140,25 @@ type Leases interface {
 // done. It returns an error when the host cannot be configured.
 func Run(ctx context.Context, cfg Config, leases Leases, neigh *fdb.Neighbors) error {
 	log := cfg.Logger
-	lease, err := leases.WaitLease(ctx)
+	own, err := leases.WaitLease(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
-		return err // gossip.Run fails too, and says the same
+		return err // gossip.Run fails too (the leases failed it), and says the same
 	}
 	link, err := netlink.LinkByName(cfg.Dev)
 	if err != nil {
 		return fmt.Errorf("routed: %w", err)
 	}
-	own := &netlink.Addr{IPNet: &net.IPNet{IP: lease.Subnet.Addr().AsSlice(), Mask: net.CIDRMask(32, 32)}}
-	if err := netlink.AddrReplace(link, own); err != nil {
-		return fmt.Errorf("routed: address %s/32 on %s: %w", lease.Subnet.Addr(), cfg.Dev, err)
+	addr := &netlink.Addr{IPNet: &net.IPNet{IP: own.Subnet.Addr().AsSlice(), Mask: net.CIDRMask(32, 32)}}
+	if err := netlink.AddrReplace(link, addr); err != nil {
+		return fmt.Errorf("routed: address %s/32 on %s: %w", own.Subnet.Addr(), cfg.Dev, err)
 	}
-	if err := cfg.saveLease(lease); err != nil {
+	if err := cfg.saveLease(own); err != nil {
 		return err
 	}
-	env := subnetEnv(cfg.Network, lease.Subnet, cfg.MTU, cfg.IPMasq)
+	env := subnetEnv(cfg.Network, own.Subnet, cfg.MTU, cfg.IPMasq)
 	if err := writeFileAtomic(cfg.SubnetFile, []byte(env)); err != nil {
 		return fmt.Errorf("routed: write --subnet-file: %w", err)
 	}
@@ -179,16 +179,16 @@ func Run(ctx context.Context, cfg Config, leases Leases, neigh *fdb.Neighbors) e
 		}()
 		log.Info("masquerading traffic leaving the cluster network", "network", cfg.Network, "backend", m.Backend())
 	}
-	log.Info("leased a subnet", "subnet", lease.Subnet, "tap_address", lease.Subnet.Addr().String()+"/32",
-		"bridge_address", bridgeAddress(lease.Subnet), "subnet_file", cfg.SubnetFile)
+	log.Info("leased a subnet", "subnet", own.Subnet, "tap_address", own.Subnet.Addr().String()+"/32",
+		"bridge_address", bridgeAddress(own.Subnet), "subnet_file", cfg.SubnetFile)
 
-	r := &router{cfg: &cfg, log: log, leases: leases, neigh: neigh, link: link, routes: map[netip.Prefix]bool{}, saved: lease}
+	r := &router{cfg: &cfg, log: log, leases: leases, neigh: neigh, link: link, routes: map[netip.Prefix]bool{}, saved: own}
 	for {
 		r.sync()
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-leases.LeaseChanges():
+		case <-leases.Changes():
 		}
 	}
 }
@@ -201,23 +201,23 @@ type router struct {
 	neigh  *fdb.Neighbors
 	link   netlink.Link
 	routes map[netip.Prefix]bool // installed
-	saved  gossip.Lease          // our lease as last saved
+	saved  lease.Lease           // our lease as last saved
 }
 
 // sync makes the routes and subnet ARP answers those of the remote live
 // leases, and saves our lease when it was renewed.
 func (r *router) sync() {
-	want := map[netip.Prefix]gossip.Lease{}
+	want := map[netip.Prefix]lease.Lease{}
 	var answers []fdb.SubnetNeigh
 	for _, l := range r.leases.Leases() {
 		switch {
-		case l.Self && l.State == gossip.LeaseAlive && !l.Expires.Equal(r.saved.Expires):
+		case l.Self && l.State == lease.Alive && !l.Expires.Equal(r.saved.Expires):
 			if err := r.cfg.saveLease(l); err != nil {
 				r.log.Warn("could not save the renewed lease", "err", err)
 			} else {
 				r.saved = l
 			}
-		case !l.Self && l.State == gossip.LeaseAlive:
+		case !l.Self && l.State == lease.Alive:
 			want[l.Subnet] = l
 			answers = append(answers, fdb.SubnetNeigh{VNI: r.cfg.VNI, Subnet: l.Subnet, MAC: l.MAC})
 		}

@@ -1,4 +1,4 @@
-package gossip
+package lease
 
 import (
 	"encoding/binary"
@@ -9,18 +9,18 @@ import (
 	"time"
 )
 
-// DefaultLeaseTTL is how long a subnet stays reserved for a node that is
-// gone (flannel's lease TTL). MinLeaseTTL is the shortest TTL accepted:
-// the lease is renewed every TTL/8.
+// DefaultTTL is how long a subnet stays reserved for a node that is gone
+// (flannel's lease TTL). MinTTL is the shortest TTL accepted: the lease is
+// renewed every TTL/8.
 const (
-	DefaultLeaseTTL = 24 * time.Hour
-	MinLeaseTTL     = time.Second
+	DefaultTTL = 24 * time.Hour
+	MinTTL     = time.Second
 )
 
-// LeaseConfig turns on per-node subnet leases: the cluster network is cut
-// into subnets of SubnetLen bits and every node leases one, through gossip
-// alone. Only IPv4 networks are supported.
-type LeaseConfig struct {
+// Config of the leases: the cluster network is cut into subnets of
+// SubnetLen bits and every node leases one, through gossip alone. Only IPv4
+// networks are supported.
+type Config struct {
 	// Network is the cluster network, such as 10.244.0.0/16. All nodes of a
 	// cluster must have the same Network and SubnetLen: a node with others
 	// is refused (and, when it is the one joining, Run fails).
@@ -42,7 +42,7 @@ type LeaseConfig struct {
 	Prior *Lease
 }
 
-// subnets is the arithmetic of a LeaseConfig: subnet i of the range is
+// subnets is the arithmetic of a Config: subnet i of the range is
 // first + i*size.
 type subnets struct {
 	network netip.Prefix
@@ -51,7 +51,7 @@ type subnets struct {
 	count   uint32 // subnets handed out
 }
 
-// FieldError is a bad LeaseConfig field: Field names it (Network,
+// FieldError is a bad Config field: Field names it (Network,
 // SubnetLen, SubnetMin, SubnetMax, TTL).
 type FieldError struct {
 	Field, Value, Why string
@@ -65,12 +65,12 @@ func fieldErr(field string, value any, format string, args ...any) error {
 
 // Check validates c as New would, and fills in the defaults. Errors are
 // *FieldError.
-func (c *LeaseConfig) Check() error {
+func (c *Config) Check() error {
 	_, err := c.check()
 	return err
 }
 
-func (c *LeaseConfig) check() (subnets, error) {
+func (c *Config) check() (subnets, error) {
 	var s subnets
 	if !c.Network.IsValid() || !c.Network.Addr().Is4() {
 		return s, fieldErr("Network", c.Network, "want an IPv4 prefix such as 10.244.0.0/16")
@@ -82,10 +82,10 @@ func (c *LeaseConfig) check() (subnets, error) {
 		return s, fieldErr("SubnetLen", c.SubnetLen, "must be longer than the network's /%d and at most 30", c.Network.Bits())
 	}
 	if c.TTL == 0 {
-		c.TTL = DefaultLeaseTTL
+		c.TTL = DefaultTTL
 	}
-	if c.TTL < MinLeaseTTL {
-		return s, fieldErr("TTL", c.TTL, "must be at least %v", MinLeaseTTL)
+	if c.TTL < MinTTL {
+		return s, fieldErr("TTL", c.TTL, "must be at least %v", MinTTL)
 	}
 	s.network, s.bits = c.Network, c.SubnetLen
 	total := uint64(1) << (c.SubnetLen - c.Network.Bits())

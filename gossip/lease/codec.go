@@ -1,0 +1,203 @@
+package lease
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"strings"
+
+	"github.com/uvxlan/uvxlan/fdb"
+	"github.com/uvxlan/uvxlan/gossip"
+)
+
+// The wire format. The leases travel as the gossip extension of type
+// extType: gossip puts that byte before each broadcast, and frames the
+// push/pull section and the metadata (see gossip's extension.go); what is
+// inside is ours. All integers are big endian.
+//
+//	records:  count (4) | lease × count     (a broadcast: one lease; a push/pull section: all of them)
+//	lease:    flags (1) | version (8) | owner length (1) | owner
+//	          | subnet address length (1) = 4 | subnet address | subnet bits (1)
+//	          | claim (8) | expires (8) | VTEP address length (1) = 4 or 16 | VTEP address | VTEP port (2) | MAC (6)
+//	flags:    bit 0 = deleted (a tombstone); the other bits must be 0.
+//
+//	metadata: network address (4) | network bits (1) | subnet length (1)
+//
+// The decoders are strict: a valid owner name, a masked IPv4 subnet, a
+// usable VTEP, a unicast MAC, no unknown flags, no trailing bytes, at most
+// maxLeases leases. So the encoding is canonical: whatever decodes
+// re-encodes to the same bytes.
+
+// extType is the leases' gossip extension type.
+const extType byte = gossip.MinExtensionType
+
+const (
+	flagDeleted = 1 << 0
+	// maxNameLen bounds owner names (gossip's node names).
+	maxNameLen = 128
+	// minLeaseLen is the smallest encoded lease.
+	minLeaseLen = 1 + 8 + 1 + 1 + 1 + 4 + 1 + 8 + 8 + 1 + 4 + 2 + 6
+	// metaLen is the length of the metadata.
+	metaLen = 4 + 1 + 1
+)
+
+// errDecode is wrapped by every decoding error.
+var errDecode = errors.New("bad lease message")
+
+func appendRecords(b []byte, recs []record) []byte {
+	b = binary.BigEndian.AppendUint32(b, uint32(len(recs)))
+	for i := range recs {
+		r := &recs[i]
+		var flags byte
+		if r.deleted {
+			flags |= flagDeleted
+		}
+		b = append(b, flags)
+		b = binary.BigEndian.AppendUint64(b, r.version)
+		b = append(b, byte(len(r.owner)))
+		b = append(b, r.owner...)
+		b = appendAddr(b, r.subnet.Addr())
+		b = append(b, byte(r.subnet.Bits()))
+		b = binary.BigEndian.AppendUint64(b, r.claim)
+		b = binary.BigEndian.AppendUint64(b, r.expires)
+		b = appendAddr(b, r.vtep.Addr())
+		b = binary.BigEndian.AppendUint16(b, r.vtep.Port())
+		b = append(b, r.mac[:]...)
+	}
+	return b
+}
+
+func appendAddr(b []byte, a netip.Addr) []byte {
+	raw := a.AsSlice()
+	b = append(b, byte(len(raw)))
+	return append(b, raw...)
+}
+
+// decodeRecords decodes what appendRecords made. The records own their
+// memory (nothing refers to b). Errors wrap errDecode.
+func decodeRecords(b []byte) ([]record, error) {
+	if len(b) < 4 {
+		return nil, fmt.Errorf("%w: %w", errDecode, io.ErrUnexpectedEOF)
+	}
+	n := binary.BigEndian.Uint32(b)
+	if n > maxLeases || int(n) > len(b[4:])/minLeaseLen {
+		return nil, fmt.Errorf("%w: %d leases in %d bytes", errDecode, n, len(b)-4)
+	}
+	r := reader{b: b[4:]}
+	recs := make([]record, n)
+	for i := range recs {
+		l := &recs[i]
+		flags := r.u8()
+		l.deleted = flags&flagDeleted != 0
+		l.version = r.u64()
+		l.owner = string(r.next(int(r.u8())))
+		a := r.addr()
+		bits := int(r.u8())
+		l.claim = r.u64()
+		l.expires = r.u64()
+		va := r.addr()
+		l.vtep = netip.AddrPortFrom(va, r.u16())
+		l.mac = fdb.MAC(r.next(6))
+		if r.err != nil {
+			return nil, fmt.Errorf("%w: lease %d: %w", errDecode, i, r.err)
+		}
+		var err error
+		switch {
+		case flags&^flagDeleted != 0:
+			err = fmt.Errorf("unknown flags %#x", flags)
+		case !validName(l.owner):
+			err = fmt.Errorf("bad owner name %q", l.owner)
+		case !a.Is4() || bits > 32:
+			err = fmt.Errorf("subnet %s/%d is not an IPv4 prefix", a, bits)
+		case !validVTEP(l.vtep):
+			err = fmt.Errorf("unusable VTEP %s", l.vtep)
+		case l.mac.IsZero() || l.mac.IsMulticast():
+			err = fmt.Errorf("MAC %s is zero or multicast", l.mac)
+		}
+		if err == nil {
+			l.subnet = netip.PrefixFrom(a, bits)
+			if l.subnet != l.subnet.Masked() {
+				err = fmt.Errorf("subnet %s has host bits set", l.subnet)
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: lease %d: %w", errDecode, i, err)
+		}
+	}
+	if len(r.b) != 0 {
+		return nil, fmt.Errorf("%w: %d trailing bytes", errDecode, len(r.b))
+	}
+	return recs, nil
+}
+
+// appendMeta appends the metadata of the network configuration.
+func appendMeta(b []byte, network netip.Prefix, subnetLen int) []byte {
+	a := network.Addr().As4()
+	return append(append(b, a[:]...), byte(network.Bits()), byte(subnetLen))
+}
+
+// decodeMeta decodes what appendMeta made, and checks it as Config.Check
+// would. Errors wrap errDecode.
+func decodeMeta(b []byte) (network netip.Prefix, subnetLen int, err error) {
+	if len(b) != metaLen {
+		return netip.Prefix{}, 0, fmt.Errorf("%w: metadata of %d bytes, want %d", errDecode, len(b), metaLen)
+	}
+	bits, sublen := int(b[4]), int(b[5])
+	if bits > 32 || sublen <= bits || sublen > 30 {
+		return netip.Prefix{}, 0, fmt.Errorf("%w: network /%d with /%d subnets", errDecode, bits, sublen)
+	}
+	network = netip.PrefixFrom(netip.AddrFrom4([4]byte(b[:4])), bits)
+	if network != network.Masked() {
+		return netip.Prefix{}, 0, fmt.Errorf("%w: network %s has host bits set", errDecode, network)
+	}
+	return network, sublen, nil
+}
+
+// reader consumes a byte slice; after the first short read every read
+// returns zeros and err is io.ErrUnexpectedEOF. Reads are at most 255 bytes
+// long (lengths are one byte), so a short read allocates little.
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) next(n int) []byte {
+	if r.err != nil || len(r.b) < n {
+		r.err = io.ErrUnexpectedEOF
+		return make([]byte, n)
+	}
+	v := r.b[:n]
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) u8() byte    { return r.next(1)[0] }
+func (r *reader) u16() uint16 { return binary.BigEndian.Uint16(r.next(2)) }
+func (r *reader) u64() uint64 { return binary.BigEndian.Uint64(r.next(8)) }
+func (r *reader) addr() netip.Addr {
+	n := int(r.u8())
+	if n != 4 && n != 16 {
+		if r.err == nil {
+			r.err = fmt.Errorf("address length %d", n)
+		}
+		return netip.Addr{}
+	}
+	a, _ := netip.AddrFromSlice(r.next(n))
+	if a.Is4In6() && r.err == nil {
+		r.err = errors.New("IPv4-mapped IPv6 address")
+	}
+	return a
+}
+
+func validVTEP(v netip.AddrPort) bool {
+	a := v.Addr()
+	return a.IsValid() && !a.Is4In6() && !a.IsUnspecified() && !a.IsMulticast() && a.Zone() == "" && v.Port() != 0
+}
+
+// validName reports whether s can be a node name (as gossip checks them):
+// 1..maxNameLen bytes without control characters.
+func validName(s string) bool {
+	return s != "" && len(s) <= maxNameLen && !strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f })
+}

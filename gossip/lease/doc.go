@@ -1,0 +1,10 @@
+// Package lease hands out flannel-style subnet leases through gossip alone:
+// the cluster network (Config.Network) is cut into subnets of
+// Config.SubnetLen bits and every node leases one, with no datastore. The
+// leases are replicated state riding a gossip.Node as a gossip.Extension.
+//
+// Create the leases with New, pass Leases.Extension in gossip.Config, and
+// wait for this node's lease with WaitLease once the node runs. Leases'
+// methods are safe for concurrent use; the rules (who wins a subnet,
+// renewals, expiry, authority) are explained at the top of lease.go.
+package lease

@@ -1,0 +1,128 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/uvxlan/uvxlan/gossip"
+)
+
+// Extension returns the leases as a gossip extension, for
+// gossip.Config.Extensions. Register it with one node only.
+func (l *Leases) Extension() gossip.Extension { return extension{l} }
+
+// extension is how gossip calls the Leases: it implements gossip.Extension,
+// whose hooks are kept off Leases' exported method set. The hooks take l.mu
+// briefly and never wait on the network.
+type extension struct{ l *Leases }
+
+var _ gossip.Extension = extension{}
+
+func (e extension) Type() byte { return extType }
+
+// Start takes the node's handle and reclaims the prior lease, before
+// memberlist starts (see lease.go).
+func (e extension) Start(h *gossip.Handle) error {
+	l := e.l
+	if l.h != nil {
+		return errors.New("lease: the leases already serve a node")
+	}
+	if h.MAC().IsZero() {
+		return errors.New("lease: leases need the TAP MAC (gossip config MAC)")
+	}
+	l.h, l.log = h, h.Logger().With("subsystem", "lease")
+	if l.reclaimPrior(time.Now()) {
+		l.log.Info("reclaimed the subnet of the previous run", "subnet", l.cfg.Prior.Subnet)
+	}
+	return nil
+}
+
+// Run acquires a lease once the node is in the cluster (unless the prior
+// one was reclaimed), renews it, and drops expired records, until ctx is
+// done.
+func (e extension) Run(ctx context.Context) {
+	l := e.l
+	defer close(l.stopped)
+	renew := time.NewTicker(l.renew)
+	defer renew.Stop()
+	gc := time.NewTicker(gcInterval)
+	defer gc.Stop()
+	var acquiring sync.WaitGroup
+	defer acquiring.Wait()
+	l.mu.Lock()
+	joined := l.h.Joined()
+	if l.settled {
+		joined = nil // reclaimed: nothing to acquire
+	}
+	l.mu.Unlock()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-joined:
+			joined = nil
+			acquiring.Go(func() { l.acquire(ctx) })
+		case <-renew.C:
+			l.renewOwn(time.Now())
+		case <-gc.C:
+			l.gc(time.Now())
+		}
+	}
+}
+
+// Meta is our network configuration: nodes must agree on it.
+func (e extension) Meta() []byte {
+	return appendMeta(nil, e.l.subnets.network, e.l.subnets.bits)
+}
+
+// CheckMeta refuses a peer with another network configuration, or none.
+func (e extension) CheckMeta(peer string, theirs []byte) error {
+	ours, ourLen := e.l.subnets.network, e.l.subnets.bits
+	if theirs == nil {
+		return networkMismatch(peer, netip.Prefix{}, 0, ours, ourLen)
+	}
+	network, subnetLen, err := decodeMeta(theirs)
+	if err != nil {
+		return fmt.Errorf("node %q: %w", peer, err)
+	}
+	if network != ours || subnetLen != ourLen {
+		return networkMismatch(peer, network, subnetLen, ours, ourLen)
+	}
+	return nil
+}
+
+// NotifyMsg merges a broadcast lease and relays it if it was new to us.
+func (e extension) NotifyMsg(b []byte) error {
+	recs, err := decodeRecords(b)
+	if err != nil {
+		return err
+	}
+	e.l.merge(recs, true)
+	return nil
+}
+
+// LocalState is every lease record we hold, for a push/pull.
+func (e extension) LocalState() []byte {
+	e.l.mu.Lock()
+	recs := e.l.recordsLocked()
+	e.l.mu.Unlock()
+	return appendRecords(nil, recs)
+}
+
+// MergeRemoteState merges a peer's lease records. They are not broadcast
+// again: the push/pulls of others carry them.
+func (e extension) MergeRemoteState(b []byte) error {
+	recs, err := decodeRecords(b)
+	if err != nil {
+		return err
+	}
+	e.l.merge(recs, false)
+	return nil
+}
+
+// NotifyMember: the member's leases are alive or down now.
+func (e extension) NotifyMember(name string, alive bool) { e.l.changed() }
