@@ -348,7 +348,11 @@ func (n *Node) Run(ctx context.Context) error {
 	for _, d := range n.demuxes {
 		spawn(d.Run)
 	}
-	spawn(func() error { return n.gossip.Run(ctx) })
+	// Gossip's own failure (a name taken, a lease lost, a cluster
+	// configured otherwise) is the cause of whatever else fails with it
+	// (routed mode waiting for a lease): Run returns it first.
+	var gossipErr error
+	spawn(func() error { gossipErr = n.gossip.Run(ctx); return gossipErr })
 	if n.cfg.Leases != nil {
 		s := n.segs[0]
 		rc := routed.Config{Network: n.cfg.Leases.Network, SubnetLen: n.cfg.Leases.SubnetLen, VNI: s.cfg.VNI,
@@ -369,6 +373,10 @@ func (n *Node) Run(ctx context.Context) error {
 		d.Close()
 	}
 	wg.Wait()
+	if gossipErr != nil {
+		errs = make(chan error, 1)
+		errs <- gossipErr
+	}
 	select {
 	case err := <-errs:
 		if errors.Is(err, lease.ErrLost) {
