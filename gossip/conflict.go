@@ -30,10 +30,10 @@ package gossip
 // another gossip address. Nothing of the other state is merged, on either
 // side. Then:
 //
-//   - The newcomer, the node that is not yet in a cluster, fails: Run
-//     returns ErrNameTaken naming the other node's address, and the node
-//     shuts down without leaving (its leave would announce the departure of
-//     the name, that is, of the other node). A node is the newcomer when it
+//   - The newcomer, the node that is not yet in a cluster, fails: Run (and
+//     WaitLease) return ErrNameTaken naming the other node's address, and
+//     the node shuts down without leaving (its leave would announce the
+//     departure of the name, that is, of the other node). A node is the newcomer when it
 //     has not joined yet and the other node of its name is in a cluster
 //     (the state holds other live nodes), or, both being alone, started
 //     later (metadata boot; equal boots: the greater address).
@@ -57,10 +57,10 @@ import (
 	"github.com/hashicorp/memberlist"
 )
 
-// ErrNameTaken is wrapped by the error Run returns when the node's name is
-// already that of another live member of the cluster it tries to join, at
-// another gossip address. The node did not join and did not disturb that
-// member.
+// ErrNameTaken is wrapped by the error Run (and, with leases on, WaitLease)
+// returns when the node's name is already that of another live member of
+// the cluster it tries to join, at another gossip address. The node did not
+// join and did not disturb that member.
 var ErrNameTaken = errors.New("node name already taken")
 
 var _ memberlist.ConflictDelegate = (*delegate)(nil)
@@ -94,6 +94,13 @@ func (n *Node) checkNames(peers []*memberlist.Node) error {
 		if p.Name == n.name && n.newcomer(p, addr, holder, others > 0) {
 			err := fmt.Errorf("gossip: %w: %q is the name of the live member at %s", ErrNameTaken, p.Name, addr)
 			n.log.Error("not joining: this node's name is taken", "name", p.Name, "member", addr)
+			if n.leases != nil {
+				n.mu.Lock()
+				if n.leases.err == nil {
+					n.leases.err = err // what WaitLease returns, rather than "closed"
+				}
+				n.mu.Unlock()
+			}
 			n.fail(err)
 			return err
 		}

@@ -189,7 +189,23 @@ func TestDuplicateNameKeepsLease(t *testing.T) {
 		return nil
 	})
 
-	cfg := leaseConfig(5, 1, 200, 0, &la, b.Addr().String()) // via another member
+	// Without a prior lease, WaitLease gives the reason too (an agent
+	// reports whichever of Run's and WaitLease's errors comes first).
+	cfg := leaseConfig(7, 1, 200, 0, nil, c.Addr().String())
+	cfg.Name = a.name
+	dup, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	runErr := make(chan error, 1)
+	go func() { runErr <- dup.Run(ctx) }()
+	_, err = dup.WaitLease(ctx)
+	wantNameTaken(t, err, a.name, a.Addr())
+	wantNameTaken(t, <-runErr, a.name, a.Addr())
+
+	cfg = leaseConfig(5, 1, 200, 0, &la, b.Addr().String()) // via another member
 	cfg.Name = a.name
 	wantNameTaken(t, runDuplicate(t, cfg), a.name, a.Addr())
 	cfg = leaseConfig(6, 1, 200, 0, &la, a.Addr().String()) // via the holder
