@@ -30,10 +30,10 @@ package gossip
 // another gossip address. Nothing of the other state is merged, on either
 // side. Then:
 //
-//   - The newcomer, the node that is not yet in a cluster, fails: Run
-//     returns ErrNameTaken naming the other node's address, and the node
-//     shuts down without leaving (its leave would announce the departure of
-//     the name, that is, of the other node). A node is the newcomer when it
+//   - The newcomer, the node that is not yet in a cluster, fails: Run (and
+//     WaitLease) return ErrNameTaken naming the other node's address, and
+//     the node shuts down without leaving (its leave would announce the
+//     departure of the name, that is, of the other node). A node is the newcomer when it
 //     has not joined yet and the other node of its name is in a cluster
 //     (the state holds other live nodes), or, both being alone, started
 //     later (metadata boot; equal boots: the greater address).
@@ -57,10 +57,10 @@ import (
 	"github.com/hashicorp/memberlist"
 )
 
-// ErrNameTaken is wrapped by the error Run returns when the node's name is
-// already that of another live member of the cluster it tries to join, at
-// another gossip address. The node did not join and did not disturb that
-// member.
+// ErrNameTaken is wrapped by the error Run (and, with leases on, WaitLease)
+// returns when the node's name is already that of another live member of
+// the cluster it tries to join, at another gossip address. The node did not
+// join and did not disturb that member.
 var ErrNameTaken = errors.New("node name already taken")
 
 var _ memberlist.ConflictDelegate = (*delegate)(nil)
@@ -91,7 +91,7 @@ func (n *Node) checkNames(peers []*memberlist.Node) error {
 		if !holder.IsValid() || holder == addr {
 			continue
 		}
-		if p.Name == n.name && n.newcomer(p, addr, others > 0) {
+		if p.Name == n.name && n.newcomer(p, addr, holder, others > 0) {
 			err := fmt.Errorf("gossip: %w: %q is the name of the live member at %s", ErrNameTaken, p.Name, addr)
 			n.log.Error("not joining: this node's name is taken", "name", p.Name, "member", addr)
 			n.fail(err)
@@ -105,11 +105,10 @@ func (n *Node) checkNames(peers []*memberlist.Node) error {
 }
 
 // holder returns the gossip address of the live node we know named name,
-// ourselves included; the zero AddrPort if there is none.
+// ourselves included (memberlist told us of ourselves before it could call
+// NotifyMerge, so n.addr, set later, is not needed); the zero AddrPort if
+// there is none.
 func (n *Node) holder(name string) netip.AddrPort {
-	if name == n.name {
-		return n.addr
-	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if m := n.members[name]; m != nil && m.alive {
@@ -118,10 +117,10 @@ func (n *Node) holder(name string) netip.AddrPort {
 	return netip.AddrPort{}
 }
 
-// newcomer decides, for a live node p of our name at addr, whether we are
-// the newcomer that gives way (see above). inCluster: p's state holds other
-// live nodes.
-func (n *Node) newcomer(p *memberlist.Node, addr netip.AddrPort, inCluster bool) bool {
+// newcomer decides, for a live node p of our name at addr (ours: our own
+// address), whether we are the newcomer that gives way (see above).
+// inCluster: p's state holds other live nodes.
+func (n *Node) newcomer(p *memberlist.Node, addr, ours netip.AddrPort, inCluster bool) bool {
 	if n.joined.Load() {
 		return false
 	}
@@ -135,7 +134,7 @@ func (n *Node) newcomer(p *memberlist.Node, addr netip.AddrPort, inCluster bool)
 	if md.boot != n.self.boot {
 		return md.boot < n.self.boot
 	}
-	return addr.Compare(n.addr) < 0
+	return addr.Compare(ours) < 0
 }
 
 // live: alive or suspect, not (yet) declared dead or left.
