@@ -30,8 +30,8 @@ package gossip
 // another gossip address. Nothing of the other state is merged, on either
 // side. Then:
 //
-//   - The newcomer, the node that is not yet in a cluster, fails: Run (and
-//     WaitLease) return ErrNameTaken naming the other node's address, and
+//   - The newcomer, the node that is not yet in a cluster, fails: Run
+//     returns ErrNameTaken naming the other node's address, and
 //     the node shuts down without leaving (its leave would announce the
 //     departure of the name, that is, of the other node). A node is the newcomer when it
 //     has not joined yet and the other node of its name is in a cluster
@@ -57,8 +57,7 @@ import (
 	"github.com/hashicorp/memberlist"
 )
 
-// ErrNameTaken is wrapped by the error Run (and, with leases on, WaitLease)
-// returns when the node's name is already that of another live member of
+// ErrNameTaken is wrapped by the error Run returns when the node's name is already that of another live member of
 // the cluster it tries to join, at another gossip address. The node did not
 // join and did not disturb that member.
 var ErrNameTaken = errors.New("node name already taken")
