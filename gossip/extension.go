@@ -268,12 +268,16 @@ func (m mismatch) Unwrap() error { return m.err }
 
 // settle syncs (push/pull) with a few random alive members.
 func (n *Node) settle() {
+	// Our members map, not memberlist's nodes, whose fields memberlist
+	// changes under its own lock.
 	var peers []string
-	for _, m := range n.ml.Members() {
-		if m.Name != n.name {
-			peers = append(peers, m.Address())
+	n.mu.Lock()
+	for _, m := range n.members {
+		if m.alive && m.name != n.name {
+			peers = append(peers, m.addr.String())
 		}
 	}
+	n.mu.Unlock()
 	rand.Shuffle(len(peers), func(i, j int) { peers[i], peers[j] = peers[j], peers[i] })
 	peers = peers[:min(len(peers), settlePeers)]
 	if len(peers) == 0 {

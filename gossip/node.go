@@ -634,8 +634,11 @@ func (n *Node) loop(ctx context.Context) {
 // rejoin joins the seeds and the departed members that are not alive now.
 func (n *Node) rejoin() {
 	alive := map[string]bool{}
-	for _, m := range n.ml.Members() {
-		alive[m.Address()] = true
+	n.mu.Lock()
+	for _, m := range n.members {
+		if m.alive {
+			alive[m.addr.String()] = true
+		}
 	}
 	var targets []string
 	for _, s := range n.cfg.Seeds {
@@ -643,7 +646,6 @@ func (n *Node) rejoin() {
 			targets = append(targets, s)
 		}
 	}
-	n.mu.Lock()
 	var dead []string
 	for _, m := range n.members {
 		if !m.alive && !m.left && !alive[m.addr.String()] {

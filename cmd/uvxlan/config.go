@@ -120,10 +120,6 @@ func configFromCLI(c *cli.Context) (runConfig, error) {
 	} else if cfg.Local, err = defaultLocal(); err != nil {
 		return cfg, badFlag("local", "", "not given and %v", err)
 	}
-	if cfg.Name == "" {
-		hostname, _ := os.Hostname()
-		cfg.Name = defaultName(hostname, cfg.Local)
-	}
 
 	ulMTU, err := underlayMTU(cfg.Local)
 	if err != nil {
@@ -168,6 +164,12 @@ func configFromCLI(c *cli.Context) (runConfig, error) {
 	}
 	if err := routedConfig(c, &cfg.Config); err != nil {
 		return cfg, err
+	}
+	if cfg.Name == "" {
+		hostname, _ := os.Hostname()
+		if cfg.Name, err = savedName(cfg.StateDir, cfg.Segments[0].Dev, hostname, cfg.Local); err != nil {
+			return cfg, err
+		}
 	}
 	return cfg, nil
 }

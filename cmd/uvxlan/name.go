@@ -1,7 +1,10 @@
 package main
 
 import (
+	"errors"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 )
 
@@ -33,4 +36,36 @@ func defaultName(hostname string, local netip.Addr) string {
 		return addr
 	}
 	return hostname[:min(len(hostname), maxNameLen-1-len(addr))] + "-" + addr
+}
+
+// nameFile is where the node keeps its name in --state-dir.
+const nameFile = "name"
+
+// savedName is the node name when --name is not given: the one kept in
+// stateDir by an earlier run (node.Node saves it), so that a node keeps its
+// name, and with it its lease and derived MACs, whatever the default
+// becomes; else, for a state directory with the TAP's state of a run that
+// kept no name (an earlier version, whose default was the hostname), the
+// hostname; else defaultName.
+func savedName(stateDir, dev, hostname string, local netip.Addr) (string, error) {
+	if stateDir == "" {
+		return defaultName(hostname, local), nil
+	}
+	b, err := os.ReadFile(filepath.Join(stateDir, nameFile))
+	switch {
+	case err == nil:
+		name := strings.TrimSpace(string(b))
+		if name == "" || len(name) > maxNameLen || strings.ContainsFunc(name, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+			return "", badFlag("state-dir", stateDir, "%s does not hold a node name; remove it or give --name", filepath.Join(stateDir, nameFile))
+		}
+		return name, nil
+	case !errors.Is(err, os.ErrNotExist):
+		return "", badFlag("state-dir", stateDir, "%v", err)
+	}
+	for _, f := range []string{dev + ".lease.json", dev + ".mac"} {
+		if _, err := os.Stat(filepath.Join(stateDir, f)); err == nil && hostname != "" {
+			return hostname, nil
+		}
+	}
+	return defaultName(hostname, local), nil
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -39,5 +41,38 @@ func TestDefaultName(t *testing.T) {
 	// Two hosts of a testbed share the hostname, not the address.
 	if a, b := defaultName("box", netip.MustParseAddr("198.18.0.1")), defaultName("box", netip.MustParseAddr("198.18.0.2")); a == b {
 		t.Errorf("hosts 198.18.0.1 and .2 of one hostname both get %q", a)
+	}
+}
+
+// The name kept in the state directory wins over the default; a state
+// directory of a version that kept no name (a lease or a MAC, no name file)
+// gives the hostname, that version's default, so an upgraded node keeps its
+// lease; a bad name file is an error naming --state-dir.
+func TestSavedName(t *testing.T) {
+	local := netip.MustParseAddr("198.18.0.1")
+	dir := t.TempDir()
+	if got, err := savedName("", "uvx0", "host", local); err != nil || got != "host-198.18.0.1" {
+		t.Errorf("no state dir: %q, %v", got, err)
+	}
+	if got, err := savedName(dir, "uvx0", "host", local); err != nil || got != "host-198.18.0.1" {
+		t.Errorf("empty state dir: %q, %v", got, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "uvx0.lease.json"), []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := savedName(dir, "uvx0", "host", local); err != nil || got != "host" {
+		t.Errorf("state of a version without a name file: %q, %v; want the hostname", got, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, nameFile), []byte("kept\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := savedName(dir, "uvx0", "host", local); err != nil || got != "kept" {
+		t.Errorf("name file: %q, %v", got, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, nameFile), []byte("\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := savedName(dir, "uvx0", "host", local); err == nil || !strings.Contains(err.Error(), "--state-dir") {
+		t.Errorf("empty name file: %v, want an error naming --state-dir", err)
 	}
 }

@@ -91,6 +91,9 @@ func New(cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 
+	if err := n.saveName(); err != nil {
+		return nil, err
+	}
 	n.table = fdb.New(fdb.Config{Ageing: cfg.Ageing, MaxEntries: cfg.FDBMax})
 	n.neigh = fdb.NewNeighbors(cfg.FDBMax)
 	plain := false // a segment without TAP offloads

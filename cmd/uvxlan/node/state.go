@@ -12,9 +12,21 @@ import (
 	"github.com/uvxlan/uvxlan/fdb"
 )
 
-// What the node keeps in --state-dir, per TAP: <dev>.mac, the TAP MAC, so
-// peers' caches stay valid across restarts; <dev>.lease.json, the subnet
-// lease of the routed overlay (package routed writes it).
+// What the node keeps in --state-dir: name, the node's name (the command
+// line reads it back when --name is not given); per TAP, <dev>.mac, the TAP
+// MAC, so peers' caches stay valid across restarts, and <dev>.lease.json,
+// the subnet lease of the routed overlay (package routed writes it).
+
+// saveName keeps the node's name in the state directory.
+func (n *Node) saveName() error {
+	if n.cfg.StateDir == "" {
+		return nil
+	}
+	if err := writeFileAtomic(filepath.Join(n.cfg.StateDir, "name"), []byte(n.cfg.Name+"\n")); err != nil {
+		return badConfig("state-dir", n.cfg.StateDir, "%v", err)
+	}
+	return nil
+}
 
 func (n *Node) stateFile(dev, suffix string) string {
 	if n.cfg.StateDir == "" {
