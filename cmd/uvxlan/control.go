@@ -262,11 +262,13 @@ func (s *segmentStatsView) UnmarshalJSON(b []byte) error {
 	return s.Stats.UnmarshalJSON(b)
 }
 
-// gossipCounters are gossip's counters and the leases' (zero outside
-// routed mode), by name.
+// gossipCounters are gossip's counters and, in routed mode, the leases',
+// by name.
 func gossipCounters(st node.Stats) map[string]uint64 {
 	m := counterMap(st.Gossip)
-	maps.Copy(m, counterMap(st.Leases))
+	if st.Leases != nil {
+		maps.Copy(m, counterMap(*st.Leases))
+	}
 	return m
 }
 

@@ -95,7 +95,7 @@ type Stats struct {
 	Total    encap.Stats
 	Segments []SegmentStats
 	Gossip   gossip.Stats
-	Leases   lease.Stats // zero outside routed mode
+	Leases   *lease.Stats // nil outside routed mode
 }
 
 // SegmentStats are one segment's data-path counters.
@@ -124,7 +124,8 @@ func (n *Node) Stats() Stats {
 	}
 	st.Gossip = n.gossip.Stats()
 	if n.leases != nil {
-		st.Leases = n.leases.Stats()
+		ls := n.leases.Stats()
+		st.Leases = &ls
 	}
 	return st
 }
