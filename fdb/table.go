@@ -262,14 +262,18 @@ func validate(vni VNI, mac MAC, vtep netip.AddrPort) error {
 		return errBadVNI
 	case mac.IsZero() || mac.IsMulticast():
 		return errBadMAC
-	case !validVTEP(vtep):
+	case !ValidVTEP(vtep):
 		return errBadVTEP
 	}
 	return nil
 }
 
-func validVTEP(v netip.AddrPort) bool {
-	return v.Addr().IsValid() && !v.Addr().IsUnspecified() && v.Port() != 0
+// ValidVTEP reports whether v can be a VTEP: a unicast address (IPv4, or
+// IPv6 that is not an IPv4-mapped address, without a zone) and a non-zero
+// port. It is the one definition every package uses.
+func ValidVTEP(v netip.AddrPort) bool {
+	a := v.Addr()
+	return a.IsValid() && !a.Is4In6() && !a.IsUnspecified() && !a.IsMulticast() && a.Zone() == "" && v.Port() != 0
 }
 
 // Lookup returns the VTEP for (vni, mac). It is lock-free, does not allocate
@@ -561,7 +565,7 @@ func (t *Table) SetFlood(vni VNI, vteps []netip.AddrPort) {
 	var list []netip.AddrPort
 	for _, v := range vteps {
 		v = normVTEP(v)
-		if validVTEP(v) && !slices.Contains(list, v) {
+		if ValidVTEP(v) && !slices.Contains(list, v) {
 			list = append(list, v)
 		}
 	}

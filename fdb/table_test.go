@@ -465,7 +465,7 @@ func TestConcurrent(t *testing.T) {
 			tb.Lookup(vni(i), mac(i))
 			tb.Learn(vni(i), mac(i), vteps[i%3])
 			for _, v := range tb.Flood(vni(i)) {
-				if !validVTEP(v) {
+				if !ValidVTEP(v) {
 					t.Errorf("Flood returned %v", v)
 				}
 			}
@@ -663,6 +663,27 @@ func BenchmarkLearnAdd(b *testing.B) {
 		}
 		if r := tb.Learn(keys[j].vni, keys[j].mac, vtepA); r != LearnAdded {
 			b.Fatal(r)
+		}
+	}
+}
+
+func TestValidVTEP(t *testing.T) {
+	for _, tc := range []struct {
+		v    string
+		want bool
+	}{
+		{"198.18.0.1:4789", true},
+		{"[fd00::1]:4789", true},
+		{"198.18.0.1:0", false},
+		{"0.0.0.0:4789", false},
+		{"[::]:4789", false},
+		{"239.1.1.1:4789", false},
+		{"[ff02::1]:4789", false},
+		{"[::ffff:198.18.0.1]:4789", false},
+		{"[fe80::1%eth0]:4789", false},
+	} {
+		if got := ValidVTEP(netip.MustParseAddrPort(tc.v)); got != tc.want {
+			t.Errorf("ValidVTEP(%s) = %v, want %v", tc.v, got, tc.want)
 		}
 	}
 }

@@ -311,7 +311,7 @@ func (r *record) validate() error {
 		if !validMAC(r.mac) {
 			return fmt.Errorf("MAC %s is zero or multicast", r.mac)
 		}
-		if !validVTEP(r.vtep) {
+		if !fdb.ValidVTEP(r.vtep) {
 			return fmt.Errorf("unusable VTEP %s", r.vtep)
 		}
 	case kindNeigh:
@@ -328,11 +328,6 @@ func (r *record) validate() error {
 }
 
 func validMAC(m fdb.MAC) bool { return !m.IsZero() && !m.IsMulticast() }
-
-func validVTEP(v netip.AddrPort) bool {
-	a := v.Addr()
-	return a.IsValid() && !a.Is4In6() && !a.IsUnspecified() && !a.IsMulticast() && a.Zone() == "" && v.Port() != 0
-}
 
 func validIP(a netip.Addr) bool {
 	return a.IsValid() && !a.Is4In6() && !a.IsUnspecified() && !a.IsMulticast() && a.Zone() == ""

@@ -128,7 +128,7 @@ func decodeMeta(b []byte) (meta, error) {
 }
 
 func (m *meta) validate() error {
-	if !validVTEP(m.vtep) {
+	if !fdb.ValidVTEP(m.vtep) {
 		return fmt.Errorf("unusable VTEP %s", m.vtep)
 	}
 	if m.mac.IsMulticast() {

@@ -427,7 +427,7 @@ func (c *Config) check() error {
 		return fmt.Errorf("config BindPort %d: want 1 to 65535", c.BindPort)
 	}
 	c.VTEP = netip.AddrPortFrom(c.VTEP.Addr().Unmap(), c.VTEP.Port())
-	if !validVTEP(c.VTEP) {
+	if !fdb.ValidVTEP(c.VTEP) {
 		return fmt.Errorf("config VTEP %q: want a unicast address and a port", c.VTEP)
 	}
 	if len(c.VNIs) == 0 || len(c.VNIs) > maxVNIs {
@@ -462,7 +462,7 @@ func (c *Config) check() error {
 			p = netip.AddrPortFrom(p.Addr(), c.VTEP.Port())
 		}
 		p = netip.AddrPortFrom(p.Addr().Unmap(), p.Port())
-		if !validVTEP(p) {
+		if !fdb.ValidVTEP(p) {
 			return fmt.Errorf("config StaticPeers: %q is not a usable VTEP", p)
 		}
 		peers = append(peers, p)

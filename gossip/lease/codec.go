@@ -111,7 +111,7 @@ func decodeRecords(b []byte) ([]record, error) {
 			err = fmt.Errorf("bad owner name %q", l.owner)
 		case !a.Is4() || bits > 32:
 			err = fmt.Errorf("subnet %s/%d is not an IPv4 prefix", a, bits)
-		case !validVTEP(l.vtep):
+		case !fdb.ValidVTEP(l.vtep):
 			err = fmt.Errorf("unusable VTEP %s", l.vtep)
 		case l.mac.IsZero() || l.mac.IsMulticast():
 			err = fmt.Errorf("MAC %s is zero or multicast", l.mac)
@@ -189,11 +189,6 @@ func (r *reader) addr() netip.Addr {
 		r.err = errors.New("IPv4-mapped IPv6 address")
 	}
 	return a
-}
-
-func validVTEP(v netip.AddrPort) bool {
-	a := v.Addr()
-	return a.IsValid() && !a.Is4In6() && !a.IsUnspecified() && !a.IsMulticast() && a.Zone() == "" && v.Port() != 0
 }
 
 // validName reports whether s can be a node name (as gossip checks them):
