@@ -270,7 +270,9 @@ type Member struct {
 	Self    bool `json:"self"`
 }
 
-// Stats are the node's counters. The counts are of records (one entry's
+// Stats are the node's counters. Each field is declared once, here: its
+// JSON tag names it in `uvxlan stats` and in the metrics, and the fields
+// tagged metric:"gauge" are levels, not events. The counts are of records (one entry's
 // claim by one owner), received in broadcasts and push/pull.
 type Stats struct {
 	// Received counts records received from peers.
@@ -312,10 +314,10 @@ type Stats struct {
 	UnknownExtension uint64 `json:"unknown_extension"`
 	// Pending is the number of records now held for owners that are not
 	// alive members.
-	Pending uint64 `json:"pending"`
+	Pending uint64 `json:"pending" metric:"gauge"`
 	// Records is the number of records now held (all owners, tombstones
 	// included).
-	Records uint64 `json:"records"`
+	Records uint64 `json:"records" metric:"gauge"`
 }
 
 type counters struct {

@@ -24,12 +24,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -265,19 +265,46 @@ func (s *segmentStatsView) UnmarshalJSON(b []byte) error {
 // gossipCounters are gossip's counters and, in routed mode, the leases',
 // by name.
 func gossipCounters(st node.Stats) map[string]uint64 {
-	m := counterMap(st.Gossip)
-	if st.Leases != nil {
-		maps.Copy(m, counterMap(*st.Leases))
+	m := map[string]uint64{}
+	for _, f := range gossipFields(st) {
+		m[f.name] = f.value
 	}
 	return m
 }
 
-// counterMap turns a struct of uint64 counters with JSON tags into a map.
-func counterMap(v any) map[string]uint64 {
-	b, _ := json.Marshal(v)
-	m := map[string]uint64{}
-	json.Unmarshal(b, &m)
-	return m
+// statField is one field of a stats struct: its JSON name, its value, and
+// whether it is a level (tagged metric:"gauge") rather than an event count.
+type statField struct {
+	name  string
+	value uint64
+	gauge bool
+}
+
+// gossipFields are the fields of gossip's stats and, in routed mode, the
+// leases'.
+func gossipFields(st node.Stats) []statField {
+	fs := statFields(st.Gossip)
+	if st.Leases != nil {
+		fs = append(fs, statFields(*st.Leases)...)
+	}
+	return fs
+}
+
+// statFields reads the uint64 fields of a stats struct through their tags,
+// where they are declared.
+func statFields(v any) []statField {
+	rv := reflect.ValueOf(v)
+	rt := rv.Type()
+	var out []statField
+	for i := range rt.NumField() {
+		f := rt.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "" || name == "-" || f.Type.Kind() != reflect.Uint64 {
+			continue
+		}
+		out = append(out, statField{name: name, value: rv.Field(i).Uint(), gauge: f.Tag.Get("metric") == "gauge"})
+	}
+	return out
 }
 
 // fdbRow is one FDB entry as the control socket shows it (the JSON of

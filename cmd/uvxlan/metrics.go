@@ -67,9 +67,6 @@ var (
 	descMembers  = desc("members", "Cluster members by state.", "state")
 )
 
-// gossipGauges are the gossip counters that are levels, not events.
-var gossipGauges = map[string]bool{"records": true, "pending": true, "leases": true}
-
 func init() {
 	for i := range encap.NumCounters {
 		d := i.Desc()
@@ -111,11 +108,11 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	for r, v := range rest.Drops {
 		counter(descDrops, v, encap.DropReason(r).String(), "")
 	}
-	for event, v := range gossipCounters(s.stats) {
-		if gossipGauges[event] {
-			gauge(descRecords, int(v), event)
+	for _, f := range gossipFields(s.stats) {
+		if f.gauge {
+			gauge(descRecords, int(f.value), f.name)
 		} else {
-			counter(descGossip, v, event)
+			counter(descGossip, f.value, f.name)
 		}
 	}
 	for origin, v := range s.fdb {

@@ -192,7 +192,7 @@ type Stats struct {
 	Reannounced uint64 `json:"reannounced_leases"`
 	// Records is the number of lease records now held (all owners,
 	// tombstones included).
-	Records uint64 `json:"leases"`
+	Records uint64 `json:"leases" metric:"gauge"`
 }
 
 type counters struct {
