@@ -6,12 +6,15 @@ import (
 	"sync"
 
 	"github.com/uvxlan/uvxlan/cmd/uvxlan/node"
+	"github.com/uvxlan/uvxlan/cmd/uvxlan/routed"
 )
 
 // runAgent assembles one agent: the control socket and the metrics (bound
 // first, so a bad --control or --metrics fails before a TAP appears), the
-// node, and the adapters serving the node's read API. It returns when ctx is
-// done (nil) or when any part fails (its error).
+// node, the adapters serving the node's read API and, with --network,
+// routed mode's host networking. It returns when ctx is done (nil) or when
+// any part fails: the node's error first (the cause of the others, such as
+// a lease lost or a name taken), else the first one.
 func runAgent(ctx context.Context, cfg runConfig) error {
 	ctl, err := listenControl(cfg.Control)
 	if err != nil {
@@ -33,9 +36,10 @@ func runAgent(ctx context.Context, cfg runConfig) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		first error
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		first   error
+		nodeErr error
 	)
 	spawn := func(f func() error) {
 		wg.Add(1)
@@ -51,7 +55,13 @@ func runAgent(ctx context.Context, cfg runConfig) error {
 			cancel()
 		}()
 	}
-	spawn(func() error { return n.Run(ctx) })
+	spawn(func() error { nodeErr = n.Run(ctx); return nodeErr })
+	if w := n.LeaseWatch(); w != nil {
+		seg := n.Status().Segments[0]
+		rc := routed.Config{Network: cfg.Leases.Network, VNI: seg.VNI, Dev: seg.Dev, MTU: seg.MTU,
+			SubnetFile: cfg.SubnetFile, IPMasq: cfg.IPMasq, Logger: cfg.Logger.With("subsystem", "routed")}
+		spawn(func() error { return routed.Run(ctx, rc, w, n) })
+	}
 	spawn(func() error { return ctl.Serve(n) })
 	if metrics != nil {
 		spawn(metrics.Serve)
@@ -62,6 +72,9 @@ func runAgent(ctx context.Context, cfg runConfig) error {
 		metrics.Close()
 	}
 	wg.Wait()
+	if nodeErr != nil {
+		first = nodeErr
+	}
 	if errors.Is(first, context.Canceled) {
 		return nil
 	}

@@ -13,7 +13,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/uvxlan/uvxlan/cmd/uvxlan/routed"
 	"github.com/uvxlan/uvxlan/encap"
 	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/gossip"
@@ -33,7 +32,10 @@ type Node struct {
 	demuxes []*encap.Demux // one per UDP socket (per queue)
 	gossip  *gossip.Node
 	leases  *lease.Leases // nil outside routed mode
-	vtep    netip.AddrPort
+	// leaseEvents signals (coalesced) a change of the leases to
+	// LeaseWatch, once the node's own lease is saved.
+	leaseEvents chan struct{}
+	vtep        netip.AddrPort
 
 	mu      sync.Mutex
 	running bool
@@ -59,7 +61,7 @@ func New(cfg Config) (_ *Node, err error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger, vtep: netip.AddrPortFrom(cfg.Local, cfg.Port)}
+	n := &Node{cfg: cfg, log: cfg.Logger, vtep: netip.AddrPortFrom(cfg.Local, cfg.Port), leaseEvents: make(chan struct{}, 1)}
 	defer func() {
 		if err != nil {
 			n.Close()
@@ -300,21 +302,6 @@ func listenError(flag, value string, err error) error {
 	return err
 }
 
-// leaseConfig is the gossip lease configuration, with the lease of the
-// previous run; nil without --network.
-func (n *Node) leaseConfig() *lease.Config {
-	if n.cfg.Leases == nil {
-		return nil
-	}
-	lc := *n.cfg.Leases
-	if path := n.leaseFile(); path != "" {
-		lc.Prior = routed.LoadLease(path, lc.Network, lc.SubnetLen, n.log)
-	}
-	return &lc
-}
-
-func (n *Node) leaseFile() string { return n.stateFile(n.cfg.Segments[0].Dev, ".lease.json") }
-
 // Run forwards and gossips until ctx is done or something fails; it then
 // leaves the cluster, closes everything (the TAPs disappear) and returns
 // the first error, or nil after a cancellation. Call it once.
@@ -356,13 +343,10 @@ func (n *Node) Run(ctx context.Context) error {
 	// (routed mode waiting for a lease): Run returns it first.
 	var gossipErr error
 	spawn(func() error { gossipErr = n.gossip.Run(ctx); return gossipErr })
-	if n.cfg.Leases != nil {
-		s := n.segs[0]
-		rc := routed.Config{Network: n.cfg.Leases.Network, SubnetLen: n.cfg.Leases.SubnetLen, VNI: s.cfg.VNI,
-			Dev: s.devs[0].Name(), MTU: s.devs[0].MTU(), LeaseFile: n.leaseFile(), SubnetFile: n.cfg.SubnetFile,
-			IPMasq: n.cfg.IPMasq, Logger: n.log.With("subsystem", "routed")}
-		spawn(func() error { return routed.Run(ctx, rc, n.leases, n.neigh) })
+	if n.leases != nil {
+		spawn(func() error { return n.keepLease(ctx) })
 	}
+
 	for _, s := range n.segs {
 		n.log.Info("segment up", "vni", s.cfg.VNI, "dev", s.cfg.Dev, "mac", s.mac, "mtu", s.devs[0].MTU(),
 			"offloads", s.offloads, "queues", len(s.devs))

@@ -13,17 +13,16 @@
 //     routes, and the overlay carries frames between TAPs;
 //   - when a node's lease goes down (it left or died) its route and its ARP
 //     answers go; when it comes back they return;
-//   - the lease is saved (and after each renewal) and reclaimed at the next
-//     start; subnet.env is written for Docker and flannel's CNI plugin; with
+//   - subnet.env is written for Docker and flannel's CNI plugin; with
 //     IPMasq, traffic from the cluster network to the outside is
-//     masqueraded (masq.go).
+//     masqueraded (masq.go). (The node keeps the lease itself across
+//     restarts.)
 //
 // It runs on exactly one segment (one VNI, one TAP).
 package routed
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -40,51 +39,6 @@ import (
 	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/gossip/lease"
 )
-
-// savedLease is the lease file in --state-dir.
-type savedLease struct {
-	Network   netip.Prefix `json:"network"`
-	SubnetLen int          `json:"subnet_len"`
-	Subnet    netip.Prefix `json:"subnet"`
-	Claimed   time.Time    `json:"claimed"`
-	Expires   time.Time    `json:"expires"`
-}
-
-// LoadLease returns the lease saved at path by a previous run, or nil when
-// there is none or it does not fit network and subnetLen (then it says why
-// in the log; a fresh subnet is leased).
-func LoadLease(path string, network netip.Prefix, subnetLen int, log *slog.Logger) *lease.Lease {
-	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	var s savedLease
-	if err == nil {
-		err = json.Unmarshal(b, &s)
-	}
-	if err != nil {
-		log.Warn("ignoring the saved lease: unreadable; leasing a fresh subnet", "file", path, "err", err)
-		return nil
-	}
-	if s.Network != network || s.SubnetLen != subnetLen || !s.Subnet.IsValid() {
-		log.Warn("ignoring the saved lease: it is for another network configuration; leasing a fresh subnet",
-			"file", path, "saved_network", s.Network, "saved_subnet_len", s.SubnetLen, "network", network, "subnet_len", subnetLen)
-		return nil
-	}
-	return &lease.Lease{Subnet: s.Subnet, Claimed: s.Claimed, Expires: s.Expires}
-}
-
-func (cfg *Config) saveLease(l lease.Lease) error {
-	b, err := json.MarshalIndent(savedLease{Network: cfg.Network, SubnetLen: cfg.SubnetLen, Subnet: l.Subnet,
-		Claimed: l.Claimed, Expires: l.Expires}, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := writeFileAtomic(cfg.LeaseFile, append(b, '\n')); err != nil {
-		return fmt.Errorf("state: save the lease: %w", err)
-	}
-	return nil
-}
 
 // writeFileAtomic writes data to path through a temporary file and a
 // rename, creating the directory, so readers never see half a file.
@@ -113,15 +67,12 @@ func subnetEnv(network, subnet netip.Prefix, mtu int, ipMasq bool) string {
 
 // Config is what the routed overlay needs of the node.
 type Config struct {
-	Network   netip.Prefix // the cluster network (--network)
-	SubnetLen int          // --subnet-len
-	VNI       fdb.VNI      // the segment's VNI
-	Dev       string       // the segment's TAP
-	MTU       int          // the TAP's MTU, for subnet.env
-	// LeaseFile is where the lease is saved for the next start.
-	LeaseFile  string
-	SubnetFile string // --subnet-file
-	IPMasq     bool   // --ip-masq
+	Network    netip.Prefix // the cluster network (--network)
+	VNI        fdb.VNI      // the segment's VNI
+	Dev        string       // the segment's TAP
+	MTU        int          // the TAP's MTU, for subnet.env
+	SubnetFile string       // --subnet-file
+	IPMasq     bool         // --ip-masq
 	Logger     *slog.Logger
 }
 
@@ -135,10 +86,17 @@ type Leases interface {
 	Leases() []lease.Lease
 }
 
+// Answers takes the ARP answers for the remote subnets (one binding per
+// node: any address of its subnet is at its TAP MAC), replacing the
+// previous ones. fdb.Neighbors is one.
+type Answers interface {
+	SetSubnets([]fdb.SubnetNeigh) error
+}
+
 // Run waits for the lease, configures the host for it and keeps the routes
-// and ARP answers (in neigh) in step with the cluster's leases until ctx is
-// done. It returns an error when the host cannot be configured.
-func Run(ctx context.Context, cfg Config, leases Leases, neigh *fdb.Neighbors) error {
+// and ARP answers in step with the cluster's leases until ctx is done. It
+// returns an error when the host cannot be configured.
+func Run(ctx context.Context, cfg Config, leases Leases, answers Answers) error {
 	log := cfg.Logger
 	own, err := leases.WaitLease(ctx)
 	if err != nil {
@@ -154,9 +112,6 @@ func Run(ctx context.Context, cfg Config, leases Leases, neigh *fdb.Neighbors) e
 	addr := &netlink.Addr{IPNet: &net.IPNet{IP: own.Subnet.Addr().AsSlice(), Mask: net.CIDRMask(32, 32)}}
 	if err := netlink.AddrReplace(link, addr); err != nil {
 		return fmt.Errorf("routed: address %s/32 on %s: %w", own.Subnet.Addr(), cfg.Dev, err)
-	}
-	if err := cfg.saveLease(own); err != nil {
-		return err
 	}
 	env := subnetEnv(cfg.Network, own.Subnet, cfg.MTU, cfg.IPMasq)
 	if err := writeFileAtomic(cfg.SubnetFile, []byte(env)); err != nil {
@@ -182,7 +137,7 @@ func Run(ctx context.Context, cfg Config, leases Leases, neigh *fdb.Neighbors) e
 	log.Info("leased a subnet", "subnet", own.Subnet, "tap_address", own.Subnet.Addr().String()+"/32",
 		"bridge_address", bridgeAddress(own.Subnet), "subnet_file", cfg.SubnetFile)
 
-	r := &router{cfg: &cfg, log: log, leases: leases, neigh: neigh, link: link, routes: map[netip.Prefix]bool{}, saved: own}
+	r := &router{cfg: &cfg, log: log, leases: leases, answers: answers, link: link, routes: map[netip.Prefix]bool{}}
 	for {
 		r.sync()
 		select {
@@ -195,34 +150,26 @@ func Run(ctx context.Context, cfg Config, leases Leases, neigh *fdb.Neighbors) e
 
 // router keeps the routes and ARP answers of the routed overlay.
 type router struct {
-	cfg    *Config
-	log    *slog.Logger
-	leases Leases
-	neigh  *fdb.Neighbors
-	link   netlink.Link
-	routes map[netip.Prefix]bool // installed
-	saved  lease.Lease           // our lease as last saved
+	cfg     *Config
+	log     *slog.Logger
+	leases  Leases
+	answers Answers
+	link    netlink.Link
+	routes  map[netip.Prefix]bool // installed
 }
 
 // sync makes the routes and subnet ARP answers those of the remote live
-// leases, and saves our lease when it was renewed.
+// leases.
 func (r *router) sync() {
 	want := map[netip.Prefix]lease.Lease{}
 	var answers []fdb.SubnetNeigh
 	for _, l := range r.leases.Leases() {
-		switch {
-		case l.Self && l.State == lease.Alive && !l.Expires.Equal(r.saved.Expires):
-			if err := r.cfg.saveLease(l); err != nil {
-				r.log.Warn("could not save the renewed lease", "err", err)
-			} else {
-				r.saved = l
-			}
-		case !l.Self && l.State == lease.Alive:
+		if !l.Self && l.State == lease.Alive {
 			want[l.Subnet] = l
 			answers = append(answers, fdb.SubnetNeigh{VNI: r.cfg.VNI, Subnet: l.Subnet, MAC: l.MAC})
 		}
 	}
-	if err := r.neigh.SetSubnets(answers); err != nil {
+	if err := r.answers.SetSubnets(answers); err != nil {
 		r.log.Warn("subnet ARP answers refused", "err", err)
 	}
 	for subnet, l := range want {
