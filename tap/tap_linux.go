@@ -18,8 +18,14 @@ import (
 type Config struct {
 	// Name of the interface. An existing TAP of that name is attached to
 	// (and left in place on Close); otherwise a new one is created and
-	// removed on Close.
+	// removed on Close, unless Persist.
 	Name string
+	// Persist makes a TAP that Open creates persistent: it outlives the
+	// process (a crash leaves it with its addresses, routes and bridge
+	// membership, and the next Open attaches to it), and it is marked as
+	// uvxlan's (its alias, ifalias, is OwnerAlias) so that Owned can tell
+	// it from a TAP someone else made. Remove deletes it.
+	Persist bool
 	// MAC to set; nil keeps the kernel's random address.
 	MAC net.HardwareAddr
 	// MTU to set; 0 keeps the current one.
@@ -49,7 +55,13 @@ type Config struct {
 	// each a Device of its own that one goroutine reads and writes; the
 	// kernel spreads flows over them. Default 1. More than 1 needs Offload.
 	Queues int
+
+	alias string // set by OpenQueues on a TAP it creates with Persist
 }
+
+// OwnerAlias is the interface alias (ip link's "alias") of a persistent TAP
+// that uvxlan created.
+const OwnerAlias = "uvxlan"
 
 // Errors returned by Open when the host cannot give us a TAP.
 var (
@@ -62,13 +74,15 @@ var (
 // TAP is a Linux TAP device opened through /dev/net/tun. It implements Device.
 // One goroutine may Read while another Writes.
 type TAP struct {
-	file   *os.File
-	rc     syscall.RawConn
-	closed atomic.Bool
-	name   string
-	mac    net.HardwareAddr
-	mtu    int
-	batch  int
+	// created: Open created the device; owned: it is uvxlan's (Persist).
+	created, owned bool
+	file           *os.File
+	rc             syscall.RawConn
+	closed         atomic.Bool
+	name           string
+	mac            net.HardwareAddr
+	mtu            int
+	batch          int
 
 	// Scratch for the RawConn callbacks, built once so that Read and Write
 	// do not allocate a closure per call.
@@ -146,13 +160,13 @@ func OpenQueues(cfg Config) ([]*TAP, error) {
 		t    = &TAP{batch: cfg.BatchSize}
 	)
 	if cfg.Offload {
-		f, name, t.offload, err = openVnet(cfg.Name, existed, nq > 1, true)
+		f, name, t.offload, err = openVnet(cfg.Name, existed || cfg.Persist, nq > 1, true)
 		t.vnet = true
 		if t.batch <= 0 {
 			t.batch = 2 * defaultBatches
 		}
 	} else {
-		f, name, err = openWater(cfg.Name, existed)
+		f, name, err = openWater(cfg.Name, existed || cfg.Persist)
 	}
 	if err != nil {
 		if errors.Is(err, unix.EPERM) || errors.Is(err, os.ErrPermission) {
@@ -164,8 +178,16 @@ func OpenQueues(cfg Config) ([]*TAP, error) {
 	if t.batch <= 0 {
 		t.batch = defaultBatches
 	}
+	t.created = !existed
+	t.owned = !existed && cfg.Persist || existed && link.Attrs().Alias == OwnerAlias
+	if !existed && cfg.Persist {
+		cfg.alias = OwnerAlias
+	}
 	if err := t.setup(cfg); err != nil {
 		f.Close()
+		if t.created && cfg.Persist {
+			Remove(cfg.Name)
+		}
 		return nil, err
 	}
 	if err := t.init(f); err != nil {
@@ -223,13 +245,14 @@ func (t *TAP) init(f *os.File) error {
 // packet and its Ethernet header (with a VLAN tag).
 const maxSuperFrame = 65535 + 14 + 4
 
-// openWater opens the TAP through songgao/water (no offloads).
-func openWater(name string, existed bool) (*os.File, string, error) {
+// openWater opens the TAP through songgao/water (no offloads), persistent
+// or not.
+func openWater(name string, persist bool) (*os.File, string, error) {
 	// water sets TUNSETPERSIST from Config.Persist: opening an existing
 	// persistent TAP with Persist false would make it vanish on Close.
 	ifce, err := water.New(water.Config{
 		DeviceType:             water.TAP,
-		PlatformSpecificParams: water.PlatformSpecificParams{Name: name, Persist: existed},
+		PlatformSpecificParams: water.PlatformSpecificParams{Name: name, Persist: persist},
 	})
 	if err != nil {
 		return nil, "", err
@@ -244,11 +267,10 @@ func openWater(name string, existed bool) (*os.File, string, error) {
 
 // openVnet opens the TAP with IFF_VNET_HDR and turns on the offloads:
 // checksum, TSO4, TSO6 (with ECN), and USO4/USO6 where the kernel has them
-// (Linux 6.2+). It returns the TUN_F_* flags in force. With setPersist, an
-// existing TAP is attached to and stays persistent, and a new one is not;
-// without, persistence is left alone (further queues). multi opens one
-// queue of a multi-queue TAP.
-func openVnet(name string, existed, multi, setPersist bool) (*os.File, string, int, error) {
+// (Linux 6.2+). It returns the TUN_F_* flags in force. With setPersist,
+// the TAP is made persistent or not (persist); without, persistence is left
+// alone (further queues). multi opens one queue of a multi-queue TAP.
+func openVnet(name string, persist, multi, setPersist bool) (*os.File, string, int, error) {
 	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, "", 0, err
@@ -265,13 +287,13 @@ func openVnet(name string, existed, multi, setPersist bool) (*os.File, string, i
 	ifr.SetUint16(flags)
 	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
 		unix.Close(fd)
-		if multi && errors.Is(err, unix.EINVAL) && existed {
+		if multi && errors.Is(err, unix.EINVAL) && persist {
 			err = fmt.Errorf("%w (an existing single-queue TAP cannot take more queues)", err)
 		}
 		return nil, "", 0, fmt.Errorf("TUNSETIFF: %w", err)
 	}
 	if setPersist {
-		if err := unix.IoctlSetInt(fd, unix.TUNSETPERSIST, boolInt(existed)); err != nil {
+		if err := unix.IoctlSetInt(fd, unix.TUNSETPERSIST, boolInt(persist)); err != nil {
 			unix.Close(fd)
 			return nil, "", 0, fmt.Errorf("TUNSETPERSIST: %w", err)
 		}
@@ -304,6 +326,11 @@ func (t *TAP) setup(cfg Config) error {
 	if cfg.MAC != nil {
 		if err := netlink.LinkSetHardwareAddr(link, cfg.MAC); err != nil {
 			return fmt.Errorf("tap: set MAC %s on %s: %w", cfg.MAC, t.name, err)
+		}
+	}
+	if cfg.alias != "" {
+		if err := netlink.LinkSetAlias(link, cfg.alias); err != nil {
+			return fmt.Errorf("tap: mark %s as uvxlan's: %w", t.name, err)
 		}
 	}
 	if cfg.MTU > 0 {
@@ -544,8 +571,36 @@ func (t *TAP) MAC() net.HardwareAddr { return t.mac }
 // MTU implements Device.
 func (t *TAP) MTU() int { return t.mtu }
 
-// Close implements Device. A TAP that Open created disappears with its last
-// file descriptor.
+// Created reports whether Open created the TAP (it did not exist before).
+func (t *TAP) Created() bool { return t.created }
+
+// Owned reports whether the TAP is uvxlan's: created persistent by this
+// Open or by an earlier one (Config.Persist), so Remove may delete it.
+func (t *TAP) Owned() bool { return t.owned }
+
+// Remove deletes the interface name if it is a TAP that uvxlan created
+// persistent (its alias is OwnerAlias); any other interface is left alone.
+// It reports whether it deleted one. Close the TAP's queues first.
+func Remove(name string) (bool, error) {
+	link, err := netlink.LinkByName(name)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) {
+			return false, nil
+		}
+		return false, fmt.Errorf("tap: find %s: %w", name, err)
+	}
+	if link.Type() != "tuntap" || link.Attrs().Alias != OwnerAlias {
+		return false, nil
+	}
+	if err := netlink.LinkDel(link); err != nil {
+		return false, fmt.Errorf("tap: remove %s: %w", name, err)
+	}
+	return true, nil
+}
+
+// Close implements Device. A TAP that Open created without Persist
+// disappears with its last file descriptor; a persistent one stays.
 func (t *TAP) Close() error {
 	t.closed.Store(true)
 	return t.file.Close()

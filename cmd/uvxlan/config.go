@@ -95,6 +95,7 @@ func configFromCLI(c *cli.Context) (runConfig, error) {
 		Ageing:   c.Duration("ageing"),
 		FDBMax:   c.Int("fdb-max"),
 		StateDir: c.String("state-dir"),
+		KeepTAP:  c.Bool("keep-tap"),
 	}, Control: c.String("control")}
 
 	port := c.Int("port")

@@ -136,7 +136,10 @@ like the kernel's VXLAN devices; each has its own TAP, tables and flood list:
              --segment 42,address=10.42.0.1/24 --segment 43,dev=blue,address=10.43.0.1/24
 
 Every flag can also be set as UVXLAN_<FLAG>, e.g. UVXLAN_VNI=42.
-On SIGINT or SIGTERM the agent stops and removes the TAPs it created.
+The TAPs the agent creates are persistent: after a crash they stay, with their
+addresses, routes and bridge membership, and the next start attaches to them.
+On SIGINT or SIGTERM the agent stops and removes them, unless --keep-tap. A TAP
+that uvxlan did not create is attached to and never removed.
 
 Example, two hosts:
    host A# uvxlan run --local 198.18.0.1 --address 10.42.0.1/24 --peer 198.18.0.2
@@ -162,6 +165,7 @@ containers use (Docker: --bip=$FLANNEL_SUBNET --mtu=$FLANNEL_MTU).
 			&cli.StringFlag{Name: "mac", Usage: "TAP `MAC` (default: kept from --state-dir, else derived from --name and --local, so it survives restarts)", EnvVars: env("mac")},
 			&cli.IntFlag{Name: "mtu", Usage: "TAP MTU (default: underlay MTU - 50)", EnvVars: env("mtu")},
 			&cli.StringSliceFlag{Name: "peer", Usage: "static VTEP `IP[:PORT]` to flood to, repeatable (kernel VXLAN devices, switches, other agents)", EnvVars: env("peer")},
+			&cli.BoolFlag{Name: "keep-tap", Usage: "leave the TAPs this agent created in place at a clean stop, with their addresses, routes and bridge membership (without it they are removed; after a crash they always stay, and the next start attaches)", EnvVars: env("keep-tap")},
 			&cli.BoolFlag{Name: "offload", Value: true, Usage: "open the TAP with a virtio-net header and TSO/checksum offloads: 64 KB super-frames are split and coalesced in userspace (falls back to plain frames where the kernel refuses)", EnvVars: env("offload")},
 			&cli.IntFlag{Name: "queues", Value: min(runtime.NumCPU(), maxQueues), Usage: "TAP queues (IFF_MULTI_QUEUE), each with its own forwarding goroutine and SO_REUSEPORT socket; the default is one per CPU, at most 64", EnvVars: env("queues")},
 			&cli.BoolFlag{Name: "learning", Value: true, Usage: "learn MAC -> VTEP from received frames", EnvVars: env("learning")},

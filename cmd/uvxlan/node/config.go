@@ -43,6 +43,10 @@ type Config struct {
 	Ageing   time.Duration
 	FDBMax   int
 	StateDir string // empty: nothing persisted
+	// KeepTAP leaves the TAPs the agent created in place at a clean stop
+	// (--keep-tap); without it they are removed. A crash leaves them
+	// either way: they are persistent, and the next start attaches.
+	KeepTAP bool
 	// SrcPortMin..SrcPortMax is the outer UDP source port range; 0..0
 	// sends from Port.
 	SrcPortMin, SrcPortMax uint16

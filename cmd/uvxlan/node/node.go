@@ -40,6 +40,7 @@ type Node struct {
 	mu      sync.Mutex
 	running bool
 	closers []func() error // what Close releases when Run was not called
+	created []string       // the TAPs this New created, which Close removes
 }
 
 // segment is one overlay of the node.
@@ -171,7 +172,7 @@ func (n *Node) openSegment(sc Segment, queues int) (*segment, error) {
 	if err != nil {
 		return nil, err
 	}
-	tcfg := tap.Config{Name: sc.Dev, MTU: sc.MTU, Offload: n.cfg.Offload, Queues: queues,
+	tcfg := tap.Config{Name: sc.Dev, Persist: true, MTU: sc.MTU, Offload: n.cfg.Offload, Queues: queues,
 		MaxSegments: encap.GSOSegments(sc.MTU), MAC: net.HardwareAddr(mac[:]), Addrs: sc.Addresses}
 	devs, err := tap.OpenQueues(tcfg)
 	if err != nil && tcfg.Offload && !errors.Is(err, tap.ErrNoNetAdmin) && !errors.Is(err, tap.ErrNoTUN) {
@@ -184,6 +185,14 @@ func (n *Node) openSegment(sc Segment, queues int) (*segment, error) {
 	}
 	for _, d := range devs {
 		n.closers = append(n.closers, d.Close)
+	}
+	if devs[0].Created() { // made by this start: a failed start leaves nothing behind
+		n.created = append(n.created, sc.Dev)
+	}
+	if devs[0].Created() || !devs[0].Owned() {
+		n.log.Info("TAP opened", "dev", sc.Dev, "created", devs[0].Created(), "uvxlan's", devs[0].Owned())
+	} else {
+		n.log.Info("attached to the TAP a previous run left", "dev", sc.Dev)
 	}
 	s := &segment{cfg: sc, devs: devs, snoop: make(chan encap.Sighting, 256), offloads: devs[0].Offloads()}
 	copy(s.mac[:], devs[0].MAC())
@@ -360,6 +369,7 @@ func (n *Node) Run(ctx context.Context) error {
 		d.Close()
 	}
 	wg.Wait()
+	n.removeTAPs()
 	if gossipErr != nil {
 		errs = make(chan error, 1)
 		errs <- gossipErr
@@ -378,6 +388,23 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 }
 
+// removeTAPs removes, at the end of Run, the TAPs that are uvxlan's (made
+// by this run or an earlier one), unless KeepTAP. The engines have closed
+// their queues.
+func (n *Node) removeTAPs() {
+	if n.cfg.KeepTAP {
+		return
+	}
+	for _, s := range n.segs {
+		if !s.devs[0].Owned() {
+			continue
+		}
+		if _, err := tap.Remove(s.cfg.Dev); err != nil {
+			n.log.Warn("could not remove the TAP", "dev", s.cfg.Dev, "err", err)
+		}
+	}
+}
+
 // Close releases a node that was built but not run (Run releases
 // everything itself). It is safe to call more than once.
 func (n *Node) Close() error {
@@ -390,5 +417,11 @@ func (n *Node) Close() error {
 		n.closers[i]()
 	}
 	n.closers = nil
+	for _, dev := range n.created {
+		if _, err := tap.Remove(dev); err != nil {
+			n.log.Warn("could not remove the TAP", "dev", dev, "err", err)
+		}
+	}
+	n.created = nil
 	return nil
 }
