@@ -85,6 +85,7 @@ vxlan kernel module.
 		},
 		Commands: []*cli.Command{
 			runCommand(),
+			statusCommand(),
 			fdbCommand(),
 			neighCommand(),
 			membersCommand(),
@@ -351,6 +352,15 @@ func leasesCommand() *cli.Command {
 		Usage:  "show the subnet leases of the cluster (routed overlay): subnet, node, VTEP, state, expiry",
 		Flags:  controlFlags(),
 		Action: func(c *cli.Context) error { return show(c, "leases", printLeases) },
+	}
+}
+
+func statusCommand() *cli.Command {
+	return &cli.Command{
+		Name:   "status",
+		Usage:  "show a running agent at a glance: identity, version, uptime, segments and TAPs, members alive, entries by origin, leases",
+		Flags:  controlFlags(),
+		Action: func(c *cli.Context) error { return show(c, "status", printStatus) },
 	}
 }
 

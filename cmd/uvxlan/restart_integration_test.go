@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/uvxlan/uvxlan/cmd/uvxlan/node"
+	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/testenv"
 )
 
@@ -143,4 +146,30 @@ func TestTAPOutlivesTheProcess(t *testing.T) {
 			t.Errorf("after the restart uvx0 left the bridge: %s", link)
 		}
 	})
+}
+
+// `uvxlan status` shows an agent at a glance, as a table and as JSON.
+func TestStatusCommand(t *testing.T) {
+	tb := testenv.NewForTest(t, testenv.Config{Hosts: 2})
+	h1, h2 := tb.Host(1), tb.Host(2)
+	a1 := startAgent(t, h1)
+	startAgent(t, h2, "--join", h1.Underlay.String())
+	if err := waitForMembers(context.Background(), a1.control, 2, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	var st node.Status
+	if err := json.Unmarshal([]byte(runCLI(t, "status", "--json", "--control", a1.control)), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Name != h1.Name || st.MembersAlive != 2 || st.MembersTotal != 2 || st.FDB[fdb.OriginLocal] != 1 ||
+		st.FDB[fdb.OriginGossip] != 1 || st.Uptime <= 0 || st.Version == "" || len(st.Segments) != 1 ||
+		st.Segments[0].Dev != "uvx0" || st.Segments[0].MAC != a1.mac {
+		t.Errorf("status --json: %+v", st)
+	}
+	table := runCLI(t, "status", "--control", a1.control)
+	for _, want := range []string{"name", h1.Name, "members", "2 alive of 2", "fdb", "1 local, 1 gossip", "vni 1", "uvx0 " + a1.mac.String()} {
+		if !strings.Contains(table, want) {
+			t.Errorf("status lacks %q:\n%s", want, table)
+		}
+	}
 }

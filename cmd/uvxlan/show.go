@@ -9,9 +9,57 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/uvxlan/uvxlan/cmd/uvxlan/node"
 	"github.com/uvxlan/uvxlan/encap"
+	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/gossip/lease"
 )
+
+// printStatus is `uvxlan status`: one screen for humans.
+func printStatus(w io.Writer, st node.Status) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "name\t%s\n", st.Name)
+	fmt.Fprintf(tw, "version\t%s\n", st.Version)
+	fmt.Fprintf(tw, "uptime\t%s (since %s)\n", (time.Duration(st.Uptime * float64(time.Second))).Round(time.Second), st.Started.UTC().Format(time.RFC3339))
+	fmt.Fprintf(tw, "underlay\t%s port %d, %d static peers, learning %t\n", st.Local, st.Port, st.Peers, st.Learning)
+	fmt.Fprintf(tw, "members\t%d alive of %d\n", st.MembersAlive, st.MembersTotal)
+	fmt.Fprintf(tw, "fdb\t%s\n", byOrigin(st.FDB))
+	fmt.Fprintf(tw, "neigh\t%s\n", byOrigin(st.Neigh))
+	if st.Subnet.IsValid() || st.Leases > 0 {
+		fmt.Fprintf(tw, "leases\t%d live; this node's subnet %s\n", st.Leases, st.Subnet)
+	}
+	fmt.Fprintln(tw, "segments:\t")
+	for _, s := range st.Segments {
+		addrs := make([]string, len(s.Addresses))
+		for i, a := range s.Addresses {
+			addrs[i] = a.String()
+		}
+		if len(addrs) == 0 {
+			addrs = []string{"no address"}
+		}
+		off := s.Offloads
+		if off == "" {
+			off = "none"
+		}
+		fmt.Fprintf(tw, "  vni %d\t%s %s mtu %d, %s, %d queues, offloads %s\n", s.VNI, s.Dev, s.MAC, s.MTU,
+			strings.Join(addrs, " "), s.Queues, off)
+	}
+	return tw.Flush()
+}
+
+// byOrigin prints counts by origin in a fixed order: "3 local, 2 gossip".
+func byOrigin(m map[fdb.Origin]int) string {
+	var parts []string
+	for _, o := range []fdb.Origin{fdb.OriginLocal, fdb.OriginStatic, fdb.OriginGossip, fdb.OriginLearned} {
+		if m[o] > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", m[o], o))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
 
 func printFDB(w io.Writer, rows []fdbRow) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -36,6 +37,7 @@ type Node struct {
 	// LeaseWatch, once the node's own lease is saved.
 	leaseEvents chan struct{}
 	vtep        netip.AddrPort
+	started     time.Time
 
 	mu      sync.Mutex
 	running bool
@@ -62,7 +64,7 @@ func New(cfg Config) (_ *Node, err error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger, vtep: netip.AddrPortFrom(cfg.Local, cfg.Port), leaseEvents: make(chan struct{}, 1)}
+	n := &Node{cfg: cfg, log: cfg.Logger, vtep: netip.AddrPortFrom(cfg.Local, cfg.Port), leaseEvents: make(chan struct{}, 1), started: time.Now()}
 	defer func() {
 		if err != nil {
 			n.Close()

@@ -6,7 +6,9 @@ package node
 import (
 	"fmt"
 	"net/netip"
+	"runtime/debug"
 	"slices"
+	"time"
 
 	"github.com/uvxlan/uvxlan/encap"
 	"github.com/uvxlan/uvxlan/fdb"
@@ -14,10 +16,14 @@ import (
 	"github.com/uvxlan/uvxlan/gossip/lease"
 )
 
-// Status is the node's identity and settings. VNI, Dev, MAC and MTU are
+// Status is the node at a glance: identity, settings, segments, and how
+// many members, entries and leases it holds. VNI, Dev, MAC and MTU are
 // those of the first segment (the only one, usually).
 type Status struct {
 	Name     string          `json:"name"`
+	Version  string          `json:"version"`
+	Started  time.Time       `json:"started"`
+	Uptime   float64         `json:"uptime_seconds"`
 	VNI      fdb.VNI         `json:"vni"`
 	Dev      string          `json:"dev"`
 	MAC      fdb.MAC         `json:"mac"`
@@ -27,6 +33,42 @@ type Status struct {
 	Peers    int             `json:"peers"`
 	Learning bool            `json:"learning"`
 	Segments []SegmentStatus `json:"segments"`
+	// MembersAlive of MembersTotal gossip members are alive (this node
+	// included; departed members stay listed for ten minutes).
+	MembersAlive int `json:"members_alive"`
+	MembersTotal int `json:"members_total"`
+	// FDB and Neigh count the entries by origin.
+	FDB   map[fdb.Origin]int `json:"fdb"`
+	Neigh map[fdb.Origin]int `json:"neigh"`
+	// Leases counts the live subnet leases; Subnet is this node's (routed
+	// mode, once held).
+	Leases int          `json:"leases"`
+	Subnet netip.Prefix `json:"subnet,omitzero"`
+}
+
+// version is the binary's module version and VCS revision, as Go recorded
+// them at build time.
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	v := bi.Main.Version
+	var rev, dirty string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value[:min(len(s.Value), 12)]
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = "+dirty"
+			}
+		}
+	}
+	if rev != "" {
+		v += " " + rev + dirty
+	}
+	return v
 }
 
 // SegmentStatus is one segment's identity and settings.
@@ -49,6 +91,27 @@ func (n *Node) Status() Status {
 	}
 	first := st.Segments[0]
 	st.VNI, st.Dev, st.MAC, st.MTU = first.VNI, first.Dev, first.MAC, first.MTU
+	st.Version, st.Started = version(), n.started
+	st.Uptime = time.Since(n.started).Round(time.Millisecond).Seconds()
+	for _, m := range n.Members() {
+		st.MembersTotal++
+		if m.State == "alive" {
+			st.MembersAlive++
+		}
+	}
+	st.FDB, st.Neigh = map[fdb.Origin]int{}, map[fdb.Origin]int{}
+	for _, e := range n.Entries() {
+		st.FDB[e.Origin]++
+	}
+	for _, e := range n.Neighbors() {
+		st.Neigh[e.Origin]++
+	}
+	for _, l := range n.Leases() {
+		st.Leases++
+		if l.Self && l.State == lease.Alive {
+			st.Subnet = l.Subnet
+		}
+	}
 	return st
 }
 
