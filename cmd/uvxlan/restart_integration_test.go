@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
@@ -171,5 +172,82 @@ func TestStatusCommand(t *testing.T) {
 		if !strings.Contains(table, want) {
 			t.Errorf("status lacks %q:\n%s", want, table)
 		}
+	}
+}
+
+// After kill -9, the restarted agent serves again at once, and its peers
+// never withdraw its entries in between: the TAP MAC stays in h2's FDB,
+// and its address in h2's neighbour table, at every poll (every 50 ms).
+func TestCrashRestartKeepsEntries(t *testing.T) {
+	tb := testenv.NewForTest(t, testenv.Config{Hosts: 2})
+	h1, h2 := tb.Host(1), tb.Host(2)
+	a1 := startAgent(t, h1)
+	a2 := startAgent(t, h2, "--join", h1.Underlay.String())
+	if err := waitForMembers(context.Background(), a2.control, 2, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	holds := func() (bool, bool) {
+		var mac, ip bool
+		rows, _, err := newControlClient(a2.control).fdb()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rows {
+			mac = mac || r.MAC == a1.mac && r.Origin == fdb.OriginGossip
+		}
+		ns, _, err := newControlClient(a2.control).neigh()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range ns {
+			ip = ip || n.IP == a1.overlay && n.MAC == a1.mac
+		}
+		return mac, ip
+	}
+	eventuallyT(t, 10*time.Second, "h2 holds h1's entries", func() bool { m, i := holds(); return m && i })
+
+	stop := make(chan struct{})
+	gaps := make(chan string, 1000)
+	polled := make(chan int, 1)
+	go func() {
+		n := 0
+		defer func() { polled <- n }()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			n++
+			if m, i := holds(); !m || !i {
+				gaps <- fmt.Sprintf("%s: mac %v, ip %v", time.Now().Format("15:04:05.000"), m, i)
+			}
+		}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	if err := a1.proc.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	a1 = startAgent(t, h1)
+	served := time.Since(start)
+	if err := testenv.Eventually(context.Background(), 10*time.Second, func() bool {
+		_, err := h2.Ping(context.Background(), a1.overlay, 1)
+		return err == nil
+	}); err != nil {
+		t.Fatalf("h2 does not reach h1 after the restart: %v", err)
+	}
+	pinged := time.Since(start)
+	time.Sleep(8 * time.Second) // past memberlist's suspicion timeout
+	close(stop)
+	n := <-polled
+	close(gaps)
+	var missing []string
+	for g := range gaps {
+		missing = append(missing, g)
+	}
+	t.Logf("restarted agent answered its control socket %v after its start, h2 pinged it %v after; %d polls", served.Round(time.Millisecond), pinged.Round(time.Millisecond), n)
+	if len(missing) > 0 {
+		t.Errorf("h2 lacked h1's entries at %d of %d polls:\n%s\n%s", len(missing), n, strings.Join(missing, "\n"), a2.proc.Log())
 	}
 }
