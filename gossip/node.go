@@ -672,7 +672,17 @@ func (n *Node) Close() error {
 	return n.closeErr
 }
 
-// shutdown stops the node once; leave=false is a crash (tests use it).
+// Abandon shuts memberlist down without leaving the cluster: the others see
+// nothing but a member that does not answer for a moment, and a successor
+// of the same name and address (a hot takeover) continues as the same
+// member. Run returns. Later calls of Close or Abandon do nothing more.
+func (n *Node) Abandon() error {
+	n.shutdown(false)
+	return n.closeErr
+}
+
+// shutdown stops the node once; leave=false is a crash (tests use it) or an
+// abandon.
 func (n *Node) shutdown(leave bool) {
 	n.closeOnce.Do(func() {
 		close(n.closed)

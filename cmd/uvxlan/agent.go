@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"errors"
+	"net"
 	"sync"
+	"sync/atomic"
 
 	"github.com/uvxlan/uvxlan/cmd/uvxlan/node"
 	"github.com/uvxlan/uvxlan/cmd/uvxlan/routed"
@@ -16,6 +18,15 @@ import (
 // any part fails: the node's error first (the cause of the others, such as
 // a lease lost or a name taken), else the first one.
 func runAgent(ctx context.Context, cfg runConfig) error {
+	var successor *net.UnixConn // --takeover: the connection to the agent taken over
+	if cfg.Takeover {
+		h, conn, err := takeOver(ctx, cfg.Control, &cfg.Config)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		cfg.Inherit, successor = h, conn
+	}
 	ctl, err := listenControl(cfg.Control)
 	if err != nil {
 		return err
@@ -40,7 +51,37 @@ func runAgent(ctx context.Context, cfg runConfig) error {
 		mu      sync.Mutex
 		first   error
 		nodeErr error
+		// handingOver: a successor takes over; the control socket and
+		// the metrics stop serving, and that ends nothing.
+		handingOver atomic.Bool
+		handedErr   error
 	)
+	ctl.takeover = &takeoverServer{n: n,
+		release: func() {
+			handingOver.Store(true)
+			ctl.Close()
+			if metrics != nil {
+				metrics.Close()
+			}
+		},
+		stop: func(err error) {
+			mu.Lock()
+			handedErr = err
+			mu.Unlock()
+			cancel()
+		},
+	}
+	// serve runs an adapter's Serve, which returns nil once released for a
+	// successor: then it waits for the end.
+	serve := func(f func() error) func() error {
+		return func() error {
+			err := f()
+			if err == nil && handingOver.Load() {
+				<-ctx.Done()
+			}
+			return err
+		}
+	}
 	spawn := func(f func() error) {
 		wg.Add(1)
 		go func() {
@@ -62,9 +103,16 @@ func runAgent(ctx context.Context, cfg runConfig) error {
 			SubnetFile: cfg.SubnetFile, IPMasq: cfg.IPMasq, Logger: cfg.Logger.With("subsystem", "routed")}
 		spawn(func() error { return routed.Run(ctx, rc, w, n) })
 	}
-	spawn(func() error { return ctl.Serve(n) })
+	spawn(serve(func() error { return ctl.Serve(n) }))
 	if metrics != nil {
-		spawn(metrics.Serve)
+		spawn(serve(metrics.Serve))
+	}
+	if successor != nil {
+		cfg.Logger.Info("took over from the running agent", "control", cfg.Control)
+		if _, err := successor.Write([]byte("ready\n")); err != nil {
+			cfg.Logger.Warn("could not tell the agent taken over that this one is ready", "err", err)
+		}
+		successor.Close()
 	}
 	<-ctx.Done()
 	ctl.Close()
@@ -72,6 +120,14 @@ func runAgent(ctx context.Context, cfg runConfig) error {
 		metrics.Close()
 	}
 	wg.Wait()
+	if handingOver.Load() {
+		mu.Lock()
+		defer mu.Unlock()
+		if handedErr == nil {
+			cfg.Logger.Info("handed over to the successor")
+		}
+		return handedErr
+	}
 	if nodeErr != nil {
 		first = nodeErr
 	}

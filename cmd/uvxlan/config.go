@@ -26,6 +26,9 @@ type runConfig struct {
 	node.Config
 	Control string // the control socket
 	Metrics string // listen address for /metrics; empty: off
+	// Takeover takes the TAPs, sockets and tables over from the agent
+	// serving Control (--takeover).
+	Takeover bool
 }
 
 // defaultStateDir is --state-dir with --network when none is given: leases
@@ -96,7 +99,7 @@ func configFromCLI(c *cli.Context) (runConfig, error) {
 		FDBMax:   c.Int("fdb-max"),
 		StateDir: c.String("state-dir"),
 		KeepTAP:  c.Bool("keep-tap"),
-	}, Control: c.String("control")}
+	}, Control: c.String("control"), Takeover: c.Bool("takeover")}
 
 	port := c.Int("port")
 	if port < 1 || port > 65535 {

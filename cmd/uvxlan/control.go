@@ -43,9 +43,11 @@ import (
 type controlServer struct {
 	path string
 	ln   net.Listener
-	mu   sync.Mutex // guards srv and closed: Serve and Close may race
-	srv  *http.Server
-	done bool // Close was called
+	// takeover, when set, serves POST /v1/takeover (takeover.go).
+	takeover http.Handler
+	mu       sync.Mutex // guards srv and closed: Serve and Close may race
+	srv      *http.Server
+	done     bool // Close was called
 }
 
 // listenControl binds the control socket. A stale socket file left by a
@@ -160,6 +162,9 @@ func (s *controlServer) Serve(n *node.Node) error {
 	mux.HandleFunc("GET /v1/neigh", filtered(func(w http.ResponseWriter, vni fdb.VNI) { writeJSON(w, neighRows(n.Neighbors(), vni)) }))
 	mux.HandleFunc("GET /v1/members", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, n.Members()) })
 	mux.HandleFunc("GET /v1/leases", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, n.Leases()) })
+	if s.takeover != nil {
+		mux.Handle("POST /v1/takeover", s.takeover)
+	}
 
 	s.mu.Lock()
 	if s.done {
@@ -175,13 +180,18 @@ func (s *controlServer) Serve(n *node.Node) error {
 	return nil
 }
 
-// Close stops serving and removes the socket file. Safe to call twice, and
-// before, during or after Serve.
+// Close stops serving and removes the socket file. Safe to call twice (the
+// second call does nothing), and before, during or after Serve.
 func (s *controlServer) Close() error {
 	s.mu.Lock()
+	first := !s.done
 	s.done = true
 	srv := s.srv
 	s.mu.Unlock()
+	if !first {
+		// The path may be a successor's socket by now (takeover).
+		return nil
+	}
 	if srv != nil {
 		srv.Close()
 	} else {

@@ -56,6 +56,7 @@ type agent struct {
 	control string
 	mac     fdb.MAC
 	overlay netip.Addr
+	args    []string // the command line it was started with
 }
 
 // overlayAddr is host i's address on the overlay 10.42.0.0/24.
@@ -72,6 +73,7 @@ func startAgent(t *testing.T, h *testenv.Host, extra ...string) *agent {
 	args := append([]string{"run", "--name", h.Name, "--local", h.Underlay.String(),
 		"--address", netip.PrefixFrom(a.overlay, 24).String(), "--mac", a.mac.String(),
 		"--control", a.control}, extra...)
+	a.args = args
 	var err error
 	a.proc, err = h.Start(context.Background(), "", uvxlanBin, args...)
 	if err != nil {

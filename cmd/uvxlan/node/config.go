@@ -63,6 +63,11 @@ type Config struct {
 	IPMasq     bool
 
 	Logger *slog.Logger // default slog.Default()
+
+	// Inherit, when set, is what a running agent handed over (--takeover):
+	// the node adopts its TAP queues and sockets instead of opening them,
+	// and starts with its tables.
+	Inherit *Handover
 }
 
 // ConfigError is a bad configuration value; Flag names the command-line

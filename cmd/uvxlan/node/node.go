@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -38,6 +39,8 @@ type Node struct {
 	leaseEvents chan struct{}
 	vtep        netip.AddrPort
 	started     time.Time
+	rxs, srcs   []*encap.UDPConn // the underlay sockets, for a handover
+	handedOver  atomic.Bool      // Abandon was called: the TAPs stay
 
 	mu      sync.Mutex
 	running bool
@@ -71,29 +74,20 @@ func New(cfg Config) (_ *Node, err error) {
 		}
 	}()
 
-	// One socket per queue shares the port (SO_REUSEPORT) for all
-	// segments; a plain socket checks first that no one else holds it,
-	// since SO_REUSEPORT would let a second agent share it silently.
 	queues := cfg.Queues
-	if queues > 1 {
-		probe, err := encap.ListenUDP(n.vtep, encap.UDPOptions{})
-		if err != nil {
-			return nil, listenError("port", fmt.Sprint(cfg.Port), err)
+	var rxs, srcs []*encap.UDPConn
+	if cfg.Inherit != nil { // hot takeover: the sockets of the running agent
+		if rxs, srcs, err = n.adoptSockets(cfg.Inherit); err != nil {
+			return nil, err
 		}
-		probe.Close()
-	}
-	var rxs []*encap.UDPConn
-	for range queues {
-		rx, err := encap.ListenUDP(n.vtep, encap.UDPOptions{GRO: cfg.Offload, ReusePort: queues > 1})
-		if err != nil {
-			return nil, listenError("port", fmt.Sprint(cfg.Port), err)
+		queues = len(rxs)
+	} else {
+		if rxs, err = n.openSockets(queues); err != nil {
+			return nil, err
 		}
-		n.closers = append(n.closers, rx.Close)
-		rxs = append(rxs, rx)
-	}
-	srcs, err := n.openSources()
-	if err != nil {
-		return nil, err
+		if srcs, err = n.openSources(); err != nil {
+			return nil, err
+		}
 	}
 
 	if err := n.saveName(); err != nil {
@@ -161,10 +155,38 @@ func New(cfg Config) (_ *Node, err error) {
 			s.tracker.addNeigh(a.Addr(), s.mac)
 		}
 	}
+	if cfg.Inherit != nil {
+		n.preload(cfg.Inherit)
+	}
 	if err := n.buildEngines(rxs, srcs); err != nil {
 		return nil, err
 	}
+	n.rxs, n.srcs = rxs, srcs
 	return n, nil
+}
+
+// openSockets opens the receiving sockets: one per queue, sharing the port
+// (SO_REUSEPORT) for all segments. A plain socket checks first that no one
+// else holds the port, since SO_REUSEPORT would let a second agent share it
+// silently.
+func (n *Node) openSockets(queues int) ([]*encap.UDPConn, error) {
+	if queues > 1 {
+		probe, err := encap.ListenUDP(n.vtep, encap.UDPOptions{})
+		if err != nil {
+			return nil, listenError("port", fmt.Sprint(n.cfg.Port), err)
+		}
+		probe.Close()
+	}
+	var rxs []*encap.UDPConn
+	for range queues {
+		rx, err := encap.ListenUDP(n.vtep, encap.UDPOptions{GRO: n.cfg.Offload, ReusePort: queues > 1})
+		if err != nil {
+			return nil, listenError("port", fmt.Sprint(n.cfg.Port), err)
+		}
+		n.closers = append(n.closers, rx.Close)
+		rxs = append(rxs, rx)
+	}
+	return rxs, nil
 }
 
 // openSegment opens a segment's TAP queues (falling back to one queue of
@@ -176,8 +198,13 @@ func (n *Node) openSegment(sc Segment, queues int) (*segment, error) {
 	}
 	tcfg := tap.Config{Name: sc.Dev, Persist: true, MTU: sc.MTU, Offload: n.cfg.Offload, Queues: queues,
 		MaxSegments: encap.GSOSegments(sc.MTU), MAC: net.HardwareAddr(mac[:]), Addrs: sc.Addresses}
-	devs, err := tap.OpenQueues(tcfg)
-	if err != nil && tcfg.Offload && !errors.Is(err, tap.ErrNoNetAdmin) && !errors.Is(err, tap.ErrNoTUN) {
+	var devs []*tap.TAP
+	if n.cfg.Inherit != nil {
+		devs, err = n.adoptTAP(sc, tcfg)
+	} else {
+		devs, err = tap.OpenQueues(tcfg)
+	}
+	if err != nil && n.cfg.Inherit == nil && tcfg.Offload && !errors.Is(err, tap.ErrNoNetAdmin) && !errors.Is(err, tap.ErrNoTUN) {
 		n.log.Warn("TAP offloads (or queues) refused; using one queue of plain frames", "dev", sc.Dev, "err", err)
 		tcfg.Offload, tcfg.Queues = false, 1
 		devs, err = tap.OpenQueues(tcfg)
@@ -353,7 +380,13 @@ func (n *Node) Run(ctx context.Context) error {
 	// configured otherwise) is the cause of whatever else fails with it
 	// (routed mode waiting for a lease): Run returns it first.
 	var gossipErr error
-	spawn(func() error { gossipErr = n.gossip.Run(ctx); return gossipErr })
+	spawn(func() error {
+		gossipErr = n.gossip.Run(ctx)
+		if gossipErr == nil && n.handedOver.Load() {
+			<-ctx.Done() // abandoned for a successor: forward until it is ready
+		}
+		return gossipErr
+	})
 	if n.leases != nil {
 		spawn(func() error { return n.keepLease(ctx) })
 	}
@@ -394,7 +427,7 @@ func (n *Node) Run(ctx context.Context) error {
 // by this run or an earlier one), unless KeepTAP. The engines have closed
 // their queues.
 func (n *Node) removeTAPs() {
-	if n.cfg.KeepTAP {
+	if n.cfg.KeepTAP || n.handedOver.Load() {
 		return
 	}
 	for _, s := range n.segs {

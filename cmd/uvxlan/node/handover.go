@@ -1,0 +1,209 @@
+package node
+
+// Hot takeover: a running node hands what forwards traffic to a successor
+// in another process (an upgraded binary), which forwards at once. The
+// command line carries it over the control socket (package main, takeover.go
+// there, writes the protocol down); here are the two ends:
+//
+//   - the running node's Abandon stops its gossip member without leaving the
+//     cluster (the successor takes the same name and address; peers see no
+//     member change), and marks its TAPs to stay; Handover then duplicates
+//     the descriptors of every TAP queue and underlay socket and snapshots
+//     the tables; the node keeps forwarding until its Run is cancelled;
+//   - the successor's New, with Config.Inherit, adopts those descriptors
+//     (tap.Adopt, encap.FileUDP) instead of opening its own, and preloads
+//     the tables: the endpoints behind its TAPs as local entries (announced
+//     again), static entries as static, everything else it held as learned
+//     entries (they age out unless gossip or traffic confirms them), and the
+//     flood lists until gossip computes its own. Both read the same queues
+//     and sockets for a moment, and nothing queued in the kernel is lost.
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"slices"
+
+	"github.com/uvxlan/uvxlan/encap"
+	"github.com/uvxlan/uvxlan/fdb"
+	"github.com/uvxlan/uvxlan/tap"
+)
+
+// Handover is what a running node hands to its successor. Files travel as
+// SCM_RIGHTS; the rest as JSON.
+type Handover struct {
+	Name     string                       `json:"name"`
+	Port     uint16                       `json:"port"`
+	Segments []HandoverSegment            `json:"segments"`
+	RX       int                          `json:"rx"`      // receiving sockets, after the TAP queues in Files
+	Sources  int                          `json:"sources"` // source-port sockets, after the receiving ones
+	Entries  []fdb.Entry                  `json:"entries"`
+	Neigh    []fdb.Neigh                  `json:"neigh"`
+	Flood    map[fdb.VNI][]netip.AddrPort `json:"flood"`
+	// Files are the descriptors: each segment's TAP queues in order, then
+	// the receiving sockets, then the source-port sockets.
+	Files []*os.File `json:"-"`
+}
+
+// HandoverSegment is a segment's share of Handover.Files.
+type HandoverSegment struct {
+	VNI    fdb.VNI `json:"vni"`
+	Dev    string  `json:"dev"`
+	Queues int     `json:"queues"`
+}
+
+// MaxHandoverFiles bounds the descriptors of one handover: what one
+// SCM_RIGHTS message carries.
+const MaxHandoverFiles = 250
+
+// Abandon stops the node's gossip member without leaving the cluster and
+// keeps its TAPs at the end of Run: a successor takes over. Forwarding goes
+// on until Run's context is cancelled.
+func (n *Node) Abandon() {
+	n.handedOver.Store(true)
+	n.gossip.Abandon()
+}
+
+// Handover duplicates the descriptors of the node's TAP queues and sockets
+// and snapshots its tables. The caller owns the files. Call Abandon first,
+// so that nothing changes the tables meanwhile.
+func (n *Node) Handover() (*Handover, error) {
+	h := &Handover{Name: n.cfg.Name, Port: n.cfg.Port, RX: len(n.rxs), Sources: len(n.srcs),
+		Entries: n.table.Entries(), Neigh: n.neigh.Entries(), Flood: map[fdb.VNI][]netip.AddrPort{}}
+	fail := func(err error) (*Handover, error) {
+		for _, f := range h.Files {
+			f.Close()
+		}
+		return nil, err
+	}
+	for _, s := range n.segs {
+		h.Segments = append(h.Segments, HandoverSegment{VNI: s.cfg.VNI, Dev: s.cfg.Dev, Queues: len(s.devs)})
+		h.Flood[s.cfg.VNI] = n.table.Flood(s.cfg.VNI)
+		for _, d := range s.devs {
+			f, err := d.File()
+			if err != nil {
+				return fail(err)
+			}
+			h.Files = append(h.Files, f)
+		}
+	}
+	for _, c := range slices.Concat(n.rxs, n.srcs) {
+		f, err := c.File()
+		if err != nil {
+			return fail(err)
+		}
+		h.Files = append(h.Files, f)
+	}
+	if len(h.Files) > MaxHandoverFiles {
+		return fail(fmt.Errorf("takeover: %d descriptors to hand over, more than one message carries (%d): use fewer --queues", len(h.Files), MaxHandoverFiles))
+	}
+	return h, nil
+}
+
+// Check reports whether h can serve cfg: the same port and the same
+// segments (VNI and TAP), with a descriptor for every queue and socket.
+func (h *Handover) Check(cfg *Config) error {
+	if h.Port != cfg.Port {
+		return badConfig("port", fmt.Sprint(cfg.Port), "the running agent serves port %d", h.Port)
+	}
+	if len(h.Segments) != len(cfg.Segments) {
+		return badConfig("segment", fmt.Sprint(len(cfg.Segments)), "the running agent serves %d segments", len(h.Segments))
+	}
+	files := h.RX + h.Sources
+	for i, s := range h.Segments {
+		c := cfg.Segments[i]
+		if s.VNI != c.VNI || s.Dev != c.Dev {
+			return badConfig("dev", c.Dev, "the running agent serves VNI %d on %s, not VNI %d on %s", s.VNI, s.Dev, c.VNI, c.Dev)
+		}
+		if s.Queues < 1 {
+			return errors.New("takeover: a segment without a TAP queue")
+		}
+		files += s.Queues
+	}
+	if h.RX < 1 || files != len(h.Files) {
+		return fmt.Errorf("takeover: %d descriptors received, %d announced", len(h.Files), files)
+	}
+	return nil
+}
+
+// filesOf returns the TAP queue descriptors of segment vni.
+func (h *Handover) filesOf(vni fdb.VNI) []*os.File {
+	at := 0
+	for _, s := range h.Segments {
+		if s.VNI == vni {
+			return h.Files[at : at+s.Queues]
+		}
+		at += s.Queues
+	}
+	return nil
+}
+
+// adoptSockets makes the node's sockets of the handed-over descriptors.
+func (n *Node) adoptSockets(h *Handover) (rxs, srcs []*encap.UDPConn, err error) {
+	at := 0
+	for _, s := range h.Segments {
+		at += s.Queues
+	}
+	adopt := func(f *os.File, gro bool) (*encap.UDPConn, error) {
+		c, err := encap.FileUDP(f, encap.UDPOptions{GRO: gro})
+		if err != nil {
+			return nil, err
+		}
+		n.closers = append(n.closers, c.Close)
+		return c, nil
+	}
+	for _, f := range h.Files[at : at+h.RX] {
+		c, err := adopt(f, n.cfg.Offload)
+		if err != nil {
+			return nil, nil, err
+		}
+		rxs = append(rxs, c)
+	}
+	for _, f := range h.Files[at+h.RX:] {
+		c, err := adopt(f, false)
+		if err != nil {
+			return nil, nil, err
+		}
+		srcs = append(srcs, c)
+	}
+	return rxs, srcs, nil
+}
+
+// adoptTAP makes a segment's queues of the handed-over descriptors.
+func (n *Node) adoptTAP(sc Segment, tcfg tap.Config) ([]*tap.TAP, error) {
+	files := n.cfg.Inherit.filesOf(sc.VNI)
+	if len(files) == 0 {
+		return nil, fmt.Errorf("takeover: no TAP for VNI %d", sc.VNI)
+	}
+	return tap.Adopt(files, tcfg)
+}
+
+// preload fills the tables with what the predecessor held.
+func (n *Node) preload(h *Handover) {
+	for _, e := range h.Entries {
+		s := n.segment(e.VNI)
+		switch {
+		case s == nil:
+			continue
+		case e.Origin == fdb.OriginLocal:
+			if e.MAC != s.mac {
+				s.tracker.saw(encap.Sighting{MAC: e.MAC})
+			}
+		case e.Origin == fdb.OriginStatic:
+			n.table.Set(fdb.Entry{VNI: e.VNI, MAC: e.MAC, VTEP: e.VTEP, Origin: fdb.OriginStatic})
+		default:
+			n.table.Learn(e.VNI, e.MAC, e.VTEP)
+		}
+	}
+	for _, b := range h.Neigh {
+		if s := n.segment(b.VNI); s != nil && b.Origin == fdb.OriginLocal {
+			s.tracker.addNeigh(b.IP, b.MAC)
+		}
+	}
+	for vni, vteps := range h.Flood {
+		if n.segment(vni) != nil {
+			n.table.SetFlood(vni, vteps)
+		}
+	}
+}

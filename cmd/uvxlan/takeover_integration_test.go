@@ -1,0 +1,186 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/uvxlan/uvxlan/fdb"
+	"github.com/uvxlan/uvxlan/testenv"
+)
+
+// pingGaps pings dst from h every 10 ms, count times, and returns the
+// longest run of missing replies as a time (10 ms per missing reply, plus
+// the interval) and how many replies came.
+func pingGaps(h *testenv.Host, dst string, count int) (time.Duration, int, error) {
+	out, err := h.Run(context.Background(), "ping", "-n", "-i", "0.01", "-W", "1", "-c", strconv.Itoa(count), dst)
+	if err != nil && !strings.Contains(out, "received") {
+		return 0, 0, fmt.Errorf("ping: %v\n%s", err, out)
+	}
+	var seqs []int
+	for _, m := range regexp.MustCompile(`icmp_seq=(\d+) `).FindAllStringSubmatch(out, -1) {
+		n, _ := strconv.Atoi(m[1])
+		seqs = append(seqs, n)
+	}
+	slices.Sort(seqs)
+	seqs = slices.Compact(seqs)
+	if len(seqs) == 0 {
+		return 0, 0, fmt.Errorf("no reply:\n%s", out)
+	}
+	longest, prev := 0, 0
+	for _, s := range seqs {
+		longest = max(longest, s-prev-1)
+		prev = s
+	}
+	longest = max(longest, count-prev)
+	return time.Duration(longest+1) * 10 * time.Millisecond, len(seqs), nil
+}
+
+// `run --takeover` while iperf3 TCP and a 10 ms ping cross the overlay: the
+// TCP connection survives, the longest ping gap stays short, h2's tables
+// hold h1's entries at every poll, the old agent exits 0 and the new one
+// answers.
+func TestTakeover(t *testing.T) {
+	tb := testenv.NewForTest(t, testenv.Config{Hosts: 2})
+	h1, h2 := tb.Host(1), tb.Host(2)
+	a1 := startAgent(t, h1)
+	a2 := startAgent(t, h2, "--join", h1.Underlay.String())
+	if err := waitForMembers(context.Background(), a2.control, 2, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	eventuallyT(t, 10*time.Second, "h2 pings h1", func() bool {
+		_, err := h2.Ping(context.Background(), a1.overlay, 1)
+		return err == nil
+	})
+
+	var (
+		wg      sync.WaitGroup
+		bps     float64
+		gap     time.Duration
+		replies int
+		pingErr error
+		misses  []string
+		polls   int
+	)
+	stop := make(chan struct{})
+	wg.Add(3)
+	go func() { defer wg.Done(); bps = iperfTCP(t, h2, h1, a1.overlay, 8, false) }()
+	go func() { defer wg.Done(); gap, replies, pingErr = pingGaps(h2, a1.overlay.String(), 700) }()
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			polls++
+			mac, ip := false, false
+			rows, _, err := newControlClient(a2.control).fdb()
+			if err != nil {
+				misses = append(misses, err.Error())
+				continue
+			}
+			for _, r := range rows {
+				mac = mac || r.MAC == a1.mac && r.Origin == fdb.OriginGossip
+			}
+			ns, _, err := newControlClient(a2.control).neigh()
+			if err != nil {
+				misses = append(misses, err.Error())
+				continue
+			}
+			for _, n := range ns {
+				ip = ip || n.IP == a1.overlay && n.MAC == a1.mac
+			}
+			if !mac || !ip {
+				misses = append(misses, fmt.Sprintf("%s: mac %v ip %v", time.Now().Format("15:04:05.000"), mac, ip))
+			}
+		}
+	}()
+
+	time.Sleep(3 * time.Second)
+	succ, err := h1.Start(context.Background(), "", uvxlanBin, append(slices.Clone(a1.args), "--takeover")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { succ.Stop() })
+	select {
+	case <-a1.proc.Done():
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the old agent did not exit\nold:\n%s\nnew:\n%s", a1.proc.Log(), succ.Log())
+	}
+	if err := a1.proc.Wait(); err != nil {
+		t.Errorf("the old agent: %v\n%s", err, a1.proc.Log())
+	}
+	time.Sleep(4 * time.Second) // past memberlist's suspicion timeout
+	close(stop)
+	wg.Wait()
+	t.Logf("iperf3 %.2f Gbit/s across the takeover; ping: %d of 700 replies, longest gap %v; %d table polls", bps/1e9, replies, gap, polls)
+	if pingErr != nil {
+		t.Error(pingErr)
+	}
+	if gap > 200*time.Millisecond {
+		t.Errorf("the longest ping gap was %v", gap)
+	}
+	if len(misses) > 0 {
+		t.Errorf("h2 lacked h1's entries at %d of %d polls:\n%s", len(misses), polls, strings.Join(misses, "\n"))
+	}
+	if succ.Exited() {
+		t.Fatalf("the successor exited:\n%s", succ.Log())
+	}
+	if !strings.Contains(succ.Log(), "took over from the running agent") || !strings.Contains(a1.proc.Log(), "handed over to the successor") {
+		t.Errorf("no handover in the logs")
+	}
+	st := runCLI(t, "status", "--control", a1.control)
+	if !strings.Contains(st, "2 alive of 2") {
+		t.Errorf("the successor's status:\n%s", st)
+	}
+	if t.Failed() {
+		t.Logf("old:\n%s\nnew:\n%s", a1.proc.Log(), succ.Log())
+	}
+}
+
+// --takeover with no agent on the control socket, or an agent of another
+// TAP, is a clear error, exit 2, and changes nothing.
+func TestTakeoverRefused(t *testing.T) {
+	tb := testenv.NewForTest(t, testenv.Config{Hosts: 1})
+	h1 := tb.Host(1)
+	args := []string{"run", "--name", h1.Name, "--local", h1.Underlay.String(), "--takeover", "--control", t.TempDir() + "/none.sock"}
+	out, err := h1.Run(context.Background(), uvxlanBin, args...)
+	if code := exitCode(err); code != exitUsage || !strings.Contains(out, "--takeover") || !strings.Contains(out, "no agent answers") {
+		t.Errorf("takeover with nobody there: exit %d, want %d:\n%s", code, exitUsage, out)
+	}
+
+	a := startAgent(t, h1)
+	other := append(slices.Clone(a.args), "--dev", "uvx9", "--takeover")
+	out, err = h1.Run(context.Background(), uvxlanBin, other...)
+	if code := exitCode(err); code != exitUsage || !strings.Contains(out, "uvx0") || !strings.Contains(out, "uvx9") {
+		t.Errorf("takeover of another --dev: exit %d, want %d:\n%s", code, exitUsage, out)
+	}
+	if a.proc.Exited() {
+		t.Fatalf("the running agent stopped:\n%s", a.proc.Log())
+	}
+	if st := runCLI(t, "status", "--control", a.control); !strings.Contains(st, "uvx0") {
+		t.Errorf("the running agent does not answer as before:\n%s", st)
+	}
+}
+
+// exitCode is the exit status in err from exec (0 for nil, -1 if unknown).
+func exitCode(err error) int {
+	if err == nil {
+		return 0
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	return -1
+}
