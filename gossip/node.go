@@ -176,6 +176,11 @@ type Config struct {
 	// alive are joined again, so that a healed partition merges. Default
 	// 30s.
 	RejoinInterval time.Duration
+	// MaxEndpoints caps the live entries of each kind (endpoint MACs, IP
+	// bindings) one member announces, ours included, and every other
+	// member's that this node accepts (see quota.go); a member's own TAP
+	// MAC does not count. Default 4096 (DefaultMaxEndpoints).
+	MaxEndpoints int
 	// Extensions are other replicated state riding this node's gossip,
 	// such as subnet leases (package gossip/lease); see extension.go. Their
 	// types must differ. Each serves this node only.
@@ -299,6 +304,9 @@ type Stats struct {
 	// Outranked counts winners not written because a local or static entry
 	// holds the key.
 	Outranked uint64 `json:"outranked"`
+	// RejectedQuota counts records beyond their owner's quota of endpoints
+	// (Config.MaxEndpoints; see quota.go).
+	RejectedQuota uint64 `json:"rejected_quota"`
 	// TableErrors counts winners the tables refused otherwise (full).
 	TableErrors uint64 `json:"table_errors"`
 	// Reannounced counts our own records published again because a peer held
@@ -320,7 +328,7 @@ type Stats struct {
 
 type counters struct {
 	received, applied, stale, duplicate, foreignVTEP, unknownOwner, decodeErrors,
-	withdrawn, outranked, tableErrors, reannounced, refused, unknownExtension atomic.Uint64
+	withdrawn, outranked, tableErrors, reannounced, refused, unknownExtension, quota atomic.Uint64
 }
 
 // New checks cfg, binds the gossip sockets (memberlist starts) and
@@ -479,6 +487,12 @@ func (c *Config) check() error {
 	}
 	if c.RejoinInterval == 0 {
 		c.RejoinInterval = DefaultRejoinInterval
+	}
+	if c.MaxEndpoints == 0 {
+		c.MaxEndpoints = DefaultMaxEndpoints
+	}
+	if c.MaxEndpoints < 1 || c.MaxEndpoints > maxRecords {
+		return fmt.Errorf("config MaxEndpoints %d: want 1 to %d", c.MaxEndpoints, maxRecords)
 	}
 	if c.RejoinInterval < 0 {
 		return fmt.Errorf("config RejoinInterval %v is negative", c.RejoinInterval)
@@ -747,6 +761,9 @@ func (n *Node) announce(r record) error {
 	if cur == nil && n.store.n >= maxRecords {
 		return fmt.Errorf("gossip: announce %s: %d records held, the limit", r.key, maxRecords)
 	}
+	if !n.roomLocked(&r) {
+		return fmt.Errorf("gossip: announce %s: %w", r.key, ErrQuota)
+	}
 	r.version = n.clock.next()
 	n.putLocked(&r, time.Now())
 	n.broadcastLocked(&r)
@@ -816,6 +833,7 @@ func (n *Node) Stats() Stats {
 		Reannounced:          n.stats.reannounced.Load(),
 		RefusedNodes:         n.stats.refused.Load(),
 		UnknownExtension:     n.stats.unknownExtension.Load(),
+		RejectedQuota:        n.stats.quota.Load(),
 	}
 	n.mu.Lock()
 	s.Pending, s.Records = uint64(len(n.pending)), uint64(n.store.n)
