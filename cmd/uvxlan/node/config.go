@@ -42,7 +42,11 @@ type Config struct {
 	Queues   int  // TAP queues per segment and UDP sockets, each with its loops
 	Ageing   time.Duration
 	FDBMax   int
-	StateDir string // empty: nothing persisted
+	// MaxEndpoints caps the endpoint MACs, and the IP bindings, behind the
+	// node's TAPs, and those gossip accepts from each other member
+	// (--max-endpoints; see quota.go). Default 4096.
+	MaxEndpoints int
+	StateDir     string // empty: nothing persisted
 	// SrcPortMin..SrcPortMax is the outer UDP source port range; 0..0
 	// sends from Port.
 	SrcPortMin, SrcPortMax uint16
@@ -97,6 +101,12 @@ func (c *Config) check() error {
 		return badConfig("local", "", "not set")
 	}
 	c.Queues = max(c.Queues, 1)
+	if c.MaxEndpoints == 0 {
+		c.MaxEndpoints = DefaultMaxEndpoints
+	}
+	if c.MaxEndpoints < 1 || c.MaxEndpoints > MaxMaxEndpoints {
+		return badConfig("max-endpoints", fmt.Sprint(c.MaxEndpoints), "must be between 1 and %d", MaxMaxEndpoints)
+	}
 	for i := range c.Segments {
 		s := &c.Segments[i]
 		flag := fmt.Sprintf("segment %d", s.VNI)

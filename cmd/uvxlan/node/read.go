@@ -96,6 +96,7 @@ type Stats struct {
 	Segments []SegmentStats
 	Gossip   gossip.Stats
 	Leases   lease.Stats // zero outside routed mode
+	Node     Counters    // the node's own (quota.go)
 }
 
 // SegmentStats are one segment's data-path counters.
@@ -123,6 +124,7 @@ func (n *Node) Stats() Stats {
 		st.Total = st.Total.Add(ss.Stats)
 	}
 	st.Gossip = n.gossip.Stats()
+	st.Node = n.counters()
 	if n.leases != nil {
 		st.Leases = n.leases.Stats()
 	}
