@@ -12,9 +12,13 @@ import (
 	"github.com/uvxlan/uvxlan/fdb"
 )
 
-func quotaMAC(owner, i int) fdb.MAC { return fdb.MAC{0x02, 0xee, byte(owner), 0, byte(i >> 8), byte(i)} }
+func quotaMAC(owner, i int) fdb.MAC {
+	return fdb.MAC{0x02, 0xee, byte(owner), 0, byte(i >> 8), byte(i)}
+}
 
-func quotaIP(owner, i int) netip.Addr { return netip.AddrFrom4([4]byte{10, byte(owner), byte(i >> 8), byte(i)}) }
+func quotaIP(owner, i int) netip.Addr {
+	return netip.AddrFrom4([4]byte{10, byte(owner), byte(i >> 8), byte(i)})
+}
 
 // The announcing side: beyond MaxEndpoints live entries of a kind,
 // AnnounceMAC and AnnounceNeigh fail with ErrQuota; the TAP MAC does not
