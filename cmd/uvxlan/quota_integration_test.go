@@ -1,0 +1,246 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/uvxlan/uvxlan/encap"
+	"github.com/uvxlan/uvxlan/fdb"
+	"github.com/uvxlan/uvxlan/testenv"
+)
+
+// quotaKey is the gossip key of the quota tests (16 bytes, base64).
+const quotaKey = "MDEyMzQ1Njc4OWFiY2RlZg=="
+
+// The MAC flood of issue 12: 100 000 frames with random source MACs sent
+// into h1's TAP from behind it (an AF_PACKET socket in h1's namespace, the
+// endpoints' side of the TAP). h1 tracks at most --max-endpoints of them
+// and counts the rest (endpoints_refused); h2 and h3 hold at most that many
+// entries of h1's and stay small (VmHWM ≤ 64 MiB); a node that joins
+// afterwards gets its TAP MAC into every FDB (origin gossip) and is reached
+// by unicast.
+//
+// UVXLAN_QUOTA_MAX=default runs it with the default --max-endpoints (4096)
+// instead of 500; UVXLAN_QUOTA_BEFORE=/path/to/old/uvxlan runs the same
+// attack against another binary (without --max-endpoints) and only reports
+// what it saw.
+func TestMACFloodQuota(t *testing.T) {
+	max, maxFlag := 500, []string{"--max-endpoints", "500"}
+	if os.Getenv("UVXLAN_QUOTA_MAX") == "default" {
+		max, maxFlag = 4096, nil
+	}
+	before := os.Getenv("UVXLAN_QUOTA_BEFORE")
+	if before != "" {
+		old := uvxlanBin
+		uvxlanBin, maxFlag = before, nil
+		t.Cleanup(func() { uvxlanBin = old })
+	}
+	tb := testenv.NewForTest(t, testenv.Config{Hosts: 4})
+	seed := tb.Host(1).Underlay.String()
+	var agents []*agent
+	for _, h := range tb.Hosts()[:3] {
+		agents = append(agents, startAgent(t, h, append([]string{"--join", seed, "--gossip-key", quotaKey}, maxFlag...)...))
+	}
+	h1, h2, h3 := agents[0], agents[1], agents[2]
+	for _, a := range agents {
+		eventuallyT(t, 30*time.Second, a.host.Name+" sees 3 alive members", func() bool { return aliveMembers(t, a) == 3 })
+	}
+	rssBefore := map[string]int{}
+	for _, a := range agents {
+		rssBefore[a.host.Name] = vmHWM(t, a)
+	}
+
+	start := time.Now()
+	sent, took := macFlood(t, h1.host, "uvx0", h1.mac, 100_000, 10*time.Second)
+	t.Logf("flood: %d frames with random source MACs into h1's TAP in %v", sent, took.Round(time.Millisecond))
+
+	// Wait until h2 and h3 hold every endpoint h1 tracks (and a moment
+	// more, for anything beyond it to arrive too).
+	local := func() int { return countEntries(t, h1, h1, fdb.OriginLocal) - 1 } // less the TAP MAC
+	var converged time.Duration
+	eventuallyT(t, 60*time.Second, "h2 and h3 hold h1's endpoints", func() bool {
+		want := local()
+		ok := countEntries(t, h2, h1, fdb.OriginGossip)-1 >= want && countEntries(t, h3, h1, fdb.OriginGossip)-1 >= want
+		if ok {
+			converged = time.Since(start)
+		}
+		return ok
+	})
+	time.Sleep(3 * time.Second)
+
+	st1, _, err := newControlClient(h1.control).stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("h1: %d local endpoint entries (FDB %d), endpoints_refused %d, snoop_dropped %d, gossip records %d, VmHWM %d → %d KiB",
+		local(), len(h1.fdb(t)), st1.Node["endpoints_refused"], st1.Total.Get(encap.SnoopDropped), st1.Gossip["records"],
+		rssBefore["h1"], vmHWM(t, h1))
+	for _, a := range []*agent{h2, h3} {
+		st, _, err := newControlClient(a.control).stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, hwm := countEntries(t, a, h1, fdb.OriginGossip), vmHWM(t, a)
+		t.Logf("%s: %d FDB entries of h1 (TAP MAC included; FDB %d) within %v of the flood's start, rejected_quota %d, table_errors %d, VmHWM %d → %d KiB",
+			a.host.Name, got, len(a.fdb(t)), converged.Round(time.Millisecond), st.Gossip["rejected_quota"], st.Gossip["table_errors"], rssBefore[a.host.Name], hwm)
+		if before != "" {
+			continue
+		}
+		if got > max+1 {
+			t.Errorf("%s holds %d entries of h1, more than --max-endpoints %d (+ h1's TAP MAC)", a.host.Name, got, max)
+		}
+		if hwm > 64<<10 {
+			t.Errorf("%s: VmHWM %d KiB, more than 64 MiB", a.host.Name, hwm)
+		}
+	}
+	if before == "" {
+		if n := local(); n > max {
+			t.Errorf("h1 tracks %d endpoints, more than --max-endpoints %d", n, max)
+		}
+		if st1.Node["endpoints_refused"] == 0 {
+			t.Errorf("h1: endpoints_refused is 0 after a flood of %d source MACs", sent)
+		}
+		if !strings.Contains(h1.proc.Log(), "endpoint quota reached") {
+			t.Errorf("h1 did not warn about the quota:\n%s", h1.proc.Log())
+		}
+	}
+
+	// A node joining afterwards: its TAP MAC in every FDB, reached by
+	// unicast.
+	h4 := startAgent(t, tb.Host(4), append([]string{"--join", seed, "--gossip-key", quotaKey}, maxFlag...)...)
+	joined := time.Now()
+	ok := testenv.Eventually(context.Background(), 30*time.Second, func() bool {
+		for _, a := range agents {
+			if !a.fdbHas(t, h4.mac, h4, fdb.OriginGossip) {
+				return false
+			}
+		}
+		return true
+	}) == nil
+	t.Logf("late node h4: TAP MAC in h1, h2 and h3's FDB with origin gossip: %v (after %v)", ok, time.Since(joined).Round(time.Millisecond))
+	if before != "" {
+		return
+	}
+	if !ok {
+		for _, a := range agents {
+			t.Logf("%s log:\n%s", a.host.Name, a.proc.Log())
+		}
+		t.Fatal("h4's TAP MAC did not reach every FDB")
+	}
+	floods := func() uint64 {
+		st, _, err := newControlClient(h2.control).stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Total.Get(encap.Floods)
+	}
+	f0 := floods()
+	ping(t, h2.host, h4.overlay)
+	ping(t, h3.host, h4.overlay)
+	if f := floods() - f0; f > 0 {
+		t.Errorf("h2 flooded %d frames while pinging h4, want 0 (unicast to a known MAC, ARP answered locally)", f)
+	}
+}
+
+func aliveMembers(t *testing.T, a *agent) int {
+	alive := 0
+	for _, m := range a.members(t) {
+		if m.State == "alive" {
+			alive++
+		}
+	}
+	return alive
+}
+
+// countEntries counts a's FDB entries behind owner's VTEP with origin o.
+func countEntries(t *testing.T, a, owner *agent, o fdb.Origin) int {
+	n := 0
+	for _, r := range a.fdb(t) {
+		if r.VTEP == owner.host.Underlay && r.Origin == o {
+			n++
+		}
+	}
+	return n
+}
+
+// vmHWM returns the agent's peak resident set size in KiB.
+func vmHWM(t *testing.T, a *agent) int {
+	t.Helper()
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", a.proc.Pid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			kb, err := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return kb
+		}
+	}
+	t.Fatalf("no VmHWM in /proc/%d/status", a.proc.Pid())
+	return 0
+}
+
+// macFlood sends n minimal Ethernet frames to dst, each from a new random
+// unicast source MAC, into the TAP dev from h's side (an AF_PACKET socket
+// in h's namespace: what endpoints behind the TAP would send), for at most
+// limit. It returns how many it sent, and in how long.
+func macFlood(t *testing.T, h *testenv.Host, dev string, dst fdb.MAC, n int, limit time.Duration) (sent int, took time.Duration) {
+	t.Helper()
+	htons := func(v uint16) uint16 { return v<<8 | v>>8 }
+	err := h.Do(func() error {
+		ifi, err := net.InterfaceByName(dev)
+		if err != nil {
+			return err
+		}
+		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, int(htons(unix.ETH_P_ALL)))
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifi.Index}); err != nil {
+			return err
+		}
+		frame := make([]byte, 60)
+		copy(frame[0:6], dst[:])
+		binary.BigEndian.PutUint16(frame[12:14], 0x88b5) // IEEE local experimental
+		rng := rand.New(rand.NewPCG(12, uint64(time.Now().UnixNano())))
+		begin := time.Now()
+		deadline := begin.Add(limit)
+		for sent < n && time.Now().Before(deadline) {
+			binary.BigEndian.PutUint64(frame[4:12], rng.Uint64()) // overwrites dst[4:6]: put back below
+			copy(frame[4:6], dst[4:6])
+			frame[6] = frame[6]&0xfc | 0x02 // unicast, locally administered
+			if _, err := unix.Write(fd, frame); err != nil {
+				if errors.Is(err, unix.ENOBUFS) || errors.Is(err, unix.EAGAIN) {
+					time.Sleep(100 * time.Microsecond)
+					continue
+				}
+				return err
+			}
+			sent++
+		}
+		took = time.Since(begin)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("MAC flood in %s: %v", h.Name, err)
+	}
+	return sent, took
+}
