@@ -37,21 +37,48 @@ const quotaKey = "MDEyMzQ1Njc4OWFiY2RlZg=="
 // attack against another binary (without --max-endpoints) and only reports
 // what it saw.
 func TestMACFloodQuota(t *testing.T) {
-	max, maxFlag := 500, []string{"--max-endpoints", "500"}
+	max := 500
 	if os.Getenv("UVXLAN_QUOTA_MAX") == "default" {
-		max, maxFlag = 4096, nil
+		max = 0
+	}
+	macFloodTest(t, max, max)
+}
+
+// The same flood with h1 configured with a larger --max-endpoints (a node
+// configured otherwise, or a hostile one): h2 and h3 still hold at most
+// their own quota of h1's entries, and count the rest as rejected_quota.
+func TestMACFloodQuotaReceivers(t *testing.T) {
+	macFloodTest(t, 1500, 500)
+}
+
+// macFloodTest runs the flood with --max-endpoints h1Max on h1 and max on
+// the others (0: the default).
+func macFloodTest(t *testing.T, h1Max, max int) {
+	flag := func(m int) []string {
+		if m == 0 {
+			return nil
+		}
+		return []string{"--max-endpoints", strconv.Itoa(m)}
+	}
+	maxFlag := flag(max)
+	if max == 0 {
+		max = 4096
 	}
 	before := os.Getenv("UVXLAN_QUOTA_BEFORE")
 	if before != "" {
 		old := uvxlanBin
-		uvxlanBin, maxFlag = before, nil
+		uvxlanBin, maxFlag, h1Max = before, nil, 0
 		t.Cleanup(func() { uvxlanBin = old })
 	}
 	tb := testenv.NewForTest(t, testenv.Config{Hosts: 4})
 	seed := tb.Host(1).Underlay.String()
 	var agents []*agent
-	for _, h := range tb.Hosts()[:3] {
-		agents = append(agents, startAgent(t, h, append([]string{"--join", seed, "--gossip-key", quotaKey}, maxFlag...)...))
+	for i, h := range tb.Hosts()[:3] {
+		f := maxFlag
+		if i == 0 && before == "" {
+			f = flag(h1Max)
+		}
+		agents = append(agents, startAgent(t, h, append([]string{"--join", seed, "--gossip-key", quotaKey}, f...)...))
 	}
 	h1, h2, h3 := agents[0], agents[1], agents[2]
 	for _, a := range agents {
@@ -71,7 +98,7 @@ func TestMACFloodQuota(t *testing.T) {
 	local := func() int { return countEntries(t, h1, h1, fdb.OriginLocal) - 1 } // less the TAP MAC
 	var converged time.Duration
 	err := testenv.Eventually(context.Background(), 60*time.Second, func() bool {
-		want := local()
+		want := min(local(), max)
 		ok := countEntries(t, h2, h1, fdb.OriginGossip)-1 >= want && countEntries(t, h3, h1, fdb.OriginGossip)-1 >= want
 		if ok {
 			converged = time.Since(start)
@@ -107,10 +134,17 @@ func TestMACFloodQuota(t *testing.T) {
 		if hwm > 64<<10 {
 			t.Errorf("%s: VmHWM %d KiB, more than 64 MiB", a.host.Name, hwm)
 		}
+		if h1Max > max && st.Gossip["rejected_quota"] == 0 {
+			t.Errorf("%s: rejected_quota 0, though h1 announces %d endpoints and the quota is %d", a.host.Name, local(), max)
+		}
 	}
 	if before == "" {
-		if n := local(); n > max {
-			t.Errorf("h1 tracks %d endpoints, more than --max-endpoints %d", n, max)
+		h1Cap := max
+		if h1Max > max {
+			h1Cap = h1Max
+		}
+		if n := local(); n > h1Cap {
+			t.Errorf("h1 tracks %d endpoints, more than its --max-endpoints %d", n, h1Cap)
 		}
 		if st1.Node["endpoints_refused"] == 0 {
 			t.Errorf("h1: endpoints_refused is 0 after a flood of %d source MACs", sent)
@@ -133,10 +167,7 @@ func TestMACFloodQuota(t *testing.T) {
 		return true
 	}) == nil
 	t.Logf("late node h4: TAP MAC in h1, h2 and h3's FDB with origin gossip: %v (after %v)", ok, time.Since(joined).Round(time.Millisecond))
-	if before != "" {
-		return
-	}
-	if !ok {
+	if !ok && before == "" {
 		for _, a := range agents {
 			t.Logf("%s log:\n%s", a.host.Name, a.proc.Log())
 		}
@@ -149,11 +180,19 @@ func TestMACFloodQuota(t *testing.T) {
 		}
 		return st.Total.Get(encap.Floods)
 	}
+	if before == "" {
+		ping(t, h3.host, h4.overlay)
+	}
+	// Ten echo requests from h2: flooded, they would count ten floods. The
+	// kernel's own multicast (IPv6 ND, MLD) may add one or two.
 	f0 := floods()
-	ping(t, h2.host, h4.overlay)
-	ping(t, h3.host, h4.overlay)
-	if f := floods() - f0; f > 0 {
-		t.Errorf("h2 flooded %d frames while pinging h4, want 0 (unicast to a known MAC, ARP answered locally)", f)
+	if r, err := h2.host.Ping(context.Background(), h4.overlay, 10); err != nil || r.Received != r.Sent {
+		t.Fatalf("h2 ping h4: %+v, %v", r, err)
+	}
+	if f := floods() - f0; f >= 5 && before == "" {
+		t.Errorf("h2 flooded %d frames while sending 10 pings to h4, want fewer than 5 (unicast to a known MAC, ARP answered locally)", f)
+	} else {
+		t.Logf("h2 → h4: 10/10 pings, %d frames flooded meanwhile", f)
 	}
 }
 
