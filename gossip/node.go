@@ -28,7 +28,8 @@ package gossip
 // node is the authority on its own records: when a record in its name comes
 // back from a peer newer than the one it holds, or live while it holds none
 // (a leftover of a previous run, a stale peer), it answers with what it
-// holds, or a tombstone, at a newer version (Stats.Reannounced).
+// holds, or a tombstone, at a newer version (Stats.Reannounced). How many
+// endpoints one owner may announce is capped on both sides (quota.go).
 //
 // Versions. A version is a hybrid logical clock reading (see clock):
 // nanoseconds of wall-clock time, but always above every version the node

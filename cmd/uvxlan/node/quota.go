@@ -29,7 +29,9 @@ const (
 // gossip's.
 type Counters struct {
 	// EndpointsRefused counts new endpoint MACs and IP bindings behind the
-	// TAPs refused because the node tracks MaxEndpoints of them already.
+	// TAPs refused because the node tracks MaxEndpoints of them already
+	// (or the table is full). It counts sightings: a refused endpoint that
+	// keeps sending is refused, and counted, again.
 	EndpointsRefused uint64 `json:"endpoints_refused"`
 }
 
