@@ -67,6 +67,16 @@ package fdb
 //     a peer costs no more than a lookup; refreshes and moves of known MACs
 //     still work, and Set of a new key fails with ErrFull.
 //
+//   - Reserve: Reserve of the MaxEntries slots are kept for reserved entries
+//     (Entry.Reserved: the members' own TAP MACs, ours and the gossiped
+//     ones), which the others (learned entries, endpoints, gossiped
+//     endpoints, static entries) never take: those are capped at
+//     MaxEntries-Reserve. Reserved entries may use any free slot. So a MAC
+//     flood, learned or gossiped, cannot keep a member's TAP MAC out of the
+//     table: traffic to a member is unicast, not flooded. The counter packs
+//     both counts (ordinary in the low 32 bits, reserved in the high ones)
+//     so one compare-and-swap checks both caps.
+//
 //   - Validity: no entry ever has an invalid VNI, a zero or multicast MAC, or
 //     an unusable VTEP (invalid or unspecified address, port 0). IPv4-mapped
 //     IPv6 VTEPs are stored unmapped, so a dual-stack socket and an IPv4
@@ -116,6 +126,8 @@ var (
 	errBadMAC    = errors.New("zero or multicast MAC")
 	errBadVTEP   = errors.New("invalid VTEP address or port")
 	errBadOrigin = errors.New("invalid origin")
+
+	errReservedLearned = errors.New("a learned entry cannot be reserved")
 )
 
 // Config for a Table. Zero values take the defaults.
@@ -126,6 +138,10 @@ type Config struct {
 	// MaxEntries caps the number of entries of all origins. Default 16384
 	// (DefaultMaxEntries). Learning beyond it is refused.
 	MaxEntries int
+	// Reserve is how many of the MaxEntries slots only reserved entries
+	// (Entry.Reserved: members' TAP MACs) may take: the other entries are
+	// capped at MaxEntries-Reserve. Default 0; at most MaxEntries.
+	Reserve int
 	// Now is the clock, for tests. Default: the real clock (time.Since the
 	// table's creation, monotonic). It is called on the packet path, so it
 	// must be cheap and safe for concurrent use.
@@ -137,13 +153,17 @@ type Config struct {
 // for concurrent use. Lookup, Flood and Learn of a known MAC never block and
 // never allocate.
 type Table struct {
-	ageing  int64 // nanoseconds
-	granule int64 // nanoseconds; see the comment at the top of the file
-	max     int64
+	ageing  int64            // nanoseconds
+	granule int64            // nanoseconds; see the comment at the top of the file
+	max     int64            // all entries
+	maxOrd  int64            // entries that are not reserved: max - Config.Reserve
 	epoch   time.Time        // stored times are nanoseconds since epoch
 	now     func() time.Time // Config.Now; nil: the real clock
 
-	count  atomic.Int64 // entries of all origins, including reserved slots
+	// count packs the entries (slots taken, including those claimed
+	// before publication): ordinary ones in the low 32 bits, reserved ones
+	// (entry.reserved) in the high 32 bits.
+	count  atomic.Uint64
 	shards [numShards]shard
 
 	floodMu sync.Mutex // serialises SetFlood
@@ -163,8 +183,9 @@ type shard struct {
 
 // entry is published once and then only its seen field changes.
 type entry struct {
-	vtep   netip.AddrPort
-	origin Origin
+	vtep     netip.AddrPort
+	origin   Origin
+	reserved bool // counted in the reserve (Entry.Reserved)
 	// seen is nanoseconds since the table's epoch: last seen for learned
 	// entries, time of Set for the others.
 	seen atomic.Int64
@@ -193,6 +214,7 @@ func New(cfg Config) *Table {
 		ageing:  int64(cfg.Ageing),
 		granule: min(int64(time.Second), int64(cfg.Ageing/16)),
 		max:     int64(cfg.MaxEntries),
+		maxOrd:  int64(cfg.MaxEntries - min(max(cfg.Reserve, 0), cfg.MaxEntries)),
 		now:     cfg.Now,
 	}
 	for i := range t.shards {
@@ -233,15 +255,67 @@ func (s *shard) putLocked(k key, e *entry) {
 	s.m.Store(&m)
 }
 
-// reserve takes one slot under the cap; it reports false when the table is
-// full.
-func (t *Table) reserve() bool {
+// Units of Table.count.
+const (
+	oneOrdinary uint64 = 1
+	oneReserved uint64 = 1 << 32
+)
+
+// counts unpacks Table.count.
+func counts(c uint64) (ordinary, reserved int64) {
+	return int64(c & (oneReserved - 1)), int64(c >> 32)
+}
+
+// fullFor reports whether a new entry, reserved or not, would exceed a
+// cap.
+func (t *Table) fullFor(c uint64, reserved bool) bool {
+	ord, res := counts(c)
+	return ord+res >= t.max || (!reserved && ord >= t.maxOrd)
+}
+
+// reserve takes one slot under the caps, an ordinary one or one of the
+// reserve; it reports false when there is none.
+func (t *Table) reserve(reserved bool) bool {
+	unit := oneOrdinary
+	if reserved {
+		unit = oneReserved
+	}
 	for {
-		n := t.count.Load()
-		if n >= t.max {
+		c := t.count.Load()
+		if t.fullFor(c, reserved) {
 			return false
 		}
-		if t.count.CompareAndSwap(n, n+1) {
+		if t.count.CompareAndSwap(c, c+unit) {
+			return true
+		}
+	}
+}
+
+// release gives back the slot of a removed entry.
+func (t *Table) release(e *entry) {
+	if e.reserved {
+		t.count.Add(^(oneReserved - 1)) // minus oneReserved
+	} else {
+		t.count.Add(^(oneOrdinary - 1))
+	}
+}
+
+// swapSlot turns an existing entry's slot into an ordinary one or one of
+// the reserve; it reports false when an ordinary slot is wanted and none is
+// free (the reserved entry stays).
+func (t *Table) swapSlot(toReserved bool) bool {
+	for {
+		c := t.count.Load()
+		var next uint64
+		if toReserved {
+			next = c - oneOrdinary + oneReserved
+		} else {
+			if ord, _ := counts(c); ord >= t.maxOrd {
+				return false
+			}
+			next = c - oneReserved + oneOrdinary
+		}
+		if t.count.CompareAndSwap(c, next) {
 			return true
 		}
 	}
@@ -345,7 +419,7 @@ func (t *Table) Learn(vni VNI, mac MAC, vtep netip.AddrPort) LearnResult {
 		return LearnRefreshed
 	case validate(vni, mac, vtep) != nil:
 		return LearnRefusedInvalid
-	case !ok && t.count.Load() >= t.max:
+	case !ok && t.fullFor(t.count.Load(), false):
 		return LearnRefusedFull
 	}
 	s.mu.Lock()
@@ -390,7 +464,7 @@ func (t *Table) learnLocked(s *shard, k key, vtep netip.AddrPort) LearnResult {
 		s.putLocked(k, newEntry(vtep, OriginLearned, now))
 		return LearnMoved
 	}
-	if !t.reserve() {
+	if !t.reserve(false) {
 		return LearnRefusedFull
 	}
 	s.putLocked(k, newEntry(vtep, OriginLearned, now))
@@ -405,6 +479,11 @@ func (t *Table) learnLocked(s *shard, k key, vtep netip.AddrPort) LearnResult {
 // Set returns an error for an invalid VNI, a zero or multicast MAC, an
 // unusable VTEP (invalid or unspecified address, port 0) or an unknown
 // origin, and ErrFull (wrapped) when the table is full and the key is new.
+// e.Reserved puts the entry in the reserve (see Config.Reserve): use it for
+// members' TAP MACs only; a learned entry cannot be reserved. A new entry
+// that is not reserved fails with ErrFull when the ordinary slots are
+// taken, even if the reserve has room; so does turning a reserved entry
+// into an ordinary one.
 // It is safe for concurrent use and never makes readers wait.
 func (t *Table) Set(e Entry) error {
 	k := key{e.VNI, e.MAC}
@@ -428,6 +507,9 @@ func (t *Table) Set(e Entry) error {
 		return fail(ErrOutranked)
 	}
 	if e.Origin == OriginLearned {
+		if e.Reserved {
+			return fail(errReservedLearned)
+		}
 		switch t.learnLocked(s, k, vtep) {
 		case LearnRefusedStatic:
 			return fail(errors.New("a local or static entry exists"))
@@ -436,10 +518,16 @@ func (t *Table) Set(e Entry) error {
 		}
 		return nil
 	}
-	if _, ok := s.load()[k]; !ok && !t.reserve() {
+	old, ok := s.load()[k]
+	switch {
+	case !ok && !t.reserve(e.Reserved):
+		return fail(ErrFull)
+	case ok && old.reserved != e.Reserved && !t.swapSlot(e.Reserved):
 		return fail(ErrFull)
 	}
-	s.putLocked(k, newEntry(vtep, e.Origin, t.nanotime()))
+	ne := newEntry(vtep, e.Origin, t.nanotime())
+	ne.reserved = e.Reserved
+	s.putLocked(k, ne)
 	return nil
 }
 
@@ -458,13 +546,14 @@ func (t *Table) deleteIf(k key, o Origin) bool {
 	s := t.shardOf(k)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if e, ok := s.load()[k]; !ok || (o != 0 && e.origin != o) {
+	e, ok := s.load()[k]
+	if !ok || (o != 0 && e.origin != o) {
 		return false
 	}
 	m := maps.Clone(s.load())
 	delete(m, k)
 	s.m.Store(&m)
-	t.count.Add(-1)
+	t.release(e)
 	return true
 }
 
@@ -485,6 +574,7 @@ func (t *Table) expireShard(s *shard, cutoff int64) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var m map[key]*entry // the copy, made at the first expired entry
+	var gone []*entry
 	for k, e := range s.load() {
 		if e.origin != OriginLearned || e.seen.Load() >= cutoff {
 			continue
@@ -493,14 +583,16 @@ func (t *Table) expireShard(s *shard, cutoff int64) int {
 			m = maps.Clone(s.load())
 		}
 		delete(m, k)
+		gone = append(gone, e)
 	}
 	if m == nil {
 		return 0
 	}
-	n := len(s.load()) - len(m)
 	s.m.Store(&m)
-	t.count.Add(-int64(n))
-	return n
+	for _, e := range gone { // their slots are free once the copy is published
+		t.release(e)
+	}
+	return len(gone)
 }
 
 // expireInterval is how often Run calls Expire: Ageing/10, between one
@@ -533,11 +625,12 @@ func (t *Table) Entries() []Entry {
 	for i := range t.shards {
 		for k, e := range t.shards[i].load() {
 			out = append(out, Entry{
-				VNI:     k.vni,
-				MAC:     k.mac,
-				VTEP:    e.vtep,
-				Origin:  e.origin,
-				Updated: t.epoch.Add(time.Duration(e.seen.Load())).Round(0),
+				VNI:      k.vni,
+				MAC:      k.mac,
+				VTEP:     e.vtep,
+				Origin:   e.origin,
+				Reserved: e.reserved,
+				Updated:  t.epoch.Add(time.Duration(e.seen.Load())).Round(0),
 			})
 		}
 	}
@@ -551,7 +644,10 @@ func (t *Table) Entries() []Entry {
 }
 
 // Len returns the number of entries. It is safe for concurrent use.
-func (t *Table) Len() int { return int(t.count.Load()) }
+func (t *Table) Len() int {
+	ord, res := counts(t.count.Load())
+	return int(ord + res)
+}
 
 // SetFlood replaces the flood list (head-end replication targets) of vni.
 // The list is copied; duplicates and unusable addresses (invalid or

@@ -109,6 +109,9 @@ type Entry struct {
 	MAC    MAC            `json:"mac"`
 	VTEP   netip.AddrPort `json:"vtep"`
 	Origin Origin         `json:"origin"`
+	// Reserved: a member's TAP MAC, held in the table's reserve (see
+	// Config.Reserve), which other entries cannot take.
+	Reserved bool `json:"reserved,omitempty"`
 	// Updated is when the entry was added, moved or (for learned entries)
 	// last seen.
 	Updated time.Time `json:"updated"`

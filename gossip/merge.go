@@ -86,6 +86,8 @@ func (n *Node) admissibleLocked(r *record, m *member) bool {
 	case r.kind == kindFDB && r.vtep != m.meta.vtep:
 		n.stats.foreignVTEP.Add(1)
 		return false
+	case !n.quotaLocked(r): // see quota.go
+		return false
 	}
 	return true
 }
@@ -197,7 +199,8 @@ func (n *Node) setLocked(r *stored) {
 	var err error
 	switch r.kind {
 	case kindFDB:
-		err = n.cfg.FDB.Set(fdb.Entry{VNI: r.vni, MAC: r.mac, VTEP: r.vtep, Origin: fdb.OriginGossip})
+		err = n.cfg.FDB.Set(fdb.Entry{VNI: r.vni, MAC: r.mac, VTEP: r.vtep, Origin: fdb.OriginGossip,
+			Reserved: n.tapMACLocked(&r.record)}) // see quota.go
 	case kindNeigh:
 		_, err = n.cfg.Neigh.Set(fdb.Neigh{VNI: r.vni, IP: r.ip, MAC: r.lladdr, Origin: fdb.OriginGossip})
 	}

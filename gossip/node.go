@@ -28,7 +28,8 @@ package gossip
 // node is the authority on its own records: when a record in its name comes
 // back from a peer newer than the one it holds, or live while it holds none
 // (a leftover of a previous run, a stale peer), it answers with what it
-// holds, or a tombstone, at a newer version (Stats.Reannounced).
+// holds, or a tombstone, at a newer version (Stats.Reannounced). How many
+// endpoints one owner may announce is capped on both sides (quota.go).
 //
 // Versions. A version is a hybrid logical clock reading (see clock):
 // nanoseconds of wall-clock time, but always above every version the node
@@ -176,6 +177,11 @@ type Config struct {
 	// alive are joined again, so that a healed partition merges. Default
 	// 30s.
 	RejoinInterval time.Duration
+	// MaxEndpoints caps the live entries of each kind (endpoint MACs, IP
+	// bindings) one member announces, ours included, and every other
+	// member's that this node accepts (see quota.go); a member's own TAP
+	// MAC does not count. Default 4096 (DefaultMaxEndpoints).
+	MaxEndpoints int
 	// Extensions are other replicated state riding this node's gossip,
 	// such as subnet leases (package gossip/lease); see extension.go. Their
 	// types must differ. Each serves this node only.
@@ -301,6 +307,9 @@ type Stats struct {
 	// Outranked counts winners not written because a local or static entry
 	// holds the key.
 	Outranked uint64 `json:"outranked"`
+	// RejectedQuota counts records beyond their owner's quota of endpoints
+	// (Config.MaxEndpoints; see quota.go).
+	RejectedQuota uint64 `json:"rejected_quota"`
 	// TableErrors counts winners the tables refused otherwise (full).
 	TableErrors uint64 `json:"table_errors"`
 	// Reannounced counts our own records published again because a peer held
@@ -322,7 +331,7 @@ type Stats struct {
 
 type counters struct {
 	received, applied, stale, duplicate, foreignVTEP, unknownOwner, decodeErrors,
-	withdrawn, outranked, tableErrors, reannounced, refused, unknownExtension atomic.Uint64
+	withdrawn, outranked, tableErrors, reannounced, refused, unknownExtension, quota atomic.Uint64
 }
 
 // New checks cfg, binds the gossip sockets (memberlist starts) and
@@ -481,6 +490,12 @@ func (c *Config) check() error {
 	}
 	if c.RejoinInterval == 0 {
 		c.RejoinInterval = DefaultRejoinInterval
+	}
+	if c.MaxEndpoints == 0 {
+		c.MaxEndpoints = DefaultMaxEndpoints
+	}
+	if c.MaxEndpoints < 1 || c.MaxEndpoints > maxRecords {
+		return fmt.Errorf("config MaxEndpoints %d: want 1 to %d", c.MaxEndpoints, maxRecords)
 	}
 	if c.RejoinInterval < 0 {
 		return fmt.Errorf("config RejoinInterval %v is negative", c.RejoinInterval)
@@ -759,6 +774,9 @@ func (n *Node) announce(r record) error {
 	if cur == nil && n.store.n >= maxRecords {
 		return fmt.Errorf("gossip: announce %s: %d records held, the limit", r.key, maxRecords)
 	}
+	if !n.roomLocked(&r) {
+		return fmt.Errorf("gossip: announce %s: %w", r.key, ErrQuota)
+	}
 	r.version = n.clock.next()
 	n.putLocked(&r, time.Now())
 	n.broadcastLocked(&r)
@@ -828,6 +846,7 @@ func (n *Node) Stats() Stats {
 		Reannounced:          n.stats.reannounced.Load(),
 		RefusedNodes:         n.stats.refused.Load(),
 		UnknownExtension:     n.stats.unknownExtension.Load(),
+		RejectedQuota:        n.stats.quota.Load(),
 	}
 	n.mu.Lock()
 	s.Pending, s.Records = uint64(len(n.pending)), uint64(n.store.n)

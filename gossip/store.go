@@ -35,10 +35,28 @@ type store struct {
 	byKey   map[key]map[string]*stored
 	byOwner map[string]map[key]*stored
 	n       int
+	live    map[ownerKind]int // live records (not tombstones) by owner and kind: the quotas
+}
+
+// ownerKind counts an owner's records of one kind.
+type ownerKind struct {
+	owner string
+	kind  kind
 }
 
 func newStore() *store {
-	return &store{byKey: map[key]map[string]*stored{}, byOwner: map[string]map[key]*stored{}}
+	return &store{byKey: map[key]map[string]*stored{}, byOwner: map[string]map[key]*stored{}, live: map[ownerKind]int{}}
+}
+
+// countLive adds d to the live count of r's owner and kind if r is live.
+func (s *store) countLive(r *stored, d int) {
+	if r.deleted {
+		return
+	}
+	ok := ownerKind{r.owner, r.kind}
+	if s.live[ok] += d; s.live[ok] == 0 {
+		delete(s.live, ok)
+	}
 }
 
 func (s *store) get(k key, owner string) *stored { return s.byKey[k][owner] }
@@ -50,9 +68,12 @@ func (s *store) put(r *stored) {
 		ko = map[string]*stored{}
 		s.byKey[r.key] = ko
 	}
-	if _, ok := ko[r.owner]; !ok {
+	if old, ok := ko[r.owner]; ok {
+		s.countLive(old, -1)
+	} else {
 		s.n++
 	}
+	s.countLive(r, 1)
 	ko[r.owner] = r
 	ok := s.byOwner[r.owner]
 	if ok == nil {
@@ -64,9 +85,11 @@ func (s *store) put(r *stored) {
 
 func (s *store) del(k key, owner string) {
 	ko := s.byKey[k]
-	if _, ok := ko[owner]; !ok {
+	old, ok := ko[owner]
+	if !ok {
 		return
 	}
+	s.countLive(old, -1)
 	s.n--
 	delete(ko, owner)
 	if len(ko) == 0 {

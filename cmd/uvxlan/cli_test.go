@@ -68,6 +68,8 @@ func TestBadFlagsExit2(t *testing.T) {
 		{"source port range too wide", []string{"--src-port-range", "40000-50000"}, nil, "--src-port-range"},
 		{"ageing zero", []string{"--ageing", "0s"}, nil, "--ageing"},
 		{"fdb-max zero", []string{"--fdb-max", "0"}, nil, "--fdb-max"},
+		{"max-endpoints zero", []string{"--max-endpoints", "0"}, nil, "--max-endpoints"},
+		{"max-endpoints too big", nil, []string{"UVXLAN_MAX_ENDPOINTS=65537"}, "--max-endpoints"},
 		{"device name too long", []string{"--dev", "averyveryverylongname"}, nil, "--dev"},
 		{"local not on this host", []string{"--local", "198.19.255.254"}, nil, "--local"},
 		{"network not a CIDR", []string{"--network", "10.244.0.0"}, nil, "--network"},

@@ -97,6 +97,7 @@ func configFromCLI(c *cli.Context) (runConfig, error) {
 		Offload:  c.Bool("offload"),
 		Ageing:   c.Duration("ageing"),
 		FDBMax:   c.Int("fdb-max"),
+		// MaxEndpoints: checked below
 		StateDir: c.String("state-dir"),
 		KeepTAP:  c.Bool("keep-tap"),
 	}, Control: c.String("control"), Takeover: c.Bool("takeover")}
@@ -155,6 +156,10 @@ func configFromCLI(c *cli.Context) (runConfig, error) {
 	}
 	if cfg.FDBMax < 1 {
 		return cfg, badFlag("fdb-max", strconv.Itoa(cfg.FDBMax), "must be at least 1")
+	}
+	cfg.MaxEndpoints = c.Int("max-endpoints")
+	if cfg.MaxEndpoints < 1 || cfg.MaxEndpoints > node.MaxMaxEndpoints {
+		return cfg, badFlag("max-endpoints", strconv.Itoa(cfg.MaxEndpoints), "must be between 1 and %d", node.MaxMaxEndpoints)
 	}
 	cfg.Queues = c.Int("queues")
 	if cfg.Queues < 1 || cfg.Queues > maxQueues {

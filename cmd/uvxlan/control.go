@@ -207,6 +207,7 @@ func (s *controlServer) Close() error {
 type statsView struct {
 	Total    encap.Stats
 	Gossip   map[string]uint64
+	Node     map[string]uint64 // the node's own counters (node.Counters)
 	Segments []segmentStatsView
 }
 
@@ -218,7 +219,7 @@ type segmentStatsView struct {
 }
 
 func newStatsView(st node.Stats, vni fdb.VNI) statsView {
-	v := statsView{Total: st.Total, Gossip: gossipCounters(st)}
+	v := statsView{Total: st.Total, Gossip: gossipCounters(st), Node: counterMap(st.Node)}
 	for _, s := range st.Segments {
 		if vni != 0 && s.VNI != vni {
 			continue
@@ -234,6 +235,7 @@ func newStatsView(st node.Stats, vni fdb.VNI) statsView {
 func (v statsView) MarshalJSON() ([]byte, error) {
 	m := v.Total.Map()
 	m["gossip"] = v.Gossip
+	m["node"] = v.Node
 	segs := v.Segments
 	if segs == nil {
 		segs = []segmentStatsView{}
@@ -245,12 +247,13 @@ func (v statsView) MarshalJSON() ([]byte, error) {
 func (v *statsView) UnmarshalJSON(b []byte) error {
 	var rest struct {
 		Gossip   map[string]uint64  `json:"gossip"`
+		Node     map[string]uint64  `json:"node"`
 		Segments []segmentStatsView `json:"segments"`
 	}
 	if err := json.Unmarshal(b, &rest); err != nil {
 		return err
 	}
-	v.Gossip, v.Segments = rest.Gossip, rest.Segments
+	v.Gossip, v.Node, v.Segments = rest.Gossip, rest.Node, rest.Segments
 	return v.Total.UnmarshalJSON(b)
 }
 
@@ -277,6 +280,15 @@ func (s *segmentStatsView) UnmarshalJSON(b []byte) error {
 func gossipCounters(st node.Stats) map[string]uint64 {
 	m := map[string]uint64{}
 	for _, f := range gossipFields(st) {
+		m[f.name] = f.value
+	}
+	return m
+}
+
+// counterMap is a stats struct's fields by JSON name.
+func counterMap(v any) map[string]uint64 {
+	m := map[string]uint64{}
+	for _, f := range statFields(v) {
 		m[f.name] = f.value
 	}
 	return m

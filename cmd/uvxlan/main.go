@@ -173,6 +173,7 @@ containers use (Docker: --bip=$FLANNEL_SUBNET --mtu=$FLANNEL_MTU).
 			&cli.BoolFlag{Name: "learning", Value: true, Usage: "learn MAC -> VTEP from received frames", EnvVars: env("learning")},
 			&cli.DurationFlag{Name: "ageing", Value: 300 * time.Second, Usage: "forget learned MACs not seen for this long", EnvVars: env("ageing")},
 			&cli.IntFlag{Name: "fdb-max", Value: 16384, Usage: "most FDB entries; learning stops (and is counted) beyond", EnvVars: env("fdb-max")},
+			&cli.IntFlag{Name: "max-endpoints", Value: node.DefaultMaxEndpoints, Usage: "most endpoint MACs (and as many IP bindings) behind this node's TAPs, and accepted from each other member: new ones beyond are refused and counted (endpoints_refused, rejected_quota); the same on every node", EnvVars: env("max-endpoints")},
 			&cli.StringFlag{Name: "state-dir", Usage: "`DIR` to keep state across restarts and reboots: the TAP MAC, the subnet lease (default with --network: /var/lib/uvxlan)", EnvVars: env("state-dir")},
 			&cli.StringFlag{Name: "control", Usage: "control socket `PATH` (default: /run/uvxlan/<dev>.sock)", EnvVars: env("control")},
 			&cli.StringFlag{Name: "name", Usage: "node name, unique in the cluster (default: the hostname and --local, such as myhost-198.18.0.1)", EnvVars: env("name")},

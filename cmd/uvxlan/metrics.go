@@ -65,6 +65,10 @@ var (
 	descFDB      = desc("fdb_entries", "FDB entries by origin.", "origin")
 	descNeigh    = desc("neigh_entries", "Neighbour bindings by origin.", "origin")
 	descMembers  = desc("members", "Cluster members by state.", "state")
+	// descNode: the node's own counters (node.Counters), by JSON key.
+	descNode = map[string]*prometheus.Desc{
+		"endpoints_refused": desc("endpoints_refused_total", "New endpoint MACs and IP bindings behind the TAPs refused by --max-endpoints (or a full table)."),
+	}
 )
 
 func init() {
@@ -81,6 +85,9 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- d
 	}
 	for _, d := range []*prometheus.Desc{descDrops, descGossip, descRecords, descFDB, descNeigh, descMembers} {
+		ch <- d
+	}
+	for _, d := range descNode {
 		ch <- d
 	}
 }
@@ -113,6 +120,11 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			gauge(descRecords, int(f.value), f.name)
 		} else {
 			counter(descGossip, f.value, f.name)
+		}
+	}
+	for name, v := range counterMap(s.stats.Node) {
+		if d := descNode[name]; d != nil {
+			counter(d, v)
 		}
 	}
 	for origin, v := range s.fdb {

@@ -127,6 +127,12 @@ func printStats(w io.Writer, v statsView) error {
 				s.Stats.Get(encap.RxPackets), s.Stats.Get(encap.TxPackets), sum(s.Stats.Drops[:]))
 		}
 	}
+	if len(v.Node) > 0 {
+		fmt.Fprintln(tw, "node:\t")
+		for _, k := range slices.Sorted(maps.Keys(v.Node)) {
+			fmt.Fprintf(tw, "  %s\t%d\n", k, v.Node[k])
+		}
+	}
 	if len(v.Gossip) > 0 {
 		fmt.Fprintln(tw, "gossip:\t")
 		for _, k := range slices.Sorted(maps.Keys(v.Gossip)) {

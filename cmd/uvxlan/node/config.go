@@ -42,7 +42,11 @@ type Config struct {
 	Queues   int  // TAP queues per segment and UDP sockets, each with its loops
 	Ageing   time.Duration
 	FDBMax   int
-	StateDir string // empty: nothing persisted
+	// MaxEndpoints caps the endpoint MACs, and the IP bindings, behind the
+	// node's TAPs, and those gossip accepts from each other member
+	// (--max-endpoints; see quota.go). Default 4096.
+	MaxEndpoints int
+	StateDir     string // empty: nothing persisted
 	// KeepTAP leaves the TAPs the agent created in place at a clean stop
 	// (--keep-tap); without it they are removed. A crash leaves them
 	// either way: they are persistent, and the next start attaches.
@@ -106,6 +110,12 @@ func (c *Config) check() error {
 		return badConfig("local", "", "not set")
 	}
 	c.Queues = max(c.Queues, 1)
+	if c.MaxEndpoints == 0 {
+		c.MaxEndpoints = DefaultMaxEndpoints
+	}
+	if c.MaxEndpoints < 1 || c.MaxEndpoints > MaxMaxEndpoints {
+		return badConfig("max-endpoints", fmt.Sprint(c.MaxEndpoints), "must be between 1 and %d", MaxMaxEndpoints)
+	}
 	for i := range c.Segments {
 		s := &c.Segments[i]
 		flag := fmt.Sprintf("segment %d", s.VNI)

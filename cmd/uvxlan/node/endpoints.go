@@ -8,10 +8,12 @@ package node
 // tracker withdraws, every tenth of the ageing time (at least every second),
 // the endpoints that sent nothing for the ageing time: their FDB entries,
 // their IP bindings and their announcements. One that comes back is snooped
-// and announced again by its next frame.
+// and announced again by its next frame. New endpoints beyond the node's
+// quota are refused (quota.go).
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/netip"
 	"time"
@@ -38,6 +40,11 @@ type endpoints struct {
 	neigh  *fdb.Neighbors
 	gossip announcer
 	log    *slog.Logger
+	quota  *endpointQuota // the node's, shared by its segments
+
+	// What this tracker holds against the quota.
+	macs     map[fdb.MAC]bool
+	bindings map[netip.Addr]bool
 }
 
 // run records sightings and ages endpoints until ctx is done.
@@ -62,8 +69,23 @@ func (e *endpoints) saw(s encap.Sighting) {
 		e.addNeigh(s.IP, s.MAC)
 		return
 	}
+	if s.MAC == e.own {
+		return
+	}
+	if e.macs == nil {
+		e.macs = map[fdb.MAC]bool{}
+	}
+	counted := e.macs[s.MAC]
+	if !counted && !e.quota.take(&e.quota.macs, "MAC", "mac", s.MAC, "vni", e.vni) {
+		return
+	}
+	e.macs[s.MAC] = true
 	if err := e.table.Set(fdb.Entry{VNI: e.vni, MAC: s.MAC, VTEP: e.vtep, Origin: fdb.OriginLocal}); err != nil {
-		e.log.Debug("local MAC not recorded", "mac", s.MAC, "err", err)
+		if !counted {
+			delete(e.macs, s.MAC)
+			e.quota.give(&e.quota.macs)
+		}
+		e.logRefusal("local MAC not recorded", err, "mac", s.MAC)
 		return
 	}
 	if err := e.gossip.AnnounceMAC(e.vni, s.MAC); err != nil {
@@ -73,8 +95,20 @@ func (e *endpoints) saw(s encap.Sighting) {
 
 // addNeigh records and announces an IP → MAC binding behind the TAP.
 func (e *endpoints) addNeigh(ip netip.Addr, mac fdb.MAC) {
+	if e.bindings == nil {
+		e.bindings = map[netip.Addr]bool{}
+	}
+	counted := e.bindings[ip]
+	if !counted && !e.quota.take(&e.quota.bindings, "IP binding", "ip", ip, "mac", mac, "vni", e.vni) {
+		return
+	}
+	e.bindings[ip] = true
 	if _, err := e.neigh.Set(fdb.Neigh{VNI: e.vni, IP: ip, MAC: mac, Origin: fdb.OriginLocal}); err != nil {
-		e.log.Debug("local binding not recorded", "ip", ip, "mac", mac, "err", err)
+		if !counted {
+			delete(e.bindings, ip)
+			e.quota.give(&e.quota.bindings)
+		}
+		e.logRefusal("local binding not recorded", err, "ip", ip, "mac", mac)
 		return
 	}
 	if err := e.gossip.AnnounceNeigh(e.vni, ip, mac); err != nil {
@@ -105,6 +139,10 @@ func staleEndpoints(entries []fdb.Entry, vni fdb.VNI, own fdb.MAC, cutoff time.T
 // withdraw removes a local endpoint and its IP bindings, and withdraws
 // their announcements.
 func (e *endpoints) withdraw(mac fdb.MAC) {
+	if e.macs[mac] {
+		delete(e.macs, mac)
+		e.quota.give(&e.quota.macs)
+	}
 	if !e.table.DeleteOrigin(e.vni, mac, fdb.OriginLocal) {
 		return
 	}
@@ -112,7 +150,21 @@ func (e *endpoints) withdraw(mac fdb.MAC) {
 	for _, b := range e.neigh.Entries() {
 		if b.VNI == e.vni && b.Origin == fdb.OriginLocal && b.MAC == mac && e.neigh.DeleteOrigin(b.VNI, b.IP, fdb.OriginLocal) {
 			e.gossip.WithdrawNeigh(b.VNI, b.IP)
+			if e.bindings[b.IP] {
+				delete(e.bindings, b.IP)
+				e.quota.give(&e.quota.bindings)
+			}
 		}
 	}
 	e.log.Info("endpoint behind the TAP aged out", "mac", mac, "ageing", e.ageing)
+}
+
+// logRefusal logs a table's refusal of a local endpoint: a full table is a
+// warning (once a minute, with the quota's), anything else is for debugging.
+func (e *endpoints) logRefusal(msg string, err error, args ...any) {
+	if errors.Is(err, fdb.ErrFull) {
+		e.quota.refuse("endpoint (table full)", append(args, "err", err)...)
+		return
+	}
+	e.log.Debug(msg, append(args, "err", err)...)
 }

@@ -55,8 +55,9 @@ var (
 )
 
 func newTracker(vni fdb.VNI, table *fdb.Table, neigh *fdb.Neighbors, g announcer) *endpoints {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	return &endpoints{vni: vni, vtep: testVTEP, own: tapMAC, ageing: time.Minute, table: table, neigh: neigh,
-		gossip: g, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		gossip: g, log: log, quota: newEndpointQuota(DefaultMaxEndpoints, log)}
 }
 
 func TestStaleEndpoints(t *testing.T) {

@@ -33,7 +33,8 @@ type Node struct {
 	segs    []*segment
 	demuxes []*encap.Demux // one per UDP socket (per queue)
 	gossip  *gossip.Node
-	leases  *lease.Leases // nil outside routed mode
+	quota   *endpointQuota // --max-endpoints, shared by the segments' trackers
+	leases  *lease.Leases  // nil outside routed mode
 	// leaseEvents signals (coalesced) a change of the leases to
 	// LeaseWatch, once the node's own lease is saved.
 	leaseEvents chan struct{}
@@ -93,7 +94,10 @@ func New(cfg Config) (_ *Node, err error) {
 	if err := n.saveName(); err != nil {
 		return nil, err
 	}
-	n.table = fdb.New(fdb.Config{Ageing: cfg.Ageing, MaxEntries: cfg.FDBMax})
+	// An eighth of the FDB (at most 1024 entries) is kept for members' TAP
+	// MACs (reserved entries): no flood of endpoints can take it.
+	n.table = fdb.New(fdb.Config{Ageing: cfg.Ageing, MaxEntries: cfg.FDBMax, Reserve: min(cfg.FDBMax/8, 1024)})
+	n.quota = newEndpointQuota(cfg.MaxEndpoints, n.log)
 	n.neigh = fdb.NewNeighbors(cfg.FDBMax)
 	plain := false // a segment without TAP offloads
 	for _, sc := range cfg.Segments {
@@ -120,19 +124,20 @@ func New(cfg Config) (_ *Node, err error) {
 		exts = append(exts, n.leases.Extension())
 	}
 	n.gossip, err = gossip.New(gossip.Config{
-		Name:        cfg.Name,
-		BindAddr:    cfg.GossipAddr,
-		BindPort:    cfg.GossipPort,
-		VTEP:        n.vtep,
-		VNIs:        cfg.VNIs(),
-		MAC:         n.segs[0].mac,
-		Seeds:       cfg.Join,
-		SecretKeys:  cfg.GossipKeys,
-		StaticPeers: cfg.Peers,
-		FDB:         n.table,
-		Neigh:       n.neigh,
-		Logger:      n.log,
-		Extensions:  exts,
+		Name:         cfg.Name,
+		BindAddr:     cfg.GossipAddr,
+		BindPort:     cfg.GossipPort,
+		VTEP:         n.vtep,
+		VNIs:         cfg.VNIs(),
+		MAC:          n.segs[0].mac,
+		Seeds:        cfg.Join,
+		SecretKeys:   cfg.GossipKeys,
+		StaticPeers:  cfg.Peers,
+		MaxEndpoints: cfg.MaxEndpoints,
+		FDB:          n.table,
+		Neigh:        n.neigh,
+		Logger:       n.log,
+		Extensions:   exts,
 	})
 	if err != nil {
 		if strings.Contains(err.Error(), "address already in use") {
@@ -143,11 +148,11 @@ func New(cfg Config) (_ *Node, err error) {
 	n.closers = append(n.closers, n.gossip.Close)
 
 	for _, s := range n.segs {
-		if err := n.table.Set(fdb.Entry{VNI: s.cfg.VNI, MAC: s.mac, VTEP: n.vtep, Origin: fdb.OriginLocal}); err != nil {
+		if err := n.table.Set(fdb.Entry{VNI: s.cfg.VNI, MAC: s.mac, VTEP: n.vtep, Origin: fdb.OriginLocal, Reserved: true}); err != nil {
 			return nil, fmt.Errorf("fdb: add the MAC of %s: %w", s.cfg.Dev, err)
 		}
 		s.tracker = &endpoints{vni: s.cfg.VNI, vtep: n.vtep, own: s.mac, ageing: cfg.Ageing, table: n.table,
-			neigh: n.neigh, gossip: n.gossip, log: n.log.With("vni", s.cfg.VNI)}
+			neigh: n.neigh, gossip: n.gossip, log: n.log.With("vni", s.cfg.VNI), quota: n.quota}
 		if err := n.gossip.AnnounceMAC(s.cfg.VNI, s.mac); err != nil {
 			return nil, err
 		}

@@ -159,6 +159,7 @@ type Stats struct {
 	Segments []SegmentStats
 	Gossip   gossip.Stats
 	Leases   *lease.Stats // nil outside routed mode
+	Node     Counters     // the node's own (quota.go)
 }
 
 // SegmentStats are one segment's data-path counters.
@@ -186,6 +187,7 @@ func (n *Node) Stats() Stats {
 		st.Total = st.Total.Add(ss.Stats)
 	}
 	st.Gossip = n.gossip.Stats()
+	st.Node = n.counters()
 	if n.leases != nil {
 		ls := n.leases.Stats()
 		st.Leases = &ls
