@@ -10,9 +10,11 @@ package encap
 //     run of datagrams (UDP GRO) is cut into its datagrams in place;
 //  2. validate the VXLAN header (length, I flag, reserved bits): a failure is
 //     a drop counted by the Demux, as is a VNI no engine serves (wrong_vni);
-//  3. the engine of the VNI validates the inner frame (length, source MAC)
-//     and learns inner source MAC → outer source VTEP when learning is on;
-//     those drops and the rx counters are the engine's (its segment's);
+//  3. the engine of the VNI checks the source VTEP against its filter
+//     (unknown_vtep, see filter.go; once per run of datagrams from one
+//     source), validates the inner frame (length, source MAC) and learns
+//     inner source MAC → outer source VTEP when learning is on; those drops
+//     and the rx counters are the engine's (its segment's);
 //  4. the frames of the batch are collected per engine, in order, and each
 //     engine's go to its TAP in one Write, so that the TAP can coalesce a
 //     flow's segments into one frame again (GRO).
@@ -43,6 +45,12 @@ type Demux struct {
 	lastSrc    fdb.MAC
 	lastFrom   netip.AddrPort
 	lastLearnt bool
+	// The last (engine, source address) checked against the engine's
+	// filter in the current batch, and the verdict. Receive loop only.
+	checkEng     *Engine
+	checkFrom    netip.Addr
+	checkOK      bool
+	checkedBatch bool
 }
 
 // NewDemux builds a demultiplexer of rx for engines, which must serve
@@ -139,7 +147,7 @@ func (d *Demux) receiveLoop() error {
 			}
 			return err
 		}
-		d.lastLearnt = false
+		d.lastLearnt, d.checkedBatch = false, false
 		for i := 0; i < n; i++ {
 			m := &msgs[i]
 			if m.Seg <= 0 || m.N <= m.Seg {
@@ -205,6 +213,10 @@ func (d *Demux) accept(m *Message) int {
 		return -1
 	}
 	e := d.engines[i]
+	if !d.allowed(e, m.Addr.Addr()) {
+		e.c.drop(DropUnknownVTEP)
+		return -1
+	}
 	frame := pkt[HeaderLen:]
 	if len(frame) < ethHeaderLen {
 		e.c.drop(DropShortFrame)
@@ -224,6 +236,22 @@ func (d *Demux) accept(m *Message) int {
 		d.lastEng, d.lastSrc, d.lastFrom, d.lastLearnt = e, src, m.Addr, true
 	}
 	return i
+}
+
+// allowed reports whether e's filter lets datagrams from addr in. The
+// verdict is kept for the rest of the batch: a run of datagrams from one
+// source is checked once, and a flood list that changes is seen by the next
+// batch.
+func (d *Demux) allowed(e *Engine, addr netip.Addr) bool {
+	if e.cfg.Filter == nil {
+		return true
+	}
+	if d.checkedBatch && e == d.checkEng && addr == d.checkFrom {
+		return d.checkOK
+	}
+	ok := e.cfg.Filter.Allows(addr, e.fdb.Flood(e.cfg.VNI))
+	d.checkEng, d.checkFrom, d.checkOK, d.checkedBatch = e, addr, ok, true
+	return ok
 }
 
 // deliver writes frames (datagrams: VXLAN header and frame) to the TAP and

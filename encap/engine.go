@@ -11,8 +11,10 @@ package encap
 //     is answered with a reply written back into the TAP, and not sent;
 //  4. write the VXLAN header in place in front of each frame;
 //  5. look up (VNI, destination MAC) in the FDB: a known unicast MAC goes to
-//     its VTEP; broadcast, multicast and unknown unicast are replicated to
-//     every VTEP of the VNI's flood list (head-end replication);
+//     its VTEP; broadcast, multicast and unknown unicast take a token from
+//     the segment's storm-control bucket (or are dropped) and are
+//     replicated to every VTEP of the VNI's flood list (head-end
+//     replication);
 //  6. pick the sending socket from a hash of the inner flow, so the outer
 //     UDP source port spreads flows over the underlay's ECMP paths;
 //  7. one WriteBatch (sendmmsg) per socket, one TAP write for the replies.
@@ -20,7 +22,8 @@ package encap
 // Receive (underlay → TAP), one batch at a time:
 //  1. one ReadBatch (recvmmsg);
 //  2. validate each datagram (header length, I flag, reserved bits, VNI,
-//     inner frame length, inner source MAC): a failure is a counted drop;
+//     source VTEP allowed, inner frame length, inner source MAC): a failure
+//     is a counted drop;
 //  3. learn inner source MAC → outer source VTEP when learning is on;
 //  4. write the inner frames to the TAP in one Write call.
 //
@@ -77,7 +80,16 @@ type EngineConfig struct {
 	// bindings not yet in Neigh. Sends never block; when the channel is
 	// full the sighting is dropped and counted (it recurs with the next
 	// frame).
-	Snoop  chan<- Sighting
+	Snoop chan<- Sighting
+	// Filter, when set, filters the underlay (see filter.go): datagrams
+	// are accepted only from the VNI's flood list and the Filter's
+	// ranges, the others are dropped as unknown_vtep. nil accepts every
+	// source, as a kernel VXLAN device does.
+	Filter *Filter
+	// BUM, when set, rate-limits the frames flooded from the TAP
+	// (broadcast, multicast, unknown unicast; see storm.go): the engines
+	// of one segment share one Bucket. nil: no limit.
+	BUM    *Bucket
 	Logger *slog.Logger
 }
 
@@ -202,6 +214,10 @@ type txBatch struct {
 	// super-frame share it, and one look per batch is enough.
 	seen   fdb.MAC
 	seenOK bool
+	// now is the storm-control clock, read once per batch when a frame
+	// is first flooded.
+	now   int64
+	nowOK bool
 }
 
 func (e *Engine) newTxBatch(batch int) *txBatch {
@@ -220,7 +236,7 @@ func (b *txBatch) reset() {
 		b.out[i] = b.out[i][:0]
 	}
 	b.replies = b.replies[:0]
-	b.seenOK = false
+	b.seenOK, b.nowOK = false, false
 }
 
 // transmitLoop reads frames from the TAP and sends them to the underlay.
@@ -306,9 +322,6 @@ func (e *Engine) route(pkt []byte, tb *txBatch) {
 			e.c.add(ARPSuppressed, 1)
 			return
 		}
-		if dst.IsMulticast() {
-			e.c.add(ARPFlooded, 1)
-		}
 	}
 
 	PutHeader(pkt, e.cfg.VNI)
@@ -326,6 +339,19 @@ func (e *Engine) route(pkt []byte, tb *txBatch) {
 		}
 	}
 	flood := e.fdb.Flood(e.cfg.VNI)
+	if len(flood) == 0 {
+		e.c.drop(DropNoVTEP)
+		return
+	}
+	if b := e.cfg.BUM; b != nil {
+		if !tb.nowOK {
+			tb.now, tb.nowOK = b.now(), true
+		}
+		if !b.take(tb.now) {
+			e.c.drop(DropBUMLimited)
+			return
+		}
+	}
 	sent := false
 	for _, vtep := range flood {
 		if vtep.Addr() == e.cfg.Local {
@@ -339,6 +365,9 @@ func (e *Engine) route(pkt []byte, tb *txBatch) {
 		return
 	}
 	e.c.add(Floods, 1)
+	if isARP && arp.op == arpRequest && e.cfg.Neigh != nil && dst.IsMulticast() {
+		e.c.add(ARPFlooded, 1)
+	}
 }
 
 // snoop reports src, and the sender binding of an ARP packet, when they are

@@ -207,7 +207,7 @@ func TestEngineReceiveDrops(t *testing.T) {
 }
 
 // The per-packet work of both directions allocates nothing, ARP
-// suppression and snooping included.
+// suppression, snooping, storm control and the underlay filter included.
 func TestEngineHotPathAllocs(t *testing.T) {
 	var n fakeNet
 	dev, conn := newFakeDev(macA), n.listen(vtepA)
@@ -219,7 +219,8 @@ func TestEngineHotPathAllocs(t *testing.T) {
 	neigh.Set(fdb.Neigh{VNI: testVNI, IP: netip.MustParseAddr("10.42.0.2"), MAC: macB, Origin: fdb.OriginGossip})
 	neigh.Set(fdb.Neigh{VNI: testVNI, IP: netip.MustParseAddr("10.42.0.1"), MAC: macA, Origin: fdb.OriginLocal})
 	snoop := make(chan Sighting, 1)
-	e, err := NewEngine(EngineConfig{VNI: testVNI, MAC: macA, Local: vtepA.Addr(), Port: 4789, Learning: true, Neigh: neigh, Snoop: snoop},
+	e, err := NewEngine(EngineConfig{VNI: testVNI, MAC: macA, Local: vtepA.Addr(), Port: 4789, Learning: true, Neigh: neigh, Snoop: snoop,
+		Filter: NewFilter([]netip.Prefix{netip.MustParsePrefix("198.18.1.0/24")}), BUM: NewBucket(1000, 1000)},
 		dev, conn, []Transport{conn, conn}, table)
 	if err != nil {
 		t.Fatal(err)
@@ -241,9 +242,14 @@ func TestEngineHotPathAllocs(t *testing.T) {
 
 	rx := vxlanDatagram(goodHeader(testVNI), ethFrame(macA, macB, 1000))
 	m := Message{Buf: rx, N: len(rx), Addr: vtepB}
+	stranger := Message{Buf: rx, N: len(rx), Addr: netip.MustParseAddrPort("198.18.2.1:4789")}
 	if allocs := testing.AllocsPerRun(1000, func() {
+		e.own.checkedBatch = false // a new batch: the filter is checked again
 		if e.own.accept(&m) != 0 {
 			t.Fatal("good datagram rejected")
+		}
+		if e.own.accept(&stranger) != -1 {
+			t.Fatal("a stranger's datagram accepted")
 		}
 	}); allocs != 0 {
 		t.Errorf("receive path: %v allocs per run, want 0", allocs)

@@ -73,6 +73,7 @@ const (
 	DropNoIFlag                        // I flag clear: the VNI field is not valid
 	DropReservedBits                   // a reserved bit set (strict, like Linux)
 	DropWrongVNI                       // no segment serves the VNI
+	DropUnknownVTEP                    // the source is no member, static peer or --allow-vtep range of the VNI
 	DropShortFrame                     // inner frame shorter than an Ethernet header
 	DropBadSrcMAC                      // inner source MAC is multicast, broadcast or zero
 	DropOwnMAC                         // inner source MAC is our own TAP MAC (a loop)
@@ -81,6 +82,7 @@ const (
 	// Transmit side (TAP → underlay).
 	DropTxShortFrame // frame read from the TAP shorter than an Ethernet header
 	DropNoVTEP       // nowhere to send: unknown destination and an empty flood list
+	DropBUMLimited   // broadcast, multicast or unknown unicast over the segment's --bum-rate
 	DropSendError    // the underlay socket refused the datagram
 	// DropTAPSplit counts super-frames read from a TAP with offloads that
 	// could not be split into segments; the TAP counts them, the node adds
@@ -95,12 +97,14 @@ var dropDescs = [NumDropReasons]Desc{
 	DropNoIFlag:      {"no_i_flag", "Datagrams without the VXLAN I flag."},
 	DropReservedBits: {"reserved_bits", "Datagrams with a reserved VXLAN bit set."},
 	DropWrongVNI:     {"wrong_vni", "Datagrams for a VNI no segment of this agent serves."},
+	DropUnknownVTEP:  {"unknown_vtep", "Datagrams from a source that is no alive member serving the VNI, no static peer and in no --allow-vtep range."},
 	DropShortFrame:   {"short_frame", "Datagrams whose inner frame is shorter than an Ethernet header."},
 	DropBadSrcMAC:    {"bad_src_mac", "Inner frames with a multicast, broadcast or zero source MAC."},
 	DropOwnMAC:       {"own_mac", "Inner frames with our own TAP MAC as source (a loop)."},
 	DropTAPWrite:     {"tap_write_error", "Frames the TAP refused."},
 	DropTxShortFrame: {"tx_short_frame", "Frames read from the TAP shorter than an Ethernet header."},
 	DropNoVTEP:       {"no_vtep", "Frames with nowhere to go: unknown destination and an empty flood list."},
+	DropBUMLimited:   {"bum_rate_limited", "Broadcast, multicast and unknown unicast frames over the segment's --bum-rate, not flooded."},
 	DropSendError:    {"send_error", "Datagrams the underlay socket refused."},
 	DropTAPSplit:     {"tap_split_error", "Super-frames from the TAP that could not be split into segments."},
 }

@@ -146,6 +146,10 @@ func configFromCLI(c *cli.Context) (runConfig, error) {
 		cfg.Peers = append(cfg.Peers, p)
 	}
 
+	if err := trustConfig(c, &cfg.Config); err != nil {
+		return cfg, err
+	}
+
 	if err := gossipConfig(c, &cfg.Config); err != nil {
 		return cfg, err
 	}
@@ -610,4 +614,41 @@ func readKeyring(path string) ([][]byte, error) {
 		}
 	}
 	return keys, nil
+}
+
+// defaultBUMRate is --bum-rate's default, in frames per second and segment
+// (see the README's storm control section for how it was chosen).
+const defaultBUMRate = 1000
+
+// trustConfig reads the underlay filter and storm control flags:
+// --allow-vtep and --bum-rate.
+func trustConfig(c *cli.Context, cfg *node.Config) error {
+	for _, s := range c.StringSlice("allow-vtep") {
+		p, err := parseAllowVTEP(s)
+		if err != nil {
+			return badFlag("allow-vtep", s, "%v", err)
+		}
+		cfg.AllowVTEPs = append(cfg.AllowVTEPs, p)
+	}
+	cfg.BUMRate = c.Int("bum-rate")
+	if cfg.BUMRate < 0 {
+		return badFlag("bum-rate", strconv.Itoa(cfg.BUMRate), "must be 0 (no limit) or more frames per second")
+	}
+	return nil
+}
+
+// parseAllowVTEP parses a CIDR (or one address, as a /32 or /128).
+func parseAllowVTEP(s string) (netip.Prefix, error) {
+	if a, err := netip.ParseAddr(s); err == nil && a.Zone() == "" {
+		a = a.Unmap()
+		return netip.PrefixFrom(a, a.BitLen()), nil
+	}
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		return p, errors.New("must be a CIDR such as 198.18.0.0/24 or an IP (0.0.0.0/0 accepts VXLAN from anyone, as the kernel does)")
+	}
+	if p.Addr().Is4In6() {
+		p = netip.PrefixFrom(p.Addr().Unmap(), max(p.Bits()-96, 0))
+	}
+	return p.Masked(), nil
 }

@@ -136,6 +136,12 @@ like the kernel's VXLAN devices; each has its own TAP, tables and flood list:
    host A# uvxlan run --local 198.18.0.1 --peer 198.18.0.2 \
              --segment 42,address=10.42.0.1/24 --segment 43,dev=blue,address=10.43.0.1/24
 
+VXLAN is accepted only from the VTEPs of alive members serving the VNI, from
+--peer and from --allow-vtep ranges; anything else is dropped and counted
+(unknown_vtep) before the FDB learns from it. --allow-vtep 0.0.0.0/0 (and ::/0)
+accepts anyone's, as a kernel VXLAN device does. Flooded frames (broadcast,
+multicast, unknown unicast) are limited to --bum-rate per second and segment.
+
 Every flag can also be set as UVXLAN_<FLAG>, e.g. UVXLAN_VNI=42.
 The TAPs the agent creates are persistent: after a crash they stay, with their
 addresses, routes and bridge membership, and the next start attaches to them.
@@ -168,6 +174,8 @@ containers use (Docker: --bip=$FLANNEL_SUBNET --mtu=$FLANNEL_MTU).
 			&cli.StringSliceFlag{Name: "peer", Usage: "static VTEP `IP[:PORT]` to flood to, repeatable (kernel VXLAN devices, switches, other agents)", EnvVars: env("peer")},
 			&cli.BoolFlag{Name: "takeover", Usage: "take over from the agent serving --control (the same flags otherwise): its TAP queues, sockets and tables pass to this process, which forwards at once; it exits 0 without leaving the cluster. How a binary is upgraded without a lost packet", EnvVars: env("takeover")},
 			&cli.BoolFlag{Name: "keep-tap", Usage: "leave the TAPs this agent created in place at a clean stop, with their addresses, routes and bridge membership (without it they are removed; after a crash they always stay, and the next start attaches)", EnvVars: env("keep-tap")},
+			&cli.StringSliceFlag{Name: "allow-vtep", Usage: "also accept VXLAN from the VTEPs in `CIDR`, repeatable (hardware VTEPs that are no member); by default only alive members serving the VNI and --peer may send; 0.0.0.0/0 (and ::/0) accepts anyone's, as the kernel does", EnvVars: env("allow-vtep")},
+			&cli.IntFlag{Name: "bum-rate", Value: defaultBUMRate, Usage: "storm control: most broadcast, multicast and unknown unicast frames each segment floods per second (burst: one second's worth); the excess is dropped and counted (bum_rate_limited); 0: no limit", EnvVars: env("bum-rate")},
 			&cli.BoolFlag{Name: "offload", Value: true, Usage: "open the TAP with a virtio-net header and TSO/checksum offloads: 64 KB super-frames are split and coalesced in userspace (falls back to plain frames where the kernel refuses)", EnvVars: env("offload")},
 			&cli.IntFlag{Name: "queues", Value: min(runtime.NumCPU(), maxQueues), Usage: "TAP queues (IFF_MULTI_QUEUE), each with its own forwarding goroutine and SO_REUSEPORT socket; the default is one per CPU, at most 64", EnvVars: env("queues")},
 			&cli.BoolFlag{Name: "learning", Value: true, Usage: "learn MAC -> VTEP from received frames", EnvVars: env("learning")},

@@ -37,6 +37,15 @@ type Config struct {
 	Port     uint16    // the VXLAN port every segment listens on (--port)
 	Local    netip.Addr
 	Peers    []netip.AddrPort // static VTEPs: in every segment's flood list
+	// AllowVTEPs are the underlay ranges, besides the alive members
+	// serving a segment's VNI and Peers, whose VXLAN the segments accept
+	// (--allow-vtep: hardware VTEPs); 0.0.0.0/0 and ::/0 accept anyone's.
+	AllowVTEPs []netip.Prefix
+	// BUMRate limits the broadcast, multicast and unknown unicast frames
+	// each segment floods, in frames per second (--bum-rate), with a burst
+	// of BUMBurst times as many; 0: no limit.
+	BUMRate int
+
 	Learning bool
 	Offload  bool // TAP offloads (virtio-net header, TSO, GRO)
 	Queues   int  // TAP queues per segment and UDP sockets, each with its loops
@@ -88,6 +97,10 @@ func badConfig(flag, value, format string, args ...any) error {
 	return &ConfigError{Flag: flag, Value: value, Why: fmt.Sprintf(format, args...)}
 }
 
+// BUMBurst is the storm-control burst, in seconds of BUMRate: a segment
+// that was quiet may flood this many seconds' worth of frames at once.
+const BUMBurst = 1
+
 // maxSegments bounds the segments of one node: gossip metadata lists the
 // VNIs a node serves.
 const maxSegments = 64
@@ -115,6 +128,14 @@ func (c *Config) check() error {
 	}
 	if c.MaxEndpoints < 1 || c.MaxEndpoints > MaxMaxEndpoints {
 		return badConfig("max-endpoints", fmt.Sprint(c.MaxEndpoints), "must be between 1 and %d", MaxMaxEndpoints)
+	}
+	if c.BUMRate < 0 {
+		return badConfig("bum-rate", fmt.Sprint(c.BUMRate), "must be 0 (no limit) or more frames per second")
+	}
+	for _, p := range c.AllowVTEPs {
+		if !p.IsValid() {
+			return badConfig("allow-vtep", p.String(), "not a CIDR")
+		}
 	}
 	for i := range c.Segments {
 		s := &c.Segments[i]

@@ -245,6 +245,7 @@ func (n *Node) buildEngines(rxs []*encap.UDPConn, srcs []*encap.UDPConn) error {
 	for _, p := range n.cfg.Peers {
 		peerPorts[p.Addr()] = p.Port()
 	}
+	filter := n.filter()
 	total := 0
 	for _, s := range n.segs {
 		total += len(s.devs)
@@ -259,6 +260,7 @@ func (n *Node) buildEngines(rxs []*encap.UDPConn, srcs []*encap.UDPConn) error {
 	perSocket := make([][]*encap.Engine, len(rxs))
 	j := 0 // engine number across segments
 	for _, s := range n.segs {
+		bum := encap.NewBucket(n.cfg.BUMRate, n.cfg.BUMRate*BUMBurst) // shared by the segment's engines
 		for k, d := range s.devs {
 			var mine []encap.Transport
 			for i, src := range srcs {
@@ -279,6 +281,8 @@ func (n *Node) buildEngines(rxs []*encap.UDPConn, srcs []*encap.UDPConn) error {
 				Learning:  n.cfg.Learning,
 				Neigh:     n.neigh,
 				Snoop:     s.snoop,
+				Filter:    filter,
+				BUM:       bum,
 				Logger:    n.log,
 			}, d, nil, mine, n.table)
 			if err != nil {
@@ -300,6 +304,17 @@ func (n *Node) buildEngines(rxs []*encap.UDPConn, srcs []*encap.UDPConn) error {
 		n.demuxes = append(n.demuxes, d)
 	}
 	return nil
+}
+
+// filter is the underlay filter of every segment: besides the VTEPs of the
+// alive members serving its VNI (its flood list, kept by gossip), the
+// static peers and --allow-vtep.
+func (n *Node) filter() *encap.Filter {
+	var ranges []netip.Prefix
+	for _, p := range n.cfg.Peers {
+		ranges = append(ranges, netip.PrefixFrom(p.Addr(), p.Addr().BitLen()))
+	}
+	return encap.NewFilter(append(ranges, n.cfg.AllowVTEPs...))
 }
 
 // openSources opens one socket per port of the source port range; a port
@@ -402,7 +417,7 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 	n.log.Info("uvxlan running", "name", n.cfg.Name, "segments", len(n.segs), "vnis", n.cfg.VNIs(),
 		"local", n.cfg.Local, "port", n.cfg.Port, "peers", len(n.cfg.Peers), "gossip", n.gossip.Addr(),
-		"join", strings.Join(n.cfg.Join, ","))
+		"join", strings.Join(n.cfg.Join, ","), "allow_vtep", n.cfg.AllowVTEPs, "bum_rate", n.cfg.BUMRate)
 
 	<-ctx.Done()
 	for _, d := range n.demuxes {
