@@ -4,10 +4,12 @@ package encap
 //
 // Transmit (TAP → underlay), one batch at a time:
 //  1. read a batch of frames from the TAP at offset Headroom;
-//  2. snoop: a source MAC not yet known as ours, and the sender binding of
+//  2. an ARP packet whose sender claims an address pinned to another node
+//     (EngineConfig.Pinned) is dropped and reported, nothing more;
+//  3. snoop: a source MAC not yet known as ours, and the sender binding of
 //     an ARP packet not yet in the neighbour table, are reported on the
 //     Snoop channel (without blocking) so the node can announce them;
-//  3. ARP suppression: an ARP request for an address in the neighbour table
+//  4. ARP suppression: an ARP request for an address in the neighbour table
 //     is answered with a reply written back into the TAP, and not sent;
 //  4. write the VXLAN header in place in front of each frame;
 //  5. look up (VNI, destination MAC) in the FDB: a known unicast MAC goes to
@@ -17,7 +19,7 @@ package encap
 //     replication);
 //  6. pick the sending socket from a hash of the inner flow, so the outer
 //     UDP source port spreads flows over the underlay's ECMP paths;
-//  7. one WriteBatch (sendmmsg) per socket, one TAP write for the replies.
+//  8. one WriteBatch (sendmmsg) per socket, one TAP write for the replies.
 //
 // Receive (underlay → TAP), one batch at a time:
 //  1. one ReadBatch (recvmmsg);
@@ -89,15 +91,23 @@ type EngineConfig struct {
 	// BUM, when set, rate-limits the frames flooded from the TAP
 	// (broadcast, multicast, unknown unicast; see storm.go): the engines
 	// of one segment share one Bucket. nil: no limit.
-	BUM    *Bucket
+	BUM *Bucket
+	// Pinned, when set, holds the addresses pinned to other nodes: an ARP
+	// packet from behind the TAP whose sender claims one is dropped
+	// (DropPinnedAddr) and reported on Snoop with Pinned set, not
+	// snooped nor flooded.
+	Pinned *Pinned
 	Logger *slog.Logger
 }
 
 // Sighting is an endpoint seen behind this node's TAP: a MAC, and with IP
-// valid, an IP → MAC binding from an ARP packet.
+// valid, an IP → MAC binding from an ARP packet. With Pinned, the ARP packet
+// claimed an address pinned to another node and was dropped: the node warns
+// about it, and records nothing.
 type Sighting struct {
-	MAC fdb.MAC
-	IP  netip.Addr
+	MAC    fdb.MAC
+	IP     netip.Addr
+	Pinned bool
 }
 
 // Engine forwards frames between one TAP and the underlay for one VNI.
@@ -311,6 +321,13 @@ func (e *Engine) route(pkt []byte, tb *txBatch) {
 	}
 	dst := fdb.MAC(frame[0:6])
 	arp, isARP := parseARP(frame)
+	if isARP && e.cfg.Pinned != nil && e.cfg.Pinned.Has(e.cfg.VNI, arp.senderIP) {
+		e.c.drop(DropPinnedAddr)
+		if e.cfg.Snoop != nil {
+			e.report(Sighting{MAC: fdb.MAC(frame[6:12]), IP: arp.senderIP, Pinned: true})
+		}
+		return
+	}
 	if src := fdb.MAC(frame[6:12]); e.cfg.Snoop != nil && (isARP || !tb.seenOK || src != tb.seen) {
 		e.snoop(src, arp, isARP)
 		tb.seen, tb.seenOK = src, true

@@ -219,8 +219,10 @@ func TestEngineHotPathAllocs(t *testing.T) {
 	neigh.Set(fdb.Neigh{VNI: testVNI, IP: netip.MustParseAddr("10.42.0.2"), MAC: macB, Origin: fdb.OriginGossip})
 	neigh.Set(fdb.Neigh{VNI: testVNI, IP: netip.MustParseAddr("10.42.0.1"), MAC: macA, Origin: fdb.OriginLocal})
 	snoop := make(chan Sighting, 1)
+	var pinned Pinned
+	pinned.Store(map[VNIAddr]struct{}{{testVNI, netip.MustParseAddr("10.42.0.7")}: {}})
 	e, err := NewEngine(EngineConfig{VNI: testVNI, MAC: macA, Local: vtepA.Addr(), Port: 4789, Learning: true, Neigh: neigh, Snoop: snoop,
-		Filter: NewFilter([]netip.Prefix{netip.MustParsePrefix("198.18.1.0/24")}), BUM: NewBucket(1000, 1000)},
+		Filter: NewFilter([]netip.Prefix{netip.MustParsePrefix("198.18.1.0/24")}), BUM: NewBucket(1000, 1000), Pinned: &pinned},
 		dev, conn, []Transport{conn, conn}, table)
 	if err != nil {
 		t.Fatal(err)
@@ -229,6 +231,7 @@ func TestEngineHotPathAllocs(t *testing.T) {
 	flood := append(make([]byte, Headroom), ethFrame(bcast, macA, 60)...)
 	arp := append(make([]byte, Headroom), gopacketARP(t, 1, macA, netip.MustParseAddr("10.42.0.1"), fdb.MAC{}, netip.MustParseAddr("10.42.0.2"))...)
 	unknownSrc := append(make([]byte, Headroom), ethFrame(macB, macC, 60)...)
+	garp := append(make([]byte, Headroom), gopacketARP(t, 2, macC, netip.MustParseAddr("10.42.0.7"), bcast, netip.MustParseAddr("10.42.0.7"))...)
 	tb := e.newTxBatch(8)
 	if allocs := testing.AllocsPerRun(1000, func() {
 		tb.reset()
@@ -236,6 +239,7 @@ func TestEngineHotPathAllocs(t *testing.T) {
 		e.route(flood, tb)
 		e.route(arp, tb)
 		e.route(unknownSrc, tb) // a sighting, reported or dropped
+		e.route(garp, tb)       // claims a pinned address: dropped
 	}); allocs != 0 {
 		t.Errorf("transmit path: %v allocs per run, want 0", allocs)
 	}

@@ -88,6 +88,9 @@ const (
 	// could not be split into segments; the TAP counts them, the node adds
 	// them to its segment's snapshot.
 	DropTAPSplit
+	// DropPinnedAddr counts ARP packets from behind the TAP whose sender
+	// claims an address pinned to another node (its TAP address).
+	DropPinnedAddr
 
 	NumDropReasons
 )
@@ -107,6 +110,7 @@ var dropDescs = [NumDropReasons]Desc{
 	DropBUMLimited:   {"bum_rate_limited", "Broadcast, multicast and unknown unicast frames over the segment's --bum-rate, not flooded."},
 	DropSendError:    {"send_error", "Datagrams the underlay socket refused."},
 	DropTAPSplit:     {"tap_split_error", "Super-frames from the TAP that could not be split into segments."},
+	DropPinnedAddr:   {"pinned_address", "ARP packets from behind the TAP claiming an address pinned to another node (its TAP address)."},
 }
 
 // Desc returns the reason's declaration.

@@ -157,7 +157,7 @@ func sampleMeta() meta {
 func TestMetaRoundTrip(t *testing.T) {
 	m := sampleMeta()
 	b := m.encode()
-	if want := 1 + 8 + 1 + 4 + 2 + 6 + 1 + 3*4 + 1; len(b) != want {
+	if want := 1 + 8 + 1 + 4 + 2 + 6 + 1 + 3*4 + 1 + 1 + 1; len(b) != want {
 		t.Errorf("encoded length %d, want %d", len(b), want)
 	}
 	got, err := decodeMeta(b)
@@ -171,11 +171,18 @@ func TestMetaRoundTrip(t *testing.T) {
 		big.vnis = append(big.vnis, v+1)
 	}
 	big.ext = []section{{typ: MinExtensionType, data: []byte{10, 244, 0, 0, 16, 24}}, {typ: 255, data: bytes.Repeat([]byte{7}, MaxExtensionMeta)}}
-	if got, err := decodeMeta(big.encode()); err != nil || !reflect.DeepEqual(got.ext, big.ext) {
-		t.Errorf("decodeMeta(with extensions) = %+v, %v", got, err)
+	// 64 VNIs and two full extension sections leave room for a few pinned
+	// keys (New refuses more: ErrMetaTooLarge).
+	big.macs = []fdb.MAC{macA, {2, 0, 0, 0, 0, 2}, {2, 0, 0, 0, 0, 3}, {2, 0, 0, 0, 0, 4}}
+	for i := range 4 {
+		big.addrs = append(big.addrs, PinnedAddr{VNI: fdb.VNI(i + 1), Addr: netip.AddrFrom16([16]byte{0x20, 1, 0xd, 0xb8, 15: byte(i + 1)})})
+	}
+	if got, err := decodeMeta(big.encode()); err != nil || !reflect.DeepEqual(got.ext, big.ext) ||
+		!slices.Equal(got.macs, big.macs) || !slices.Equal(got.addrs, big.addrs) {
+		t.Errorf("decodeMeta(with extensions and pins) = %+v, %v", got, err)
 	}
 	if n := len(big.encode()); n > 512 {
-		t.Errorf("largest metadata is %d bytes, more than memberlist's 512", n)
+		t.Errorf("metadata with 64 VNIs, extensions and 8 pinned keys is %d bytes, more than memberlist's 512", n)
 	}
 }
 
@@ -239,6 +246,36 @@ func TestDecodeMetaErrors(t *testing.T) {
 			return m.encode()
 		}()},
 		{"section cut short", append(bytes.Clone(good[:len(good)-1]), 1, 20, 3, 1)},
+		{"pinned MAC twice", func() []byte { m := sampleMeta(); m.macs = []fdb.MAC{macA, macA}; return m.encode() }()},
+		{"pinned multicast MAC", func() []byte { m := sampleMeta(); m.macs = []fdb.MAC{{1, 0, 0, 0, 0, 1}}; return m.encode() }()},
+		{"pinned address in a VNI not served", func() []byte {
+			m := sampleMeta()
+			m.addrs = []PinnedAddr{{VNI: 7, Addr: netip.MustParseAddr("10.42.0.1")}}
+			return m.encode()
+		}()},
+		{"pinned address twice", func() []byte {
+			m := sampleMeta()
+			m.addrs = []PinnedAddr{{VNI: 1, Addr: netip.MustParseAddr("10.42.0.1")}, {VNI: 1, Addr: netip.MustParseAddr("10.42.0.1")}}
+			return m.encode()
+		}()},
+		{"pinned multicast address", func() []byte {
+			m := sampleMeta()
+			m.addrs = []PinnedAddr{{VNI: 1, Addr: netip.MustParseAddr("224.0.0.1")}}
+			return m.encode()
+		}()},
+		{"too many pinned MACs", func() []byte {
+			m := sampleMeta()
+			for i := range maxPinned + 1 {
+				m.macs = append(m.macs, fdb.MAC{2, 0, 0, 0, 1, byte(i)})
+			}
+			return m.encode()
+		}()},
+		{"pinned address count cut short", func() []byte {
+			m := sampleMeta()
+			m.addrs = []PinnedAddr{{VNI: 1, Addr: netip.MustParseAddr("10.42.0.1")}}
+			b := m.encode()
+			return b[:len(b)-4]
+		}()},
 	}
 	for _, tt := range tests {
 		if m, err := decodeMeta(tt.in); err == nil {
@@ -253,6 +290,10 @@ func FuzzDecodeMeta(f *testing.F) {
 	withExt := sampleMeta()
 	withExt.ext = []section{{typ: MinExtensionType, data: []byte{10, 244, 0, 0, 16, 24}}, {typ: 200}}
 	f.Add(withExt.encode())
+	withPins := withExt
+	withPins.macs = []fdb.MAC{macA, {2, 0, 0, 0, 0, 2}}
+	withPins.addrs = []PinnedAddr{{VNI: 42, Addr: netip.MustParseAddr("10.42.0.1")}, {VNI: 1, Addr: netip.MustParseAddr("fd00::1")}}
+	f.Add(withPins.encode())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := decodeMeta(b)
 		if err != nil {
@@ -263,7 +304,7 @@ func FuzzDecodeMeta(f *testing.F) {
 			t.Fatalf("re-encoded %+v does not decode: %v", m, err)
 		}
 		if again.boot != m.boot || again.vtep != m.vtep || again.mac != m.mac || !slices.Equal(again.vnis, m.vnis) ||
-			!reflect.DeepEqual(again.ext, m.ext) {
+			!reflect.DeepEqual(again.ext, m.ext) || !slices.Equal(again.macs, m.macs) || !slices.Equal(again.addrs, m.addrs) {
 			t.Fatalf("round trip changed the metadata: got %+v, want %+v", again, m)
 		}
 		if !bytes.Equal(m.encode(), b) {

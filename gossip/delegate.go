@@ -23,8 +23,11 @@ var (
 	_ memberlist.MergeDelegate = (*delegate)(nil)
 )
 
-// NodeMeta returns our metadata; New checked that it fits the limit.
+// NodeMeta returns our metadata; New and SetPinnedAddrs checked that it
+// fits the limit.
 func (d *delegate) NodeMeta(limit int) []byte {
+	d.n.metaMu.Lock()
+	defer d.n.metaMu.Unlock()
 	if len(d.n.meta) > limit {
 		return nil
 	}
@@ -110,6 +113,7 @@ func (d *delegate) memberUp(node *memberlist.Node) {
 	d.n.mu.Lock()
 	up := d.n.memberUpLocked(node)
 	d.n.mu.Unlock()
+	d.n.publishPins()
 	if up {
 		d.n.notifyMember(node.Name, true)
 	}
@@ -121,6 +125,7 @@ func (d *delegate) NotifyLeave(node *memberlist.Node) {
 	d.n.mu.Lock()
 	down := d.n.memberDownLocked(node.Name)
 	d.n.mu.Unlock()
+	d.n.publishPins()
 	if down {
 		d.n.notifyMember(node.Name, false)
 	}
@@ -136,7 +141,7 @@ func (d *delegate) NotifyAlive(peer *memberlist.Node) error {
 	if err := d.n.acceptable(peer.Name, peer.Meta); err != nil {
 		return fmt.Errorf("refusing node %q: %w", peer.Name, err)
 	}
-	return nil
+	return d.n.checkPins([]*memberlist.Node{peer}, false)
 }
 
 // NotifyMerge cancels a join (either way) with a cluster that holds a node we
@@ -144,6 +149,9 @@ func (d *delegate) NotifyAlive(peer *memberlist.Node) error {
 // that is taken (see conflict.go).
 func (d *delegate) NotifyMerge(peers []*memberlist.Node) error {
 	if err := d.n.checkNames(peers); err != nil {
+		return err
+	}
+	if err := d.n.checkPins(peers, true); err != nil {
 		return err
 	}
 	for _, p := range peers {

@@ -86,6 +86,9 @@ func (n *Node) admissibleLocked(r *record, m *member) bool {
 	case r.kind == kindFDB && r.vtep != m.meta.vtep:
 		n.stats.foreignVTEP.Add(1)
 		return false
+	case n.pinnedElsewhereLocked(r): // see pinned.go
+		n.stats.rejectedPinned.Add(1)
+		return false
 	case !n.quotaLocked(r): // see quota.go
 		return false
 	}
@@ -158,7 +161,8 @@ func (n *Node) effectiveLocked(r *stored) bool {
 		return true
 	}
 	m := n.members[r.owner]
-	return m != nil && m.alive && r.version >= m.meta.boot && (r.kind != kindFDB || r.vtep == m.meta.vtep)
+	return m != nil && m.alive && r.version >= m.meta.boot && (r.kind != kindFDB || r.vtep == m.meta.vtep) &&
+		!n.pinnedElsewhereLocked(&r.record)
 }
 
 // winnerLocked returns the record that the tables should reflect for k, or
@@ -253,6 +257,7 @@ func (n *Node) memberUpLocked(node *memberlist.Node) bool {
 		n.members[node.Name] = m
 	}
 	keys := n.affectedKeysLocked(node.Name)
+	keys = append(keys, n.pinnedKeysLocked(&md)...) // others' records for its pinned keys lose
 	olds := make([]*stored, len(keys))
 	for i, k := range keys {
 		olds[i] = n.winnerLocked(k)
@@ -277,6 +282,7 @@ func (n *Node) memberUpLocked(node *memberlist.Node) bool {
 		}
 	}
 	m.meta = md
+	n.rebuildPinsLocked()
 	// Records that waited for this owner.
 	for pk, p := range n.pending {
 		if pk.owner != node.Name {
@@ -316,6 +322,7 @@ func (n *Node) memberDownLocked(name string) bool {
 		olds[i] = n.winnerLocked(k)
 	}
 	m.alive, m.left, m.since = false, m.leaving, time.Now()
+	n.rebuildPinsLocked()
 	for i, k := range keys {
 		n.applyLocked(k, olds[i], n.winnerLocked(k))
 	}

@@ -17,6 +17,8 @@ import (
 //
 //	version (1) | boot (8) | address length (1) = 4 or 16 | VTEP address | VTEP port (2)
 //	| TAP MAC (6) | VNI count (1) | VNI (4) × count
+//	| pinned MAC count (1) | MAC (6) × count
+//	| pinned address count (1) | (VNI (4) | address length (1) = 4 or 16 | address) × count
 //	| section count (1) | (extension type (1) | length (1) | data) × count
 //
 // version is protoVersion; a node speaking another version is refused before
@@ -24,7 +26,10 @@ import (
 // is the node's clock when it started (see clock): every record it creates
 // has a higher version, so records older than boot are from an earlier run
 // of the node and are dropped. The TAP MAC is zero when the node has none.
-// The sections are the contributions of the node's extensions
+// The pinned MACs (the node's TAP MACs) and
+// addresses (its TAP addresses, each in the VNI of its segment) belong to
+// the node: see pinned.go. Each list is at most maxPinned long, without
+// duplicates; an address's VNI is one the node serves. The sections are the contributions of the node's extensions
 // (Extension.Meta, at most MaxExtensionMeta bytes each), in increasing order
 // of type; a node refuses a peer whose sections its extensions refuse, or
 // that has a section of an extension it does not run.
@@ -32,7 +37,8 @@ import (
 // protoVersion is the version of the gossip protocol (entry messages,
 // push/pull states and metadata) this package speaks. Nodes speaking another
 // one are refused. Version 3: extensions (sections in states and metadata).
-const protoVersion = 3
+// Version 4: pinned keys in the metadata.
+const protoVersion = 4
 
 // maxVNIs bounds Config.VNIs, so that the metadata always fits.
 const maxVNIs = 64
@@ -48,7 +54,9 @@ type meta struct {
 	vtep    netip.AddrPort
 	mac     fdb.MAC
 	vnis    []fdb.VNI
-	ext     []section // extensions' metadata, by increasing type
+	macs    []fdb.MAC    // pinned MACs
+	addrs   []PinnedAddr // pinned addresses
+	ext     []section    // extensions' metadata, by increasing type
 }
 
 // section returns the metadata of extension t, or nil.
@@ -73,6 +81,15 @@ func (m meta) encode() []byte {
 	b = append(b, byte(len(m.vnis)))
 	for _, v := range m.vnis {
 		b = binary.BigEndian.AppendUint32(b, uint32(v))
+	}
+	b = append(b, byte(len(m.macs)))
+	for _, mac := range m.macs {
+		b = append(b, mac[:]...)
+	}
+	b = append(b, byte(len(m.addrs)))
+	for _, a := range m.addrs {
+		b = binary.BigEndian.AppendUint32(b, uint32(a.VNI))
+		b = appendAddr(b, a.Addr)
 	}
 	b = append(b, byte(len(m.ext)))
 	for _, s := range m.ext {
@@ -104,6 +121,19 @@ func decodeMeta(b []byte) (meta, error) {
 	}
 	for range n {
 		m.vnis = append(m.vnis, fdb.VNI(r.u32()))
+	}
+	if n = int(r.u8()); n > maxPinned {
+		return meta{}, fmt.Errorf("bad node metadata: %d pinned MACs", n)
+	}
+	for range n {
+		m.macs = append(m.macs, r.mac())
+	}
+	if n = int(r.u8()); n > maxPinned {
+		return meta{}, fmt.Errorf("bad node metadata: %d pinned addresses", n)
+	}
+	for range n {
+		vni := fdb.VNI(r.u32())
+		m.addrs = append(m.addrs, PinnedAddr{VNI: vni, Addr: r.addr()})
 	}
 	n = int(r.u8())
 	for range n {
@@ -145,5 +175,5 @@ func (m *meta) validate() error {
 			return fmt.Errorf("VNI %d twice", v)
 		}
 	}
-	return nil
+	return checkPins(m.macs, m.addrs, m.vnis)
 }

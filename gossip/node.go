@@ -29,7 +29,9 @@ package gossip
 // back from a peer newer than the one it holds, or live while it holds none
 // (a leftover of a previous run, a stale peer), it answers with what it
 // holds, or a tombstone, at a newer version (Stats.Reannounced). How many
-// endpoints one owner may announce is capped on both sides (quota.go).
+// endpoints one owner may announce is capped on both sides (quota.go). A
+// node's TAP MACs and addresses are pinned to it: nobody else's records for
+// them count (Stats.RejectedPinned; see pinned.go).
 //
 // Versions. A version is a hybrid logical clock reading (see clock):
 // nanoseconds of wall-clock time, but always above every version the node
@@ -152,6 +154,17 @@ type Config struct {
 	// MAC is the TAP's MAC. When not zero it is announced automatically in
 	// every VNI, as an FDB entry owned by this node.
 	MAC fdb.MAC
+	// PinnedMACs are the node's other TAP MACs (MAC is pinned too, when
+	// not zero), and PinnedAddrs its TAP addresses, each in the VNI of its
+	// segment: they are pinned to this node (see pinned.go). They must
+	// fit the node metadata with the VNIs (ErrMetaTooLarge).
+	PinnedMACs  []fdb.MAC
+	PinnedAddrs []PinnedAddr
+	// PinsChanged, when set, is called with the keys pinned to the other
+	// alive members (as Pins returns them) whenever they change. It is
+	// called from memberlist's goroutines, one call at a time, and must
+	// not block; the maps are its own.
+	PinsChanged func(addrs map[PinnedAddr]string, macs map[fdb.MAC]string)
 	// Seeds are nodes to join, "HOST[:PORT]" (port default 7946). Empty:
 	// this node starts a new cluster and others join it.
 	Seeds []string
@@ -198,7 +211,7 @@ type Node struct {
 	log   *slog.Logger
 	name  string
 	self  meta
-	meta  []byte         // self, encoded: NodeMeta
+	meta  []byte         // self, encoded: NodeMeta; guarded by metaMu once memberlist runs
 	addr  netip.AddrPort // gossip address actually bound
 	clock clock
 	ml    *memberlist.Memberlist
@@ -219,6 +232,11 @@ type Node struct {
 	pending map[pendingKey]*stored
 	members map[string]*member
 	warned  map[string]time.Time // rate limit for warnings, by subject
+	pins    map[pinKey]string    // keys pinned to the alive members (self included): by whom
+	// pinsChanged: pins changed since the last publishPins.
+	pinsChanged bool
+
+	metaMu sync.Mutex // guards meta (SetPinnedAddrs changes it)
 
 	refusedMu sync.Mutex
 	refused   map[string]string // node name → why it was refused (logged once)
@@ -267,6 +285,9 @@ type Member struct {
 	VTEP netip.AddrPort `json:"vtep"`
 	VNIs []fdb.VNI      `json:"vnis"`
 	MAC  fdb.MAC        `json:"mac"` // TAP MAC; zero if none
+	// PinnedMACs and PinnedAddrs are the keys pinned to it (see pinned.go).
+	PinnedMACs  []fdb.MAC    `json:"pinned_macs"`
+	PinnedAddrs []PinnedAddr `json:"pinned_addresses"`
 	// State is "alive", "dead" (failed) or "left" (departed gracefully).
 	// memberlist does not tell its users about suspicion: a suspect member
 	// is "alive" until it is declared dead.
@@ -294,6 +315,12 @@ type Stats struct {
 	// RejectedForeignVTEP counts FDB records naming a VTEP other than their
 	// owner's.
 	RejectedForeignVTEP uint64 `json:"rejected_foreign_vtep"`
+	// RejectedPinned counts records of a key pinned to another node than
+	// their owner (see pinned.go).
+	RejectedPinned uint64 `json:"rejected_pinned"`
+	// RefusedPinned counts claims of this node (endpoints behind its TAP)
+	// refused because the key is pinned to another node.
+	RefusedPinned uint64 `json:"refused_pinned"`
 	// RejectedUnknownOwner counts records of owners that are not alive
 	// members, dropped because the pending set was full or because the owner
 	// did not join within a minute.
@@ -332,6 +359,7 @@ type Stats struct {
 type counters struct {
 	received, applied, stale, duplicate, foreignVTEP, unknownOwner, decodeErrors,
 	withdrawn, outranked, tableErrors, reannounced, refused, unknownExtension, quota atomic.Uint64
+	rejectedPinned, refusedPinned atomic.Uint64 // see pinned.go
 }
 
 // New checks cfg, binds the gossip sockets (memberlist starts) and
@@ -356,7 +384,8 @@ func New(cfg Config) (*Node, error) {
 		memberSeen:   make(chan struct{}, 1),
 		joinedCh:     make(chan struct{}),
 	}
-	n.self = meta{version: protoVersion, boot: n.clock.next(), vtep: cfg.VTEP, mac: cfg.MAC, vnis: slices.Clone(cfg.VNIs)}
+	n.self = meta{version: protoVersion, boot: n.clock.next(), vtep: cfg.VTEP, mac: cfg.MAC, vnis: slices.Clone(cfg.VNIs),
+		macs: cfg.PinnedMACs, addrs: cfg.PinnedAddrs}
 
 	mc := memberlist.DefaultLANConfig()
 	mc.Name = cfg.Name
@@ -393,7 +422,8 @@ func New(cfg Config) (*Node, error) {
 	}
 	n.meta = n.self.encode()
 	if len(n.meta) > memberlist.MetaMaxSize {
-		return nil, fmt.Errorf("gossip: node metadata is %d bytes, more than %d", len(n.meta), memberlist.MetaMaxSize)
+		return nil, fmt.Errorf("gossip: %w: %d bytes (%d VNIs, %d pinned MACs, %d pinned addresses), more than %d",
+			ErrMetaTooLarge, len(n.meta), len(n.self.vnis), len(n.self.macs), len(n.self.addrs), memberlist.MetaMaxSize)
 	}
 	ml, err := memberlist.Create(mc)
 	if err != nil {
@@ -454,6 +484,16 @@ func (c *Config) check() error {
 	}
 	if c.MAC.IsMulticast() {
 		return fmt.Errorf("config MAC %s is a multicast address", c.MAC)
+	}
+	c.PinnedMACs, c.PinnedAddrs = slices.Clone(c.PinnedMACs), slices.Clone(c.PinnedAddrs)
+	if !c.MAC.IsZero() && !slices.Contains(c.PinnedMACs, c.MAC) {
+		c.PinnedMACs = append([]fdb.MAC{c.MAC}, c.PinnedMACs...)
+	}
+	for i, a := range c.PinnedAddrs {
+		c.PinnedAddrs[i].Addr = a.Addr.Unmap()
+	}
+	if err := checkPins(c.PinnedMACs, c.PinnedAddrs, c.VNIs); err != nil {
+		return fmt.Errorf("config PinnedMACs/PinnedAddrs: %w", err)
 	}
 	for i, s := range c.Seeds {
 		seed, err := normSeed(s)
@@ -767,6 +807,10 @@ func (n *Node) announce(r record) error {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.pinnedElsewhereLocked(&r) {
+		n.stats.refusedPinned.Add(1)
+		return fmt.Errorf("gossip: announce %s: %w: it is pinned to member %q", r.key, ErrKeyPinned, n.pins[recordPin(&r)])
+	}
 	cur := n.store.get(r.key, n.name)
 	if cur != nil && !cur.deleted && cur.sameValue(&r) {
 		return nil
@@ -824,6 +868,7 @@ func (n *Node) Members() []Member {
 		out = append(out, Member{
 			Name: m.name, Addr: m.addr, VTEP: m.meta.vtep, VNIs: slices.Clone(m.meta.vnis),
 			MAC: m.meta.mac, State: state, Entries: entries, Self: m.name == n.name,
+			PinnedMACs: slices.Clone(m.meta.macs), PinnedAddrs: slices.Clone(m.meta.addrs),
 		})
 	}
 	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })
@@ -838,6 +883,8 @@ func (n *Node) Stats() Stats {
 		Stale:                n.stats.stale.Load(),
 		Duplicate:            n.stats.duplicate.Load(),
 		RejectedForeignVTEP:  n.stats.foreignVTEP.Load(),
+		RejectedPinned:       n.stats.rejectedPinned.Load(),
+		RefusedPinned:        n.stats.refusedPinned.Load(),
 		RejectedUnknownOwner: n.stats.unknownOwner.Load(),
 		DecodeErrors:         n.stats.decodeErrors.Load(),
 		Withdrawn:            n.stats.withdrawn.Load(),

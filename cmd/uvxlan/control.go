@@ -38,6 +38,7 @@ import (
 	"github.com/uvxlan/uvxlan/cmd/uvxlan/node"
 	"github.com/uvxlan/uvxlan/encap"
 	"github.com/uvxlan/uvxlan/fdb"
+	"github.com/uvxlan/uvxlan/gossip"
 )
 
 type controlServer struct {
@@ -380,6 +381,9 @@ type memberRow struct {
 	MAC     fdb.MAC        `json:"mac"`
 	Entries int            `json:"entries"` // entries it owns that this node holds
 	Self    bool           `json:"self"`
+	// The keys pinned to it: TAP MACs, TAP addresses (see gossip/pinned.go).
+	PinnedMACs  []fdb.MAC           `json:"pinned_macs"`
+	PinnedAddrs []gossip.PinnedAddr `json:"pinned_addresses"`
 }
 
 // fdbRows are the entries of vni (0: all).

@@ -158,6 +158,9 @@ func (c *Config) check() error {
 				return badConfig("segment", s.Dev, "two segments on TAP %s (VNIs %d and %d)", s.Dev, o.VNI, s.VNI)
 			}
 		}
+		if len(s.Addresses) > maxAddressesPerSegment {
+			return badConfig("address", s.Addresses[maxAddressesPerSegment].String(), "at most %d addresses per segment (they are pinned in the gossip metadata)", maxAddressesPerSegment)
+		}
 		for j, a := range s.Addresses {
 			if !a.IsValid() {
 				return badConfig("address", a.String(), "not a CIDR")
@@ -170,7 +173,7 @@ func (c *Config) check() error {
 	if c.Leases != nil && len(c.Segments[0].Addresses) > 0 {
 		return errors.New("--address and --network exclude each other: with --network the TAP gets its address from the subnet lease")
 	}
-	return nil
+	return c.checkMetaSize()
 }
 
 // VNIs returns the VNIs of the segments, in order.

@@ -28,6 +28,9 @@ type announcer interface {
 	WithdrawMAC(vni fdb.VNI, mac fdb.MAC) error
 	AnnounceNeigh(vni fdb.VNI, ip netip.Addr, mac fdb.MAC) error
 	WithdrawNeigh(vni fdb.VNI, ip netip.Addr) error
+	// CheckClaim fails (gossip.ErrKeyPinned, counted) for a MAC or an
+	// address pinned to another node.
+	CheckClaim(vni fdb.VNI, ip netip.Addr, mac fdb.MAC) error
 }
 
 // endpoints tracks the endpoints behind one segment's TAP.
@@ -45,6 +48,11 @@ type endpoints struct {
 	// What this tracker holds against the quota.
 	macs     map[fdb.MAC]bool
 	bindings map[netip.Addr]bool
+	// pinOwner, when set, names the member an address is pinned to.
+	pinOwner func(vni fdb.VNI, ip netip.Addr) string
+	// warned is when the last warning about an endpoint claiming a key
+	// pinned to another node was logged: one a minute.
+	warned time.Time
 }
 
 // run records sightings and ages endpoints until ctx is done.
@@ -65,11 +73,19 @@ func (e *endpoints) run(ctx context.Context, sightings <-chan encap.Sighting) {
 
 // saw records one sighting and announces it.
 func (e *endpoints) saw(s encap.Sighting) {
+	if s.Pinned {
+		e.warnPinned(s.MAC, s.IP, "an ARP packet from behind the TAP claims another node's TAP address: dropped (pinned_address)", nil)
+		return
+	}
 	if s.IP.IsValid() {
 		e.addNeigh(s.IP, s.MAC)
 		return
 	}
 	if s.MAC == e.own {
+		return
+	}
+	if err := e.gossip.CheckClaim(e.vni, netip.Addr{}, s.MAC); err != nil {
+		e.warnPinned(s.MAC, netip.Addr{}, "an endpoint behind the TAP uses another node's TAP MAC: not recorded nor announced", err)
 		return
 	}
 	if e.macs == nil {
@@ -95,6 +111,10 @@ func (e *endpoints) saw(s encap.Sighting) {
 
 // addNeigh records and announces an IP → MAC binding behind the TAP.
 func (e *endpoints) addNeigh(ip netip.Addr, mac fdb.MAC) {
+	if err := e.gossip.CheckClaim(e.vni, ip, fdb.MAC{}); err != nil {
+		e.warnPinned(mac, ip, "an endpoint behind the TAP claims another node's TAP address: not recorded nor announced", err)
+		return
+	}
 	if e.bindings == nil {
 		e.bindings = map[netip.Addr]bool{}
 	}
@@ -167,4 +187,27 @@ func (e *endpoints) logRefusal(msg string, err error, args ...any) {
 		return
 	}
 	e.log.Debug(msg, append(args, "err", err)...)
+}
+
+// warnPinned logs, at most once a minute, that an endpoint behind the TAP
+// (mac, claiming ip when valid) claimed a key pinned to another node.
+func (e *endpoints) warnPinned(mac fdb.MAC, ip netip.Addr, msg string, err error) {
+	now := time.Now()
+	if !e.warned.IsZero() && now.Sub(e.warned) < time.Minute {
+		return
+	}
+	e.warned = now
+	args := []any{"mac", mac}
+	if ip.IsValid() {
+		args = append(args, "ip", ip)
+		if e.pinOwner != nil {
+			if owner := e.pinOwner(e.vni, ip); owner != "" {
+				args = append(args, "owner", owner)
+			}
+		}
+	}
+	if err != nil {
+		args = append(args, "err", err)
+	}
+	e.log.Warn(msg, args...)
 }

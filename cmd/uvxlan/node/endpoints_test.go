@@ -13,12 +13,15 @@ import (
 
 	"github.com/uvxlan/uvxlan/encap"
 	"github.com/uvxlan/uvxlan/fdb"
+	"github.com/uvxlan/uvxlan/gossip"
 )
 
 // fakeGossip records announcements and withdrawals, as "op vni key[=value]".
 type fakeGossip struct {
-	mu  sync.Mutex
-	log []string
+	mu         sync.Mutex
+	log        []string
+	pinned     map[netip.Addr]bool // addresses pinned to other nodes
+	pinnedMACs map[fdb.MAC]bool
 }
 
 func (g *fakeGossip) add(format string, args ...any) error {
@@ -45,6 +48,14 @@ func (g *fakeGossip) AnnounceNeigh(vni fdb.VNI, ip netip.Addr, mac fdb.MAC) erro
 }
 func (g *fakeGossip) WithdrawNeigh(vni fdb.VNI, ip netip.Addr) error {
 	return g.add("withdraw %d %s", vni, ip)
+}
+func (g *fakeGossip) CheckClaim(vni fdb.VNI, ip netip.Addr, mac fdb.MAC) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if (ip.IsValid() && g.pinned[ip]) || (!mac.IsZero() && g.pinnedMACs[mac]) {
+		return gossip.ErrKeyPinned
+	}
+	return nil
 }
 
 var (

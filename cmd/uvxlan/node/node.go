@@ -42,6 +42,12 @@ type Node struct {
 	started     time.Time
 	rxs, srcs   []*encap.UDPConn // the underlay sockets, for a handover
 	handedOver  atomic.Bool      // Abandon was called: the TAPs stay
+	// pinned holds the TAP addresses of the other members, which an ARP
+	// packet from behind our TAPs may not claim (see pinned.go).
+	pinned encap.Pinned
+	// pinOwners names the member each of those addresses is pinned to,
+	// for warnings.
+	pinOwners atomic.Pointer[map[gossip.PinnedAddr]string]
 
 	mu      sync.Mutex
 	running bool
@@ -130,6 +136,9 @@ func New(cfg Config) (_ *Node, err error) {
 		VTEP:         n.vtep,
 		VNIs:         cfg.VNIs(),
 		MAC:          n.segs[0].mac,
+		PinnedMACs:   n.pinnedMACs(),
+		PinnedAddrs:  n.pinnedAddrs(),
+		PinsChanged:  n.pinsChanged,
 		Seeds:        cfg.Join,
 		SecretKeys:   cfg.GossipKeys,
 		StaticPeers:  cfg.Peers,
@@ -143,6 +152,9 @@ func New(cfg Config) (_ *Node, err error) {
 		if strings.Contains(err.Error(), "address already in use") {
 			return nil, badConfig("gossip-port", fmt.Sprint(cfg.GossipPort), "address already in use (another agent on this host?)")
 		}
+		if errors.Is(err, gossip.ErrMetaTooLarge) {
+			return nil, metaTooLarge(cfg, err)
+		}
 		return nil, err
 	}
 	n.closers = append(n.closers, n.gossip.Close)
@@ -152,7 +164,7 @@ func New(cfg Config) (_ *Node, err error) {
 			return nil, fmt.Errorf("fdb: add the MAC of %s: %w", s.cfg.Dev, err)
 		}
 		s.tracker = &endpoints{vni: s.cfg.VNI, vtep: n.vtep, own: s.mac, ageing: cfg.Ageing, table: n.table,
-			neigh: n.neigh, gossip: n.gossip, log: n.log.With("vni", s.cfg.VNI), quota: n.quota}
+			neigh: n.neigh, gossip: n.gossip, log: n.log.With("vni", s.cfg.VNI, "dev", s.cfg.Dev), quota: n.quota, pinOwner: n.pinOwner}
 		if err := n.gossip.AnnounceMAC(s.cfg.VNI, s.mac); err != nil {
 			return nil, err
 		}
@@ -283,6 +295,7 @@ func (n *Node) buildEngines(rxs []*encap.UDPConn, srcs []*encap.UDPConn) error {
 				Snoop:     s.snoop,
 				Filter:    filter,
 				BUM:       bum,
+				Pinned:    &n.pinned,
 				Logger:    n.log,
 			}, d, nil, mine, n.table)
 			if err != nil {
@@ -409,6 +422,8 @@ func (n *Node) Run(ctx context.Context) error {
 	})
 	if n.leases != nil {
 		spawn(func() error { return n.keepLease(ctx) })
+		wg.Add(1)
+		go func() { defer wg.Done(); n.pinLease(ctx) }()
 	}
 
 	for _, s := range n.segs {

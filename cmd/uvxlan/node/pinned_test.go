@@ -1,0 +1,111 @@
+package node
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/uvxlan/uvxlan/encap"
+	"github.com/uvxlan/uvxlan/fdb"
+	"github.com/uvxlan/uvxlan/gossip"
+)
+
+// An endpoint behind the TAP that claims another node's TAP address or TAP
+// MAC is neither recorded nor announced; the claims, and the ARP packets
+// the engine dropped for it, bring one warning a minute naming the MAC, the
+// address and the segment.
+func TestEndpointsPinnedClaims(t *testing.T) {
+	table := fdb.New(fdb.Config{})
+	neigh := fdb.NewNeighbors(100)
+	h1IP, h1MAC := netip.MustParseAddr("10.42.0.1"), fdb.MAC{2, 0, 0, 0, 1, 1}
+	g := &fakeGossip{pinned: map[netip.Addr]bool{h1IP: true}, pinnedMACs: map[fdb.MAC]bool{h1MAC: true}}
+	tr := newTracker(42, table, neigh, g)
+	var logs bytes.Buffer
+	tr.log = slog.New(slog.NewTextHandler(&logs, nil)).With("vni", 42, "dev", "uvx0")
+	tr.pinOwner = func(fdb.VNI, netip.Addr) string { return "h1" }
+
+	tr.saw(encap.Sighting{MAC: epMAC, IP: h1IP})
+	tr.saw(encap.Sighting{MAC: h1MAC})
+	tr.saw(encap.Sighting{MAC: epMAC, IP: h1IP, Pinned: true})
+	if _, ok := neigh.Lookup(42, h1IP); ok {
+		t.Error("a binding for another node's pinned address was recorded")
+	}
+	if _, ok := table.Lookup(42, h1MAC); ok {
+		t.Error("another node's pinned TAP MAC was recorded as local")
+	}
+	if got := g.calls(); len(got) != 0 {
+		t.Errorf("announced %q, want nothing", got)
+	}
+	out := logs.String()
+	if n := strings.Count(out, "level=WARN"); n != 1 {
+		t.Errorf("%d warnings, want 1 a minute:\n%s", n, out)
+	}
+	for _, want := range []string{"mac=" + epMAC.String(), "ip=10.42.0.1", "dev=uvx0", "vni=42", "owner=h1"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("warning %q does not name %s", out, want)
+		}
+	}
+	// Others are recorded as before.
+	tr.saw(encap.Sighting{MAC: epMAC, IP: epIP})
+	if mac, ok := neigh.Lookup(42, epIP); !ok || mac != epMAC {
+		t.Errorf("an ordinary binding was not recorded: %v %v", mac, ok)
+	}
+}
+
+// The engines' pinned set follows gossip's pins.
+func TestPinsChanged(t *testing.T) {
+	var n Node
+	ip := netip.MustParseAddr("10.42.0.1")
+	n.pinsChanged(map[gossip.PinnedAddr]string{{VNI: 42, Addr: ip}: "h1"}, nil)
+	if !n.pinned.Has(42, ip) || n.pinned.Has(43, ip) {
+		t.Error("pinned set: want 10.42.0.1 in VNI 42 only")
+	}
+	if got := n.pinOwner(42, ip); got != "h1" {
+		t.Errorf("pinOwner = %q, want h1", got)
+	}
+	n.pinsChanged(map[gossip.PinnedAddr]string{}, nil)
+	if n.pinned.Has(42, ip) {
+		t.Error("pinned set: 10.42.0.1 still pinned after its owner left")
+	}
+}
+
+// A configuration whose gossip metadata would not fit is refused before
+// anything is opened, naming the flag.
+func TestConfigMetaTooLarge(t *testing.T) {
+	cfg := func(segments, addrs int) Config {
+		c := Config{Port: 4789, Local: netip.MustParseAddr("198.18.0.1")}
+		for i := range segments {
+			s := Segment{VNI: fdb.VNI(i + 1), Dev: fmt.Sprintf("uvx%d", i), MTU: 1450}
+			for j := range addrs {
+				s.Addresses = append(s.Addresses, netip.MustParsePrefix(fmt.Sprintf("10.%d.0.%d/24", i, j+1)))
+			}
+			c.Segments = append(c.Segments, s)
+		}
+		return c
+	}
+	tests := []struct {
+		desc           string
+		segments, addr int
+		flag           string // "" when it fits
+	}{
+		{"one segment, one address", 1, 1, ""},
+		{"16 segments, one address each", 16, 1, ""},
+		{"64 segments", 64, 0, "segment"},
+		{"8 segments, 8 addresses each", 8, 8, "address"},
+	}
+	for _, tt := range tests {
+		c := cfg(tt.segments, tt.addr)
+		err := c.check()
+		var ce *ConfigError
+		switch {
+		case tt.flag == "" && err != nil:
+			t.Errorf("%s: %v, want it to fit", tt.desc, err)
+		case tt.flag != "" && (!errors.As(err, &ce) || ce.Flag != tt.flag || !strings.Contains(err.Error(), "gossip metadata")):
+			t.Errorf("%s: %v, want a --%s error about the gossip metadata", tt.desc, err, tt.flag)
+		}
+	}
+}
