@@ -11,13 +11,13 @@ package encap
 //     Snoop channel (without blocking) so the node can announce them;
 //  4. ARP suppression: an ARP request for an address in the neighbour table
 //     is answered with a reply written back into the TAP, and not sent;
-//  4. write the VXLAN header in place in front of each frame;
-//  5. look up (VNI, destination MAC) in the FDB: a known unicast MAC goes to
+//  5. write the VXLAN header in place in front of each frame;
+//  6. look up (VNI, destination MAC) in the FDB: a known unicast MAC goes to
 //     its VTEP; broadcast, multicast and unknown unicast take a token from
 //     the segment's storm-control bucket (or are dropped) and are
 //     replicated to every VTEP of the VNI's flood list (head-end
 //     replication);
-//  6. pick the sending socket from a hash of the inner flow, so the outer
+//  7. pick the sending socket from a hash of the inner flow, so the outer
 //     UDP source port spreads flows over the underlay's ECMP paths;
 //  8. one WriteBatch (sendmmsg) per socket, one TAP write for the replies.
 //
