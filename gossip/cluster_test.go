@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -387,7 +388,10 @@ func TestForeignVTEPAndPending(t *testing.T) {
 	}
 }
 
-// Clusters with different keys never merge; a bad key is a config error.
+// Clusters with different keys never merge: a node whose join fails on
+// every seed because of the key (another key, a key against none, none
+// against a key) fails with ErrKeyMismatch, and the cluster is untouched. A
+// bad key is a config error.
 func TestKeys(t *testing.T) {
 	key1, key2 := []byte(strings.Repeat("k", 16)), []byte(strings.Repeat("K", 32))
 	withKeys := func(i int, keys ...[]byte) Config {
@@ -396,30 +400,45 @@ func TestKeys(t *testing.T) {
 		return cfg
 	}
 	a := start(t, withKeys(0, key1))
-	bcfg := withKeys(1, key2, key1) // decrypts key1 too, but encrypts with key2
-	bcfg.Seeds = []string{a.Addr().String()}
-	b := start(t, bcfg)
-	ccfg := withKeys(2, key1)
+	ccfg := withKeys(2, key2, key1) // key rotation: encrypts with key2, decrypts both
 	ccfg.Seeds = []string{a.Addr().String()}
-	c := start(t, ccfg)
+	ecfg := withKeys(4, key1)
+	ecfg.Seeds = []string{a.Addr().String()}
+	e := start(t, ecfg)
 	eventually(t, converge, "same key merges", func() error {
-		if a.ml.NumMembers() != 2 || c.ml.NumMembers() != 2 {
-			return fmt.Errorf("a sees %d, c sees %d members; want 2", a.ml.NumMembers(), c.ml.NumMembers())
+		if a.ml.NumMembers() != 2 || e.ml.NumMembers() != 2 {
+			return fmt.Errorf("a sees %d, e sees %d members; want 2", a.ml.NumMembers(), e.ml.NumMembers())
 		}
 		return nil
 	})
 
-	d := start(t, withKeys(3, key2))
-	if n, err := d.ml.Join([]string{a.Addr().String()}); err == nil || n != 0 {
-		t.Errorf("join with another key: %d, %v; want an error", n, err)
+	plain := start(t, testConfig(5, 0, nil)) // a cluster without a key
+	for _, tt := range []struct {
+		name string
+		cfg  Config
+		seed *testNode
+	}{
+		{"another key", withKeys(3, key2), a},
+		{"a key a can read, but encrypting with one it cannot", ccfg, a},
+		{"no key against a key", testConfig(6, 0, nil), a},
+		{"a key against none", withKeys(7, key1), plain},
+	} {
+		cfg := tt.cfg
+		cfg.Seeds = []string{tt.seed.Addr().String()}
+		err := runDuplicate(t, cfg)
+		if !errors.Is(err, ErrKeyMismatch) || !strings.Contains(err.Error(), "--gossip-key-file") {
+			t.Errorf("%s: Run = %v, want ErrKeyMismatch naming --gossip-key-file", tt.name, err)
+		}
 	}
 	time.Sleep(time.Second)
-	if a.ml.NumMembers() != 2 || d.ml.NumMembers() != 1 {
-		t.Errorf("a sees %d members, d sees %d: want 2 and 1", a.ml.NumMembers(), d.ml.NumMembers())
+	if a.ml.NumMembers() != 2 || plain.ml.NumMembers() != 1 {
+		t.Errorf("a sees %d members, the plain node %d: want 2 and 1", a.ml.NumMembers(), plain.ml.NumMembers())
 	}
-	_ = b // b's key ring can read a's messages but a cannot read b's: b does not merge either
 	if slices.Contains(a.fdb.Flood(testVNI), testVTEP(3)) {
 		t.Error("a floods to a node with another key")
+	}
+	if !a.Encrypted() || plain.Encrypted() {
+		t.Errorf("Encrypted: a %v, plain %v; want true, false", a.Encrypted(), plain.Encrypted())
 	}
 
 	for _, tt := range []struct {
@@ -651,5 +670,42 @@ func TestLogWriter(t *testing.T) {
 	want := []string{"DEBUG Stream connection from=127.0.0.1:1", "WARN Refuting a suspect message", "ERROR Failed to send", "INFO Marking n1 as failed", "INFO no tag"}
 	if !slices.Equal(got, want) {
 		t.Errorf("got %q\nwant %q", got, want)
+	}
+}
+
+// An offline node (no memberlist) holds itself as the only member, its own
+// records, and the static peers as flood lists; it opens no gossip port,
+// and Run returns at cancel.
+func TestOffline(t *testing.T) {
+	cfg := testConfig(0, 0, nil)
+	cfg.Offline = true
+	cfg.StaticPeers = []netip.AddrPort{testVTEP(1)}
+	cfg.PinnedAddrs = []PinnedAddr{{VNI: testVNI, Addr: pinnedIP}}
+	n := start(t, cfg)
+	if !n.Offline() || n.Addr().IsValid() {
+		t.Errorf("Offline() %v, Addr() %v: want true and no address", n.Offline(), n.Addr())
+	}
+	if ms := n.Members(); len(ms) != 1 || !ms[0].Self || ms[0].State != "alive" {
+		t.Errorf("Members() = %+v, want only self, alive", ms)
+	}
+	if got := n.fdb.Flood(testVNI); !slices.Equal(got, []netip.AddrPort{testVTEP(1)}) {
+		t.Errorf("flood list %v, want the static peer only", got)
+	}
+	if err := n.AnnounceNeigh(testVNI, netip.MustParseAddr("10.42.0.9"), testMAC(9)); err != nil {
+		t.Errorf("AnnounceNeigh offline: %v", err)
+	}
+	if err := n.SetPinnedAddrs([]PinnedAddr{{VNI: testVNI, Addr: netip.MustParseAddr("10.42.0.2")}}); err != nil {
+		t.Errorf("SetPinnedAddrs offline: %v", err)
+	}
+	bad := testConfig(1, 0, nil)
+	bad.Offline, bad.Seeds = true, []string{"127.0.0.1"}
+	if _, err := New(bad); err == nil || !strings.Contains(err.Error(), "Offline") {
+		t.Errorf("New(offline with seeds) = %v, want an error", err)
+	}
+	n.stop()
+	select {
+	case <-n.done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return after stop")
 	}
 }

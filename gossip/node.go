@@ -170,8 +170,18 @@ type Config struct {
 	Seeds []string
 	// SecretKeys, when given, encrypt gossip (AES-GCM; 16, 24 or 32 bytes
 	// each). The first one encrypts, all of them decrypt, so keys can be
-	// rotated. Nodes with different keys never merge.
+	// rotated. Nodes with different keys never merge: a node whose join
+	// fails on every seed because of the key (the seed cannot decrypt
+	// ours, or one side encrypts and the other does not) fails, and Run
+	// returns an error wrapping ErrKeyMismatch. Without keys gossip is
+	// plaintext: anyone who reaches the gossip port can join, or forge
+	// memberlist's messages (a member declared dead).
 	SecretKeys [][]byte
+	// Offline runs the node without memberlist: no gossip port, no members
+	// but itself, nothing sent or received. Its own records are kept and
+	// the flood lists hold StaticPeers only (static peers only: --gossip
+	// =false). Seeds and Extensions must be empty.
+	Offline bool
 	// StaticPeers are VTEPs that are always in every served VNI's flood
 	// list (the --peer flag: kernel VXLAN devices, switches). A zero port
 	// means VTEP's port.
@@ -425,22 +435,34 @@ func New(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("gossip: %w: %d bytes (%d VNIs, %d pinned MACs, %d pinned addresses), more than %d",
 			ErrMetaTooLarge, len(n.meta), len(n.self.vnis), len(n.self.macs), len(n.self.addrs), memberlist.MetaMaxSize)
 	}
-	ml, err := memberlist.Create(mc)
-	if err != nil {
-		return nil, fmt.Errorf("gossip: listen on %s: %w", net.JoinHostPort(mc.BindAddr, strconv.Itoa(mc.BindPort)), err)
+	if cfg.Offline {
+		// The only member is this node, as memberlist would have told us.
+		d.memberUp(&memberlist.Node{Name: cfg.Name, Addr: cfg.BindAddr.AsSlice(), Port: uint16(cfg.BindPort), Meta: n.meta, State: memberlist.StateAlive})
+	} else {
+		ml, err := memberlist.Create(mc)
+		if err != nil {
+			return nil, fmt.Errorf("gossip: listen on %s: %w", net.JoinHostPort(mc.BindAddr, strconv.Itoa(mc.BindPort)), err)
+		}
+		n.ml = ml
+		n.addr = netip.AddrPortFrom(cfg.BindAddr, ml.LocalNode().Port)
 	}
-	n.ml = ml
-	n.addr = netip.AddrPortFrom(cfg.BindAddr, ml.LocalNode().Port)
 	if !cfg.MAC.IsZero() {
 		for _, vni := range cfg.VNIs {
 			if err := n.AnnounceMAC(vni, cfg.MAC); err != nil {
-				ml.Shutdown()
+				n.shutdown(false)
 				return nil, err
 			}
 		}
 	}
 	return n, nil
 }
+
+// Encrypted reports whether gossip is encrypted (Config.SecretKeys).
+func (n *Node) Encrypted() bool { return len(n.cfg.SecretKeys) > 0 }
+
+// Offline reports whether the node runs without memberlist
+// (Config.Offline).
+func (n *Node) Offline() bool { return n.ml == nil }
 
 // fail stops the node because of err, which Run returns. It does not block:
 // callers may hold n.mu.
@@ -501,6 +523,9 @@ func (c *Config) check() error {
 			return fmt.Errorf("config Seeds: %w", err)
 		}
 		c.Seeds[i] = seed
+	}
+	if c.Offline && (len(c.Seeds) > 0 || len(c.Extensions) > 0) {
+		return errors.New("config Offline: a node without gossip has no seeds and no extensions")
 	}
 	for i, k := range c.SecretKeys {
 		if l := len(k); l != 16 && l != 24 && l != 32 {
@@ -642,6 +667,10 @@ func (n *Node) loop(ctx context.Context) {
 	if len(seeds) == 0 {
 		n.setJoined()
 	}
+	if n.ml == nil { // offline: nobody to join, sync or settle with
+		join.Stop()
+		rejoin.Stop()
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -666,6 +695,11 @@ func (n *Node) loop(ctx context.Context) {
 			}
 			if m := n.mismatch.Load(); m != nil && !n.joined.Load() {
 				n.fail(fmt.Errorf("gossip: cannot join the cluster: %w", *m))
+				return
+			}
+			if kerr := n.keyMismatch(err, len(seeds)); kerr != nil && !n.joined.Load() {
+				n.log.Error("not joining: every seed refused our gossip key", "seeds", seeds, "err", kerr)
+				n.fail(kerr)
 				return
 			}
 			n.log.Info("could not join any seed; retrying", "seeds", seeds, "err", err, "retry_in", backoff)
@@ -749,6 +783,9 @@ func (n *Node) shutdown(leave bool) {
 				leave = false
 			}
 		default:
+		}
+		if n.ml == nil {
+			return // offline
 		}
 		if leave {
 			n.queue.QueueBroadcast(&broadcast{name: "leave/" + n.name, msg: appendLeave(nil, n.name, n.self.boot)})

@@ -304,6 +304,9 @@ func (n *Node) SetPinnedAddrs(addrs []PinnedAddr) error {
 	n.metaMu.Lock()
 	n.meta = b
 	n.metaMu.Unlock()
+	if n.ml == nil {
+		return nil // offline: nobody to tell
+	}
 	if err := n.ml.UpdateNode(time.Second); err != nil {
 		return fmt.Errorf("gossip: announce the pinned addresses: %w", err)
 	}
