@@ -20,6 +20,8 @@ package perf
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -307,6 +309,12 @@ func (b *bench) setupKernel(ctx context.Context) (path, error) {
 // and waits until the overlay carries ping.
 func (b *bench) setupUVXLAN(ctx context.Context) (path, error) {
 	b.say("uvxlan: an agent in each host (%s), port 4789, %s ↔ %s", b.cfg.Binary, uvxlanAddr(1), uvxlanAddr(2))
+	// Static peers, and gossip encrypted as by default (--gossip-key,
+	// which binaries of every version take, so that they compare).
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return path{}, fmt.Errorf("perf: gossip key: %w", err)
+	}
 	for _, pair := range [][2]*testenv.Host{{b.h1, b.h2}, {b.h2, b.h1}} {
 		h := pair[0]
 		state := filepath.Join(b.work, h.Name+"-state")
@@ -316,7 +324,8 @@ func (b *bench) setupUVXLAN(ctx context.Context) (path, error) {
 		args := []string{"run", "--name", h.Name, "--local", h.Underlay.String(),
 			"--address", netip.PrefixFrom(uvxlanAddr(h.Index), 24).String(),
 			"--peer", pair[1].Underlay.String(),
-			"--control", filepath.Join(b.work, h.Name+".sock"), "--state-dir", state}
+			"--control", filepath.Join(b.work, h.Name+".sock"), "--state-dir", state,
+			"--gossip-key", base64.StdEncoding.EncodeToString(key)}
 		p, err := h.Start(ctx, filepath.Join(b.work, h.Name+"-uvxlan.log"), b.cfg.Binary, args...)
 		if err != nil {
 			return path{}, fmt.Errorf("perf: %w", err)

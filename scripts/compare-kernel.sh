@@ -17,7 +17,7 @@ for i in 1 2; do
 	x h$i bridge fdb append 00:00:00:00:00:00 dev vx0 dst 198.18.0.$o
 	x h$i ip addr add 10.99.0.$i/24 dev vx0
 	x h$i ip link set vx0 mtu 1450 up
-	x h$i "$bin" run --local 198.18.0.$i --address 10.42.0.$i/24 --peer 198.18.0.$o \
+	x h$i "$bin" run --local 198.18.0.$i --address 10.42.0.$i/24 --peer 198.18.0.$o --gossip=false \
 		--control /run/uvxlan/$p-h$i.sock >/tmp/$p-h$i.log 2>&1 &
 done
 sleep 1

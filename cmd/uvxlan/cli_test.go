@@ -44,7 +44,7 @@ func TestBadFlagsExit2(t *testing.T) {
 	defer busy.Close()
 	busyPort := strconv.Itoa(busy.LocalAddr().(*net.UDPAddr).Port)
 
-	base := []string{"run", "--local", "127.0.0.1", "--mtu", "1400", "--control", t.TempDir() + "/c.sock", "--dev", "uvxbadflag"}
+	base := []string{"run", "--local", "127.0.0.1", "--mtu", "1400", "--control", t.TempDir() + "/c.sock", "--dev", "uvxbadflag", "--gossip-key-file", testKeyFile}
 	tests := []struct {
 		desc string
 		args []string
@@ -185,4 +185,83 @@ func FuzzReadKeyring(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Gossip needs a key: without one, with a key file that cannot be used, or
+// with --gossip=false and something that needs gossip, run exits 2 naming
+// the flag, and the no-key error says how to make a key. Loopback only;
+// every case fails before an agent starts.
+func TestGossipKeyFlags(t *testing.T) {
+	dir := t.TempDir()
+	empty, bad, short := dir+"/empty.key", dir+"/bad.key", dir+"/short.key"
+	for path, content := range map[string]string{empty: "\n", bad: "not base64 at all!\n", short: "c2hvcnQ=\n"} {
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	base := []string{"run", "--local", "127.0.0.1", "--mtu", "1400", "--control", dir + "/c.sock", "--dev", "uvxbadkey"}
+	tests := []struct {
+		desc string
+		args []string
+		want []string
+	}{
+		{"no key", nil, []string{"--gossip-key-file", "uvxlan keygen", "--insecure-gossip", "--gossip=false"}},
+		{"key file missing", []string{"--gossip-key-file", dir + "/none.key"}, []string{"--gossip-key-file", "no such file"}},
+		{"key file empty", []string{"--gossip-key-file", empty}, []string{"--gossip-key-file", "empty", "uvxlan keygen"}},
+		{"key file not base64", []string{"--gossip-key-file", bad}, []string{"--gossip-key-file", "not valid base64"}},
+		{"key file too short", []string{"--gossip-key-file", short}, []string{"--gossip-key-file", "16, 24 or 32"}},
+		{"--join without gossip", []string{"--gossip=false", "--join", "127.0.0.2"}, []string{"--join", "--gossip=false"}},
+		{"--network without gossip", []string{"--gossip=false", "--network", "10.244.0.0/16"}, []string{"--network", "--gossip=false"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			code, stderr := runBinary(t, nil, append(append([]string(nil), base...), tc.args...)...)
+			if code != exitUsage {
+				t.Errorf("exit status %d, want %d; stderr:\n%s", code, exitUsage, stderr)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(stderr, w) {
+					t.Errorf("stderr lacks %q:\n%s", w, stderr)
+				}
+			}
+			if strings.Contains(stderr, "bm90IGJhc2U2NCBhdCBhbGwh") || strings.Contains(stderr, "c2hvcnQ=") {
+				t.Errorf("stderr repeats the key:\n%s", stderr)
+			}
+			if _, err := net.InterfaceByName("uvxbadkey"); err == nil {
+				t.Errorf("a TAP was created despite the bad flag")
+			}
+		})
+	}
+}
+
+// keygen prints a new 32-byte base64 key each time, which --gossip-key-file
+// accepts.
+func TestKeygen(t *testing.T) {
+	var keys []string
+	for range 2 {
+		out, err := exec.Command(uvxlanBin, "keygen").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		k, err := readKeyFileBytes(t, out)
+		if err != nil || len(k) != 32 {
+			t.Errorf("keygen printed %q: %d bytes, %v; want a 32-byte base64 key", out, len(k), err)
+		}
+		keys = append(keys, string(out))
+	}
+	if keys[0] == keys[1] {
+		t.Errorf("keygen printed the same key twice: %q", keys[0])
+	}
+	if code, stderr := runBinary(t, nil, "keygen", "extra"); code != exitUsage {
+		t.Errorf("keygen extra: exit %d, want %d: %s", code, exitUsage, stderr)
+	}
+}
+
+// readKeyFileBytes reads a key through readKeyFile, as run would.
+func readKeyFileBytes(t *testing.T, b []byte) ([]byte, error) {
+	path := t.TempDir() + "/k"
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return readKeyFile(path)
 }

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/netip"
 	"os"
@@ -545,6 +547,15 @@ func gossipConfig(c *cli.Context, cfg *node.Config) error {
 		}
 		cfg.Join = append(cfg.Join, j)
 	}
+	cfg.InsecureGossip = c.Bool("insecure-gossip")
+	cfg.GossipOff = !c.Bool("gossip")
+	if path := c.String("gossip-key-file"); path != "" {
+		k, err := readKeyFile(path)
+		if err != nil {
+			return badFlag("gossip-key-file", path, "%v", err)
+		}
+		cfg.GossipKeys = append(cfg.GossipKeys, k)
+	}
 	if s := c.String("gossip-key"); s != "" {
 		k, err := decodeKey(s)
 		if err != nil {
@@ -584,13 +595,39 @@ func checkSeed(s string) error {
 func decodeKey(s string) ([]byte, error) {
 	k, err := base64.StdEncoding.DecodeString(strings.TrimSpace(s))
 	if err != nil {
-		return nil, errors.New("not valid base64 (make one with: head -c 32 /dev/urandom | base64)")
+		return nil, errors.New("not valid base64 (make a key with: uvxlan keygen)")
 	}
 	switch len(k) {
 	case 16, 24, 32:
 		return k, nil
 	}
 	return nil, fmt.Errorf("decodes to %d bytes; an AES key has 16, 24 or 32", len(k))
+}
+
+// readKeyFile reads one base64 key from a file (uvxlan keygen's output);
+// surrounding white space is ignored. The error never repeats the key.
+func readKeyFile(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err // the path is already in the message
+		}
+		return nil, err
+	}
+	if len(strings.TrimSpace(string(b))) == 0 {
+		return nil, errors.New("the file is empty (make a key with: uvxlan keygen > FILE)")
+	}
+	return decodeKey(string(b))
+}
+
+// newGossipKey returns a new random 32-byte key, base64.
+func newGossipKey() (string, error) {
+	k := make([]byte, 32)
+	if _, err := rand.Read(k); err != nil {
+		return "", fmt.Errorf("random key: %w", err)
+	}
+	return base64.StdEncoding.EncodeToString(k), nil
 }
 
 // readKeyring reads a JSON array of base64 keys, primary first (the format

@@ -161,7 +161,15 @@ func (s *controlServer) Serve(n *node.Node) error {
 		writeJSON(w, map[string]string{"deleted": mac.String()})
 	})
 	mux.HandleFunc("GET /v1/neigh", filtered(func(w http.ResponseWriter, vni fdb.VNI) { writeJSON(w, neighRows(n.Neighbors(), vni)) }))
-	mux.HandleFunc("GET /v1/members", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, n.Members()) })
+	mux.HandleFunc("GET /v1/members", func(w http.ResponseWriter, r *http.Request) {
+		encrypted := n.Status().Encrypted
+		ms := n.Members()
+		rows := make([]memberOut, len(ms))
+		for i, m := range ms {
+			rows[i] = memberOut{m, encrypted}
+		}
+		writeJSON(w, rows)
+	})
 	mux.HandleFunc("GET /v1/leases", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, n.Leases()) })
 	if s.takeover != nil {
 		mux.Handle("POST /v1/takeover", s.takeover)
@@ -206,10 +214,11 @@ func (s *controlServer) Close() error {
 // totals, or one segment's with ?vni=), gossip's under "gossip", and each
 // segment's under "segments".
 type statsView struct {
-	Total    encap.Stats
-	Gossip   map[string]uint64
-	Node     map[string]uint64 // the node's own counters (node.Counters)
-	Segments []segmentStatsView
+	Encrypted bool // gossip is encrypted
+	Total     encap.Stats
+	Gossip    map[string]uint64
+	Node      map[string]uint64 // the node's own counters (node.Counters)
+	Segments  []segmentStatsView
 }
 
 // segmentStatsView is one segment's counters, with its VNI and TAP.
@@ -220,7 +229,7 @@ type segmentStatsView struct {
 }
 
 func newStatsView(st node.Stats, vni fdb.VNI) statsView {
-	v := statsView{Total: st.Total, Gossip: gossipCounters(st), Node: counterMap(st.Node)}
+	v := statsView{Encrypted: st.Encrypted, Total: st.Total, Gossip: gossipCounters(st), Node: counterMap(st.Node)}
 	for _, s := range st.Segments {
 		if vni != 0 && s.VNI != vni {
 			continue
@@ -236,6 +245,7 @@ func newStatsView(st node.Stats, vni fdb.VNI) statsView {
 func (v statsView) MarshalJSON() ([]byte, error) {
 	m := v.Total.Map()
 	m["gossip"] = v.Gossip
+	m["encrypted"] = v.Encrypted
 	m["node"] = v.Node
 	segs := v.Segments
 	if segs == nil {
@@ -247,14 +257,15 @@ func (v statsView) MarshalJSON() ([]byte, error) {
 
 func (v *statsView) UnmarshalJSON(b []byte) error {
 	var rest struct {
-		Gossip   map[string]uint64  `json:"gossip"`
-		Node     map[string]uint64  `json:"node"`
-		Segments []segmentStatsView `json:"segments"`
+		Encrypted bool               `json:"encrypted"`
+		Gossip    map[string]uint64  `json:"gossip"`
+		Node      map[string]uint64  `json:"node"`
+		Segments  []segmentStatsView `json:"segments"`
 	}
 	if err := json.Unmarshal(b, &rest); err != nil {
 		return err
 	}
-	v.Gossip, v.Node, v.Segments = rest.Gossip, rest.Node, rest.Segments
+	v.Encrypted, v.Gossip, v.Node, v.Segments = rest.Encrypted, rest.Gossip, rest.Node, rest.Segments
 	return v.Total.UnmarshalJSON(b)
 }
 
@@ -371,16 +382,25 @@ func neighRows(ns []fdb.Neigh, vni fdb.VNI) []neighRow {
 	return rows
 }
 
+// memberOut is what the agent serves for one member: the member, and
+// whether gossip with it is encrypted (the cluster's setting, --gossip-key-file
+// or --insecure-gossip).
+type memberOut struct {
+	gossip.Member
+	Encrypted bool `json:"encrypted"`
+}
+
 // memberRow is one cluster member (`uvxlan members --json`).
 type memberRow struct {
-	Name    string         `json:"name"`
-	Address netip.AddrPort `json:"address"` // gossip address
-	VTEP    netip.AddrPort `json:"vtep"`
-	State   string         `json:"state"` // alive, suspect, dead, left
-	VNIs    []fdb.VNI      `json:"vnis"`
-	MAC     fdb.MAC        `json:"mac"`
-	Entries int            `json:"entries"` // entries it owns that this node holds
-	Self    bool           `json:"self"`
+	Encrypted bool           `json:"encrypted"` // gossip is encrypted (the same for all rows)
+	Name      string         `json:"name"`
+	Address   netip.AddrPort `json:"address"` // gossip address
+	VTEP      netip.AddrPort `json:"vtep"`
+	State     string         `json:"state"` // alive, suspect, dead, left
+	VNIs      []fdb.VNI      `json:"vnis"`
+	MAC       fdb.MAC        `json:"mac"`
+	Entries   int            `json:"entries"` // entries it owns that this node holds
+	Self      bool           `json:"self"`
 	// The keys pinned to it: TAP MACs, TAP addresses (see gossip/pinned.go).
 	PinnedMACs  []fdb.MAC           `json:"pinned_macs"`
 	PinnedAddrs []gossip.PinnedAddr `json:"pinned_addresses"`

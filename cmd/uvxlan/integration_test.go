@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -44,10 +45,19 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "building uvxlan: %v\n%s", err, out)
 		os.Exit(1)
 	}
+	testKeyFile = filepath.Join(dir, "gossip.key")
+	if err := os.WriteFile(testKeyFile, []byte("dXZ4bGFuIHRlc3RzIGdvc3NpcCBrZXksIDMyIGJ5dGU=\n"), 0o600); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
+
+// testKeyFile holds the gossip key every agent of the tests uses
+// (--gossip-key-file): gossip is encrypted, as it must be by default.
+var testKeyFile string
 
 // agent is one uvxlan process in a testbed host.
 type agent struct {
@@ -73,6 +83,11 @@ func startAgent(t *testing.T, h *testenv.Host, extra ...string) *agent {
 	args := append([]string{"run", "--name", h.Name, "--local", h.Underlay.String(),
 		"--address", netip.PrefixFrom(a.overlay, 24).String(), "--mac", a.mac.String(),
 		"--control", a.control}, extra...)
+	if !slices.ContainsFunc(extra, func(s string) bool {
+		return s == "--insecure-gossip" || s == "--gossip=false" || strings.HasPrefix(s, "--gossip-key")
+	}) {
+		args = append(args, "--gossip-key-file", testKeyFile)
+	}
 	a.args = args
 	var err error
 	a.proc, err = h.Start(context.Background(), "", uvxlanBin, args...)

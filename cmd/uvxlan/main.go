@@ -72,7 +72,8 @@ decapsulates standard VXLAN (RFC 7348, UDP 4789) itself, and interoperates with
 kernel VXLAN devices and switches. It needs /dev/net/tun and CAP_NET_ADMIN, no
 vxlan kernel module.
 
-   uvxlan run --local 198.18.0.1 --address 10.42.0.1/24 --peer 198.18.0.2
+   uvxlan keygen > gossip.key
+   uvxlan run --local 198.18.0.1 --address 10.42.0.1/24 --gossip-key-file gossip.key --join 198.18.0.2
    uvxlan fdb show
    uvxlan stats --json
    uvxlan demo`,
@@ -85,6 +86,7 @@ vxlan kernel module.
 		},
 		Commands: []*cli.Command{
 			runCommand(),
+			keygenCommand(),
 			statusCommand(),
 			fdbCommand(),
 			neighCommand(),
@@ -133,7 +135,7 @@ IP from received frames, as a kernel VXLAN device does.
 
 Several overlays (segments), one agent, one UDP port, demultiplexed by VNI
 like the kernel's VXLAN devices; each has its own TAP, tables and flood list:
-   host A# uvxlan run --local 198.18.0.1 --peer 198.18.0.2 \
+   host A# uvxlan run --local 198.18.0.1 --peer 198.18.0.2 --gossip=false \
              --segment 42,address=10.42.0.1/24 --segment 43,dev=blue,address=10.43.0.1/24
 
 VXLAN is accepted only from the VTEPs of alive members serving the VNI, from
@@ -148,18 +150,22 @@ addresses, routes and bridge membership, and the next start attaches to them.
 On SIGINT or SIGTERM the agent stops and removes them, unless --keep-tap. A TAP
 that uvxlan did not create is attached to and never removed.
 
-Example, two hosts:
-   host A# uvxlan run --local 198.18.0.1 --address 10.42.0.1/24 --peer 198.18.0.2
-   host B# uvxlan run --local 198.18.0.2 --address 10.42.0.2/24 --peer 198.18.0.1
+Gossip (--join) is encrypted: every node needs the same key.
+   host A# uvxlan keygen > /etc/uvxlan/gossip.key     # copy it to every node
+   host A# uvxlan run --local 198.18.0.1 --address 10.42.0.1/24 --gossip-key-file /etc/uvxlan/gossip.key
+   host B# uvxlan run --local 198.18.0.2 --address 10.42.0.2/24 --gossip-key-file /etc/uvxlan/gossip.key --join 198.18.0.1
    host A# ping 10.42.0.2
+
+Static VTEPs only, no gossip (kernel VXLAN peers, switches):
+   host A# uvxlan run --local 198.18.0.1 --address 10.42.0.1/24 --peer 198.18.0.2 --gossip=false
 
 Routed overlay (flannel mode): with --network every node leases a subnet
 (--subnet-len) of the cluster network through gossip, keeps it across restarts
 (--state-dir), gives the TAP its network address as a /32, routes the other
 nodes' subnets through the TAP, and writes --subnet-file for the bridge the
 containers use (Docker: --bip=$FLANNEL_SUBNET --mtu=$FLANNEL_MTU).
-   host A# uvxlan run --network 10.244.0.0/16 --name a
-   host B# uvxlan run --network 10.244.0.0/16 --name b --join hostA
+   host A# uvxlan run --network 10.244.0.0/16 --name a --gossip-key-file /etc/uvxlan/gossip.key
+   host B# uvxlan run --network 10.244.0.0/16 --name b --gossip-key-file /etc/uvxlan/gossip.key --join hostA
    host B# uvxlan leases`,
 		Flags: []cli.Flag{
 			&cli.GenericFlag{Name: "segment", Value: &segmentList{}, Usage: "one overlay `'VNI[,dev=NAME][,address=CIDR]...[,mtu=N][,mac=MAC]'`, repeatable: every segment has its own TAP (default uvx<VNI>) and shares --port; replaces --vni, --dev, --address, --mtu and --mac", EnvVars: env("segment")},
@@ -188,8 +194,11 @@ containers use (Docker: --bip=$FLANNEL_SUBNET --mtu=$FLANNEL_MTU).
 			&cli.StringSliceFlag{Name: "join", Usage: "gossip seed `HOST[:PORT]` to join, repeatable; retried until one answers, and re-joined periodically", EnvVars: env("join")},
 			&cli.StringFlag{Name: "gossip-addr", Usage: "`IP` for gossip (TCP and UDP) (default: --local)", EnvVars: env("gossip-addr")},
 			&cli.IntFlag{Name: "gossip-port", Value: 7946, Usage: "gossip `PORT`", EnvVars: env("gossip-port")},
-			&cli.StringFlag{Name: "gossip-key", Usage: "base64 AES `KEY` (16, 24 or 32 bytes) encrypting gossip; nodes with different keys never merge", EnvVars: env("gossip-key")},
+			&cli.StringFlag{Name: "gossip-key-file", Usage: "`FILE` holding the base64 AES key (16, 24 or 32 bytes) that encrypts gossip, the same on every node (make one: uvxlan keygen > FILE); gossip needs a key unless --insecure-gossip", EnvVars: env("gossip-key-file")},
+			&cli.StringFlag{Name: "gossip-key", Usage: "the gossip key itself, base64 (visible in ps: prefer --gossip-key-file)", EnvVars: env("gossip-key")},
 			&cli.StringFlag{Name: "gossip-keyring", Usage: "`FILE` with a JSON array of base64 keys, primary first (key rotation)", EnvVars: env("gossip-keyring")},
+			&cli.BoolFlag{Name: "insecure-gossip", Usage: "gossip in plaintext, without a key: anyone who reaches the gossip port can join, announce entries or declare members dead (labs only)", EnvVars: env("insecure-gossip")},
+			&cli.BoolFlag{Name: "gossip", Value: true, Usage: "run gossip (memberlist); --gossip=false: static --peer VTEPs only, no gossip port, no key needed", EnvVars: env("gossip")},
 			&cli.StringFlag{Name: "network", Category: "routed overlay (flannel mode)", Usage: "cluster network `CIDR` such as 10.244.0.0/16: lease a subnet of it through gossip, route the others' subnets through the TAP (the same on every node)", EnvVars: env("network")},
 			&cli.IntFlag{Name: "subnet-len", Category: "routed overlay (flannel mode)", Value: 24, Usage: "prefix length of each node's subnet (the same on every node)", EnvVars: env("subnet-len")},
 			&cli.StringFlag{Name: "subnet-min", Category: "routed overlay (flannel mode)", Usage: "first subnet handed out, e.g. 10.244.10.0 (default: the network's second subnet)", EnvVars: env("subnet-min")},
@@ -262,6 +271,27 @@ func vniArg(c *cli.Context) (fdb.VNI, error) {
 		return 0, badFlag("vni", fmt.Sprint(v), "must be between 1 and %d", fdb.MaxVNI)
 	}
 	return fdb.VNI(v), nil
+}
+
+func keygenCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "keygen",
+		Usage: "print a new random gossip key (32 bytes, base64) for --gossip-key-file",
+		Description: `Every node of a cluster needs the same key. Make it once, copy it to each node:
+   uvxlan keygen > /etc/uvxlan/gossip.key && chmod 600 /etc/uvxlan/gossip.key
+   uvxlan run --gossip-key-file /etc/uvxlan/gossip.key --join 198.18.0.1 ...`,
+		Action: func(c *cli.Context) error {
+			if c.Args().Present() {
+				return usageError{fmt.Errorf("keygen takes no arguments, got %q", c.Args().Slice())}
+			}
+			k, err := newGossipKey()
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintln(c.App.Writer, k)
+			return err
+		},
+	}
 }
 
 func fdbCommand() *cli.Command {

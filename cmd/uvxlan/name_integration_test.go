@@ -110,12 +110,24 @@ func TestReadmeClusterByHand(t *testing.T) {
 		if args[0] != "bin/uvxlan" {
 			t.Fatalf("README command %q: not bin/uvxlan", line)
 		}
+		if len(args) == 4 && args[1] == "keygen" && args[2] == ">" { // the shell's redirection, done here
+			out, err := exec.Command(uvxlanBin, "keygen").Output()
+			if err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, args[3]), out, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
 		for i, a := range args {
 			switch {
 			case a == "bin/uvxlan":
 				args[i] = uvxlanBin
 			case strings.HasPrefix(a, "/run/uvxlan/"):
 				args[i] = filepath.Join(dir, strings.TrimPrefix(a, "/run/uvxlan/"))
+			case i > 0 && args[i-1] == "--gossip-key-file":
+				args[i] = filepath.Join(dir, a) // keygen wrote it there
 			}
 			if i > 0 && args[i-1] == "--control" {
 				controls = append(controls, args[i])

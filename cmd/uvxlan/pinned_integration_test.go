@@ -257,7 +257,7 @@ func TestPinnedKeysRogueMember(t *testing.T) {
 
 	rogue, err := h4.Start(context.Background(), "", uvxlanBin, "run", "--name", "h4", "--local", h4.Underlay.String(),
 		"--mac", a1.mac.String(), "--address", netip.PrefixFrom(a1.overlay, 24).String(),
-		"--join", tb.Host(2).Underlay.String())
+		"--join", tb.Host(2).Underlay.String(), "--gossip-key-file", testKeyFile)
 	if err != nil {
 		t.Fatal(err)
 	}

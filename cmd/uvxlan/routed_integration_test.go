@@ -37,7 +37,7 @@ func routedArgs(h *testenv.Host, dir string, extra ...string) (args []string, co
 	subnetFile = filepath.Join(dir, h.Name+"-subnet.env")
 	args = append([]string{"run", "--name", h.Name, "--local", h.Underlay.String(),
 		"--network", routedNetwork, "--state-dir", filepath.Join(dir, h.Name+"-state"),
-		"--subnet-file", subnetFile, "--control", control}, extra...)
+		"--subnet-file", subnetFile, "--control", control, "--gossip-key-file", testKeyFile}, extra...)
 	return args, control, subnetFile
 }
 

@@ -69,7 +69,7 @@ type segAgent struct {
 func startSegAgent(t *testing.T, tb *testenv.Testbed, h *testenv.Host) *segAgent {
 	t.Helper()
 	a := &segAgent{host: h, control: filepath.Join(t.TempDir(), h.Name+".sock")}
-	args := []string{"run", "--name", h.Name, "--local", h.Underlay.String(), "--port", "4789", "--control", a.control,
+	args := []string{"run", "--name", h.Name, "--local", h.Underlay.String(), "--port", "4789", "--control", a.control, "--gossip-key-file", testKeyFile,
 		// VNI 42: default TAP name; VNI 43: a named TAP.
 		"--segment", fmt.Sprintf("%d,address=%s,mac=%s", segVNIA, netip.PrefixFrom(segAddr(segVNIA, h.Index), 24), segMAC(segVNIA, h.Index)),
 		"--segment", fmt.Sprintf("%d,dev=%s,address=%s,mac=%s", segVNIB, segDevB, netip.PrefixFrom(segAddr(segVNIB, h.Index), 24), segMAC(segVNIB, h.Index)),
@@ -631,7 +631,7 @@ func runSegBinary(t *testing.T, args ...string) (int, string) {
 // Bad --segment and --vni combinations: exit 2, naming the flags, and no
 // TAP. Loopback only, and every case fails before an agent starts.
 func TestSegmentBadFlags(t *testing.T) {
-	base := []string{"run", "--local", "127.0.0.1", "--control", filepath.Join(t.TempDir(), "c.sock")}
+	base := []string{"run", "--local", "127.0.0.1", "--control", filepath.Join(t.TempDir(), "c.sock"), "--gossip-key-file", testKeyFile}
 	taps := []string{"uvx42", "uvx43", "uvxsegbad0", "uvxsegbad1"}
 	for _, tap := range taps {
 		if _, err := net.InterfaceByName(tap); err == nil {

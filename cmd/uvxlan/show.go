@@ -22,6 +22,7 @@ func printStatus(w io.Writer, st node.Status) error {
 	fmt.Fprintf(tw, "version\t%s\n", st.Version)
 	fmt.Fprintf(tw, "uptime\t%s (since %s)\n", (time.Duration(st.Uptime * float64(time.Second))).Round(time.Second), st.Started.UTC().Format(time.RFC3339))
 	fmt.Fprintf(tw, "underlay\t%s port %d, %d static peers, learning %t\n", st.Local, st.Port, st.Peers, st.Learning)
+	fmt.Fprintf(tw, "gossip\t%s\n", gossipMode(st.Gossip))
 	fmt.Fprintf(tw, "members\t%d alive of %d\n", st.MembersAlive, st.MembersTotal)
 	fmt.Fprintf(tw, "fdb\t%s\n", byOrigin(st.FDB))
 	fmt.Fprintf(tw, "neigh\t%s\n", byOrigin(st.Neigh))
@@ -93,7 +94,14 @@ func printMembers(w io.Writer, rows []memberRow) error {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", name, r.Address, r.VTEP, r.State, strings.Join(vnis, ","), r.Entries)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(rows) > 0 && !rows[0].Encrypted {
+		_, err := fmt.Fprintln(w, "gossip is NOT encrypted (--insecure-gossip or --gossip=false)")
+		return err
+	}
+	return nil
 }
 
 func printLeases(w io.Writer, rows []lease.Lease) error {
@@ -119,6 +127,7 @@ func printLeases(w io.Writer, rows []lease.Lease) error {
 // then each segment's packets when there are several, then gossip's.
 func printStats(w io.Writer, v statsView) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "encrypted\t%t\n", v.Encrypted)
 	printCounters(tw, "", v.Total)
 	if len(v.Segments) > 1 {
 		fmt.Fprintln(tw, "segments:\t")
@@ -160,4 +169,17 @@ func sum(vs []uint64) uint64 {
 		t += v
 	}
 	return t
+}
+
+// gossipMode explains node.Status.Gossip.
+func gossipMode(m string) string {
+	switch m {
+	case "encrypted":
+		return "encrypted (AES-GCM)"
+	case "insecure":
+		return "NOT encrypted (--insecure-gossip)"
+	case "off":
+		return "off (--gossip=false: static peers only)"
+	}
+	return m
 }

@@ -153,7 +153,7 @@ func TestTakeover(t *testing.T) {
 func TestTakeoverRefused(t *testing.T) {
 	tb := testenv.NewForTest(t, testenv.Config{Hosts: 1})
 	h1 := tb.Host(1)
-	args := []string{"run", "--name", h1.Name, "--local", h1.Underlay.String(), "--takeover", "--control", t.TempDir() + "/none.sock"}
+	args := []string{"run", "--name", h1.Name, "--local", h1.Underlay.String(), "--takeover", "--control", t.TempDir() + "/none.sock", "--gossip-key-file", testKeyFile}
 	out, err := h1.Run(context.Background(), uvxlanBin, args...)
 	if code := exitCode(err); code != exitUsage || !strings.Contains(out, "--takeover") || !strings.Contains(out, "no agent answers") {
 		t.Errorf("takeover with nobody there: exit %d, want %d:\n%s", code, exitUsage, out)

@@ -160,12 +160,21 @@ func runDemo(ctx context.Context, w interface{ Write([]byte) (int, error) }, pre
 	}
 	defer os.RemoveAll(logDir)
 
+	key, err := newGossipKey()
+	if err != nil {
+		return err
+	}
+	keyFile := filepath.Join(logDir, "gossip.key")
+	if err := os.WriteFile(keyFile, []byte(key+"\n"), 0o600); err != nil {
+		return err
+	}
+	say("gossip key: uvxlan keygen > %s (every agent gets the same one)", keyFile)
 	overlay := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 42, 0, byte(i)}) }
 	control := func(h *testenv.Host) string { return filepath.Join(logDir, h.Name+".sock") }
 	// h1 founds the gossip cluster; every other host knows only h1.
 	for i, h := range tb.Hosts() {
 		args := []string{"run", "--name", h.Name, "--local", h.Underlay.String(),
-			"--address", netip.PrefixFrom(overlay(i+1), 24).String(), "--control", control(h)}
+			"--address", netip.PrefixFrom(overlay(i+1), 24).String(), "--control", control(h), "--gossip-key-file", keyFile}
 		if i > 0 {
 			args = append(args, "--join", tb.Host(1).Underlay.String())
 		}

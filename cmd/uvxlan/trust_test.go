@@ -42,7 +42,7 @@ func TestTrustBadFlags(t *testing.T) {
 		{"--allow-vtep", "not-a-cidr"},
 		{"--bum-rate", "-5"},
 	} {
-		code, stderr := runBinary(t, nil, append([]string{"run", "--local", "127.0.0.1", "--mtu", "1400"}, args...)...)
+		code, stderr := runBinary(t, nil, append([]string{"run", "--local", "127.0.0.1", "--mtu", "1400", "--gossip-key-file", testKeyFile}, args...)...)
 		if code != exitUsage || !strings.Contains(stderr, args[0]) {
 			t.Errorf("%v: exit %d, stderr %q; want 2 naming %s", args, code, stderr, args[0])
 		}

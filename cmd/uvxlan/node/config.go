@@ -67,7 +67,15 @@ type Config struct {
 	Join       []string   // gossip seeds, HOST[:PORT]
 	GossipAddr netip.Addr // default Local
 	GossipPort int
-	GossipKeys [][]byte // AES keys; the first encrypts; none: no encryption
+	GossipKeys [][]byte // AES keys; the first encrypts; none: InsecureGossip or GossipOff needed
+	// InsecureGossip lets the node gossip without GossipKeys
+	// (--insecure-gossip): anyone who reaches the gossip port can join
+	// the cluster or forge its membership. Without it, and without keys,
+	// the configuration is refused.
+	InsecureGossip bool
+	// GossipOff runs the node without gossip (--gossip=false): static
+	// peers only, no memberlist, no gossip port; no Join, no Leases.
+	GossipOff bool
 
 	// Routed overlay (flannel mode): on when Leases is not nil; it runs on
 	// the only segment.
@@ -90,6 +98,9 @@ type ConfigError struct {
 }
 
 func (e *ConfigError) Error() string {
+	if e.Value == "" {
+		return fmt.Sprintf("--%s: %s", e.Flag, e.Why)
+	}
 	return fmt.Sprintf("invalid --%s %q: %s", e.Flag, e.Value, e.Why)
 }
 
@@ -173,7 +184,10 @@ func (c *Config) check() error {
 	if c.Leases != nil && len(c.Segments[0].Addresses) > 0 {
 		return errors.New("--address and --network exclude each other: with --network the TAP gets its address from the subnet lease")
 	}
-	return c.checkMetaSize()
+	if err := c.checkMetaSize(); err != nil {
+		return err
+	}
+	return c.checkGossip()
 }
 
 // VNIs returns the VNIs of the segments, in order.
@@ -183,4 +197,38 @@ func (c *Config) VNIs() []fdb.VNI {
 		out[i] = s.VNI
 	}
 	return out
+}
+
+// checkGossip checks how the gossip settings fit: gossip needs a key
+// unless InsecureGossip; without gossip there is nothing to join and no
+// lease.
+func (c *Config) checkGossip() error {
+	if c.GossipOff {
+		switch {
+		case len(c.Join) > 0:
+			return badConfig("join", c.Join[0], "--gossip=false runs no gossip, so there is no cluster to join: drop one or the other")
+		case c.Leases != nil:
+			return badConfig("network", c.Leases.Network.String(), "the routed overlay leases subnets through gossip: it cannot run with --gossip=false")
+		}
+		return nil
+	}
+	if len(c.GossipKeys) == 0 && !c.InsecureGossip {
+		return badConfig("gossip-key-file", "", "gossip needs a key, the same on every node: make one with "+
+			"`uvxlan keygen > /etc/uvxlan/gossip.key` and give each node --gossip-key-file /etc/uvxlan/gossip.key "+
+			"(or --gossip-key, --gossip-keyring); --insecure-gossip gossips in plaintext, which anyone on the underlay can forge; "+
+			"--gossip=false runs with static --peer VTEPs only")
+	}
+	return nil
+}
+
+// GossipMode is how the node gossips: "encrypted", "insecure" (plaintext,
+// --insecure-gossip) or "off" (--gossip=false).
+func (c *Config) GossipMode() string {
+	switch {
+	case c.GossipOff:
+		return "off"
+	case len(c.GossipKeys) == 0:
+		return "insecure"
+	}
+	return "encrypted"
 }

@@ -141,6 +141,7 @@ func New(cfg Config) (_ *Node, err error) {
 		PinsChanged:  n.pinsChanged,
 		Seeds:        cfg.Join,
 		SecretKeys:   cfg.GossipKeys,
+		Offline:      cfg.GossipOff,
 		StaticPeers:  cfg.Peers,
 		MaxEndpoints: cfg.MaxEndpoints,
 		FDB:          n.table,
@@ -430,8 +431,16 @@ func (n *Node) Run(ctx context.Context) error {
 		n.log.Info("segment up", "vni", s.cfg.VNI, "dev", s.cfg.Dev, "mac", s.mac, "mtu", s.devs[0].MTU(),
 			"offloads", s.offloads, "queues", len(s.devs))
 	}
+	gossipAt := "off"
+	if !n.cfg.GossipOff {
+		gossipAt = n.gossip.Addr().String()
+	}
+	if n.cfg.GossipMode() == "insecure" {
+		n.log.Warn("gossip is not encrypted (--insecure-gossip): anyone who reaches the gossip port can join the cluster, "+
+			"announce entries or declare members dead; give every node a key (uvxlan keygen, --gossip-key-file)", "gossip", gossipAt)
+	}
 	n.log.Info("uvxlan running", "name", n.cfg.Name, "segments", len(n.segs), "vnis", n.cfg.VNIs(),
-		"local", n.cfg.Local, "port", n.cfg.Port, "peers", len(n.cfg.Peers), "gossip", n.gossip.Addr(),
+		"local", n.cfg.Local, "port", n.cfg.Port, "peers", len(n.cfg.Peers), "gossip", gossipAt, "gossip_mode", n.cfg.GossipMode(),
 		"join", strings.Join(n.cfg.Join, ","), "allow_vtep", n.cfg.AllowVTEPs, "bum_rate", n.cfg.BUMRate)
 
 	<-ctx.Done()

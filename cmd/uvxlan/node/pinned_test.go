@@ -12,6 +12,7 @@ import (
 	"github.com/uvxlan/uvxlan/encap"
 	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/gossip"
+	"github.com/uvxlan/uvxlan/gossip/lease"
 )
 
 // An endpoint behind the TAP that claims another node's TAP address or TAP
@@ -77,7 +78,7 @@ func TestPinsChanged(t *testing.T) {
 // anything is opened, naming the flag.
 func TestConfigMetaTooLarge(t *testing.T) {
 	cfg := func(segments, addrs int) Config {
-		c := Config{Port: 4789, Local: netip.MustParseAddr("198.18.0.1")}
+		c := Config{Port: 4789, Local: netip.MustParseAddr("198.18.0.1"), GossipKeys: [][]byte{make([]byte, 32)}}
 		for i := range segments {
 			s := Segment{VNI: fdb.VNI(i + 1), Dev: fmt.Sprintf("uvx%d", i), MTU: 1450}
 			for j := range addrs {
@@ -107,5 +108,48 @@ func TestConfigMetaTooLarge(t *testing.T) {
 		case tt.flag != "" && (!errors.As(err, &ce) || ce.Flag != tt.flag || !strings.Contains(err.Error(), "gossip metadata")):
 			t.Errorf("%s: %v, want a --%s error about the gossip metadata", tt.desc, err, tt.flag)
 		}
+	}
+}
+
+// Gossip needs a key unless --insecure-gossip; without gossip there is
+// nothing to join and no lease. Errors name the flag.
+func TestConfigGossipKey(t *testing.T) {
+	base := func() Config {
+		return Config{Port: 4789, Local: netip.MustParseAddr("198.18.0.1"),
+			Segments: []Segment{{VNI: 1, Dev: "uvx0", MTU: 1450}}}
+	}
+	tests := []struct {
+		desc string
+		edit func(*Config)
+		flag string // "" when fine
+		mode string
+	}{
+		{"no key", func(*Config) {}, "gossip-key-file", ""},
+		{"a key", func(c *Config) { c.GossipKeys = [][]byte{make([]byte, 32)} }, "", "encrypted"},
+		{"insecure", func(c *Config) { c.InsecureGossip = true }, "", "insecure"},
+		{"off", func(c *Config) { c.GossipOff = true }, "", "off"},
+		{"off with --join", func(c *Config) { c.GossipOff, c.Join = true, []string{"198.18.0.2"} }, "join", ""},
+		{"off with --network", func(c *Config) {
+			c.GossipOff = true
+			c.Leases = &lease.Config{Network: netip.MustParsePrefix("10.244.0.0/16"), SubnetLen: 24}
+		}, "network", ""},
+	}
+	for _, tt := range tests {
+		c := base()
+		tt.edit(&c)
+		err := c.check()
+		var ce *ConfigError
+		switch {
+		case tt.flag == "" && err != nil:
+			t.Errorf("%s: %v, want it accepted", tt.desc, err)
+		case tt.flag == "" && c.GossipMode() != tt.mode:
+			t.Errorf("%s: GossipMode %q, want %q", tt.desc, c.GossipMode(), tt.mode)
+		case tt.flag != "" && (!errors.As(err, &ce) || ce.Flag != tt.flag):
+			t.Errorf("%s: %v, want a --%s error", tt.desc, err, tt.flag)
+		}
+	}
+	c := base()
+	if err := c.check(); err == nil || !strings.Contains(err.Error(), "uvxlan keygen") || !strings.Contains(err.Error(), "--insecure-gossip") {
+		t.Errorf("no key: %v, want it to say how to make one and how to go without", err)
 	}
 }

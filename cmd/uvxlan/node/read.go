@@ -20,19 +20,23 @@ import (
 // many members, entries and leases it holds. VNI, Dev, MAC and MTU are
 // those of the first segment (the only one, usually).
 type Status struct {
-	Name     string          `json:"name"`
-	Version  string          `json:"version"`
-	Started  time.Time       `json:"started"`
-	Uptime   float64         `json:"uptime_seconds"`
-	VNI      fdb.VNI         `json:"vni"`
-	Dev      string          `json:"dev"`
-	MAC      fdb.MAC         `json:"mac"`
-	MTU      int             `json:"mtu"`
-	Local    netip.Addr      `json:"local"`
-	Port     uint16          `json:"port"`
-	Peers    int             `json:"peers"`
-	Learning bool            `json:"learning"`
-	Segments []SegmentStatus `json:"segments"`
+	Name     string     `json:"name"`
+	Version  string     `json:"version"`
+	Started  time.Time  `json:"started"`
+	Uptime   float64    `json:"uptime_seconds"`
+	VNI      fdb.VNI    `json:"vni"`
+	Dev      string     `json:"dev"`
+	MAC      fdb.MAC    `json:"mac"`
+	MTU      int        `json:"mtu"`
+	Local    netip.Addr `json:"local"`
+	Port     uint16     `json:"port"`
+	Peers    int        `json:"peers"`
+	Learning bool       `json:"learning"`
+	// Gossip is "encrypted", "insecure" (--insecure-gossip) or "off"
+	// (--gossip=false); Encrypted is Gossip == "encrypted".
+	Gossip    string          `json:"gossip"`
+	Encrypted bool            `json:"encrypted"`
+	Segments  []SegmentStatus `json:"segments"`
 	// MembersAlive of MembersTotal gossip members are alive (this node
 	// included; departed members stay listed for ten minutes).
 	MembersAlive int `json:"members_alive"`
@@ -84,7 +88,8 @@ type SegmentStatus struct {
 
 // Status returns the node's identity and settings.
 func (n *Node) Status() Status {
-	st := Status{Name: n.cfg.Name, Local: n.cfg.Local, Port: n.cfg.Port, Peers: len(n.cfg.Peers), Learning: n.cfg.Learning}
+	st := Status{Name: n.cfg.Name, Local: n.cfg.Local, Port: n.cfg.Port, Peers: len(n.cfg.Peers), Learning: n.cfg.Learning,
+		Gossip: n.cfg.GossipMode(), Encrypted: n.cfg.GossipMode() == "encrypted"}
 	for _, s := range n.segs {
 		st.Segments = append(st.Segments, SegmentStatus{VNI: s.cfg.VNI, Dev: s.devs[0].Name(), MAC: s.mac,
 			MTU: s.devs[0].MTU(), Addresses: slices.Clone(s.cfg.Addresses), Queues: len(s.devs), Offloads: s.offloads})
@@ -160,6 +165,8 @@ type Stats struct {
 	Gossip   gossip.Stats
 	Leases   *lease.Stats // nil outside routed mode
 	Node     Counters     // the node's own (quota.go)
+	// Encrypted: gossip is encrypted (see Status.Gossip).
+	Encrypted bool
 }
 
 // SegmentStats are one segment's data-path counters.
@@ -187,6 +194,7 @@ func (n *Node) Stats() Stats {
 		st.Total = st.Total.Add(ss.Stats)
 	}
 	st.Gossip = n.gossip.Stats()
+	st.Encrypted = n.cfg.GossipMode() == "encrypted"
 	st.Node = n.counters()
 	if n.leases != nil {
 		ls := n.leases.Stats()
