@@ -363,13 +363,14 @@ func TestProc(t *testing.T) {
 	if p.Pid() <= 0 || p.Exited() {
 		t.Fatalf("after Start: pid %d, exited %v", p.Pid(), p.Exited())
 	}
-	// The process runs in the host's namespace: ip netns pids lists it.
-	out, err := run(ctx, "ip", "netns", "pids", h.Netns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(" "+strings.Join(strings.Fields(out), " ")+" ", " "+strconv.Itoa(p.Pid())+" ") {
-		t.Errorf("pid %d not in ip netns pids %s: %q", p.Pid(), h.Netns, out)
+	// The process runs in the host's namespace: ip netns pids lists it
+	// (once `ip netns exec`, which becomes it, has entered the namespace).
+	var out string
+	if err := Eventually(ctx, 5*time.Second, func() bool {
+		out, err = run(ctx, "ip", "netns", "pids", h.Netns)
+		return err == nil && strings.Contains(" "+strings.Join(strings.Fields(out), " ")+" ", " "+strconv.Itoa(p.Pid())+" ")
+	}); err != nil {
+		t.Errorf("pid %d not in ip netns pids %s: %q (%v)", p.Pid(), h.Netns, out, err)
 	}
 	start := time.Now()
 	if err := p.Stop(); err != nil {

@@ -87,6 +87,8 @@ func TestBadFlagsExit2(t *testing.T) {
 		{"queues zero", []string{"--queues", "0"}, nil, "--queues"},
 		{"queues too many", []string{"--queues", "65"}, nil, "--queues"},
 		{"queues without offload", []string{"--queues", "2", "--offload=false"}, nil, "--queues"},
+		{"state-dir a file", []string{"--state-dir", "/dev/null"}, nil, "--state-dir"},
+		{"state-dir not creatable", []string{"--state-dir", "/proc/uvxlan-state"}, nil, "--state-dir"},
 		{"unknown flag", []string{"--bogus"}, nil, "bogus"},
 		{"stray argument", []string{"extra"}, nil, "no arguments"},
 	}

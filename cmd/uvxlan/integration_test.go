@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/uvxlan/uvxlan/cmd/uvxlan/node"
 	"github.com/uvxlan/uvxlan/encap"
 	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/testenv"
@@ -302,7 +303,8 @@ func TestMeshStaticPeers(t *testing.T) {
 }
 
 // TCP crosses the overlay both with the offloads (TSO split, UDP GSO/GRO,
-// TAP GRO, two queues) and without (one frame per syscall).
+// TAP GRO, two queues) and without (one frame per syscall, and no UDP GSO:
+// --offload=false turns off every offload, the sockets' too).
 func TestIperfTCPAcrossOverlay(t *testing.T) {
 	for _, mode := range [][]string{{"--queues", "2"}, {"--offload=false"}} {
 		t.Run(strings.Join(mode, " "), func(t *testing.T) {
@@ -310,6 +312,13 @@ func TestIperfTCPAcrossOverlay(t *testing.T) {
 			agents := startMesh(t, tb, mode...)
 			bps := iperfTCP(t, agents[0].host, agents[1].host, agents[1].overlay, 3, false)
 			t.Logf("iperf3 TCP h1 -> h2 over uvxlan %v: %.2f Gbit/s", mode, bps/1e9)
+			var st node.Status
+			if _, err := newControlClient(agents[0].control).getInto("status", &st); err != nil {
+				t.Fatal(err)
+			}
+			if want := mode[0] != "--offload=false"; st.UDPGSO != want {
+				t.Errorf("h1 after the transfer: udp_gso %v, want %v", st.UDPGSO, want)
+			}
 			if st := agents[1].stats(t); st.Get(encap.RxPackets) == 0 || drop(st, "tap_write_error") != 0 {
 				t.Errorf("h2: rx_packets %d, tap_write_error %d", st.Get(encap.RxPackets), drop(st, "tap_write_error"))
 			}

@@ -21,7 +21,7 @@ func printStatus(w io.Writer, st node.Status) error {
 	fmt.Fprintf(tw, "name\t%s\n", st.Name)
 	fmt.Fprintf(tw, "version\t%s\n", st.Version)
 	fmt.Fprintf(tw, "uptime\t%s (since %s)\n", (time.Duration(st.Uptime * float64(time.Second))).Round(time.Second), st.Started.UTC().Format(time.RFC3339))
-	fmt.Fprintf(tw, "underlay\t%s port %d, %d static peers, learning %t\n", st.Local, st.Port, st.Peers, st.Learning)
+	fmt.Fprintf(tw, "underlay\t%s port %d, %d static peers, learning %t, UDP GSO %t\n", st.Local, st.Port, st.Peers, st.Learning, st.UDPGSO)
 	fmt.Fprintf(tw, "gossip\t%s\n", gossipMode(st.Gossip))
 	fmt.Fprintf(tw, "members\t%d alive of %d\n", st.MembersAlive, st.MembersTotal)
 	fmt.Fprintf(tw, "fdb\t%s\n", byOrigin(st.FDB))

@@ -146,7 +146,7 @@ func (n *Node) adoptSockets(h *Handover) (rxs, srcs []*encap.UDPConn, err error)
 		at += s.Queues
 	}
 	adopt := func(f *os.File, gro bool) (*encap.UDPConn, error) {
-		c, err := encap.FileUDP(f, encap.UDPOptions{GRO: gro})
+		c, err := encap.FileUDP(f, encap.UDPOptions{GRO: gro, NoGSO: !n.cfg.Offload})
 		if err != nil {
 			return nil, err
 		}

@@ -197,7 +197,7 @@ func (n *Node) openSockets(queues int) ([]*encap.UDPConn, error) {
 	}
 	var rxs []*encap.UDPConn
 	for range queues {
-		rx, err := encap.ListenUDP(n.vtep, encap.UDPOptions{GRO: n.cfg.Offload, ReusePort: queues > 1})
+		rx, err := encap.ListenUDP(n.vtep, encap.UDPOptions{GRO: n.cfg.Offload, NoGSO: !n.cfg.Offload, ReusePort: queues > 1})
 		if err != nil {
 			return nil, listenError("port", fmt.Sprint(n.cfg.Port), err)
 		}
@@ -342,7 +342,7 @@ func (n *Node) openSources() ([]*encap.UDPConn, error) {
 	var out []*encap.UDPConn
 	var skipped []string
 	for p := int(cfg.SrcPortMin); p <= int(cfg.SrcPortMax); p++ {
-		c, err := encap.ListenUDP(netip.AddrPortFrom(cfg.Local, uint16(p)), encap.UDPOptions{})
+		c, err := encap.ListenUDP(netip.AddrPortFrom(cfg.Local, uint16(p)), encap.UDPOptions{NoGSO: !cfg.Offload})
 		if err != nil {
 			if errors.Is(err, unix.EADDRINUSE) {
 				skipped = append(skipped, fmt.Sprint(p))

@@ -34,9 +34,12 @@ type Status struct {
 	Learning bool       `json:"learning"`
 	// Gossip is "encrypted", "insecure" (--insecure-gossip) or "off"
 	// (--gossip=false); Encrypted is Gossip == "encrypted".
-	Gossip    string          `json:"gossip"`
-	Encrypted bool            `json:"encrypted"`
-	Segments  []SegmentStatus `json:"segments"`
+	Gossip    string `json:"gossip"`
+	Encrypted bool   `json:"encrypted"`
+	// UDPGSO: the sockets send with UDP GSO (with --offload, where the
+	// kernel has it; a socket whose GSO send failed turned it off).
+	UDPGSO   bool            `json:"udp_gso"`
+	Segments []SegmentStatus `json:"segments"`
 	// MembersAlive of MembersTotal gossip members are alive (this node
 	// included; departed members stay listed for ten minutes).
 	MembersAlive int `json:"members_alive"`
@@ -93,6 +96,13 @@ func (n *Node) Status() Status {
 	for _, s := range n.segs {
 		st.Segments = append(st.Segments, SegmentStatus{VNI: s.cfg.VNI, Dev: s.devs[0].Name(), MAC: s.mac,
 			MTU: s.devs[0].MTU(), Addresses: slices.Clone(s.cfg.Addresses), Queues: len(s.devs), Offloads: s.offloads})
+	}
+	senders := n.srcs
+	if len(senders) == 0 {
+		senders = n.rxs
+	}
+	for _, c := range senders {
+		st.UDPGSO = st.UDPGSO || c.GSO()
 	}
 	first := st.Segments[0]
 	st.VNI, st.Dev, st.MAC, st.MTU = first.VNI, first.Dev, first.MAC, first.MTU
