@@ -6,7 +6,6 @@ package main
 
 import (
 	"context"
-	"encoding/base64"
 	"fmt"
 	"net"
 	"net/netip"
@@ -28,8 +27,6 @@ import (
 	"github.com/uvxlan/uvxlan/testenv"
 )
 
-// testKey is the gossip key of the agents of these tests.
-var testKey = base64.StdEncoding.EncodeToString([]byte("uvxlan-filter-test-key-32-bytes!"))
 
 // A non-member host on the underlay (h3, a kernel VXLAN device pointed at
 // h1) sends ARP and ICMP in VXLAN to h1:4789. With --allow-vtep 0.0.0.0/0

@@ -47,7 +47,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	testKeyFile = filepath.Join(dir, "gossip.key")
-	if err := os.WriteFile(testKeyFile, []byte("dXZ4bGFuIHRlc3RzIGdvc3NpcCBrZXksIDMyIGJ5dGU=\n"), 0o600); err != nil {
+	if err := os.WriteFile(testKeyFile, []byte(testKey+"\n"), 0o600); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
@@ -56,8 +56,12 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// testKeyFile holds the gossip key every agent of the tests uses
-// (--gossip-key-file): gossip is encrypted, as it must be by default.
+// testKey is the gossip key every agent of the tests uses unless told
+// otherwise (--gossip-key, which binaries of every version take, so a test
+// can run against an older one); testKeyFile holds it too
+// (--gossip-key-file). Gossip is encrypted, as it must be by default.
+const testKey = "dXZ4bGFuIHRlc3RzIGdvc3NpcCBrZXksIDMyIGJ5dGU="
+
 var testKeyFile string
 
 // agent is one uvxlan process in a testbed host.
@@ -87,7 +91,7 @@ func startAgent(t *testing.T, h *testenv.Host, extra ...string) *agent {
 	if !slices.ContainsFunc(extra, func(s string) bool {
 		return s == "--insecure-gossip" || s == "--gossip=false" || strings.HasPrefix(s, "--gossip-key")
 	}) {
-		args = append(args, "--gossip-key-file", testKeyFile)
+		args = append(args, "--gossip-key", testKey)
 	}
 	a.args = args
 	var err error
