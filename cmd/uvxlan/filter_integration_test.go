@@ -27,7 +27,6 @@ import (
 	"github.com/uvxlan/uvxlan/testenv"
 )
 
-
 // A non-member host on the underlay (h3, a kernel VXLAN device pointed at
 // h1) sends ARP and ICMP in VXLAN to h1:4789. With --allow-vtep 0.0.0.0/0
 // (the kernel's behaviour, and uvxlan's before the filter) h1 answers and
