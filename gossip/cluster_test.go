@@ -460,6 +460,7 @@ func TestConfigErrors(t *testing.T) {
 		{"no FDB", func(c *Config) { c.FDB = nil }, "FDB"},
 		{"no neighbour table", func(c *Config) { c.Neigh = nil }, "Neigh"},
 		{"negative rejoin", func(c *Config) { c.RejoinInterval = -time.Second }, "RejoinInterval"},
+		{"negative stream bound", func(c *Config) { c.MaxStreamBytes = -1 }, "MaxStreamBytes"},
 	}
 	for _, tt := range tests {
 		cfg := testConfig(9, 0, nil)
