@@ -204,7 +204,7 @@ type Config struct {
 	// MaxStreamBytes bounds what the inbound streams open at a time may
 	// have sent, together (so each one too), and StreamTimeout how long
 	// one may last from its accept; a stream past either is cut
-	// (Stats.CutStreams). Defaults 8 MiB and 5s (DefaultMaxStreamBytes,
+	// (Stats.CutStreams). Defaults 6 MiB and 5s (DefaultMaxStreamBytes,
 	// DefaultStreamTimeout).
 	MaxStreamBytes int
 	StreamTimeout  time.Duration

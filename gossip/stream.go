@@ -29,13 +29,14 @@ package gossip
 // push/pulls, which carry state both ways, and keeps its membership over
 // UDP; what it loses meanwhile is serving others' joins and push/pulls.
 //
-// Why the bytes are bounded together, not per stream. memberlist buffers an
-// encrypted message in a bytes.Buffer that doubles as it grows: a message of
-// 8 MiB leaves a 16 MiB buffer and 8 MiB of garbage, and at the rate a host
-// sends on a LAN the garbage piles up between collections. Streams of
-// exactly 8 MiB, opened as fast as two hosts could, took an agent to
-// 135 MiB of RSS when each of four streams could send 8 MiB, and to 100 MiB
-// when they all together can (TestGossipStreams in cmd/uvxlan).
+// Why the bytes are bounded together, and not higher. memberlist buffers an
+// encrypted message in a bytes.Buffer that doubles as it grows (a message
+// of 8 MiB leaves a 16 MiB buffer and 8 MiB of garbage), and at the rate a
+// host sends on a LAN the garbage piles up between collections. Streams of
+// exactly the bound, opened as fast as two hosts could (TestGossipStreams
+// in cmd/uvxlan), took an agent to 135 MiB of RSS when each of four streams
+// could send 8 MiB; to 100 to 122 MiB when they all together could; to 91
+// to 98 MiB with 6 MiB together, where memberlist's buffer stops at 8 MiB.
 //
 // What legitimate gossip needs, in number. Each member push/pulls with one
 // random member every PushPullInterval (30 s, scaled up with the cluster:
@@ -58,9 +59,9 @@ package gossip
 // are 3.3 MiB with 16-byte names, 4.3 to 4.7 MiB with 32-byte names and
 // 10.8 MiB at the maximum; memberlist compresses push/pulls (LZW) before it
 // encrypts them, which made those 2.2, 2.6 to 3.0 and 3.8 MiB on states we
-// encoded with random MACs, addresses and metadata. So 8 MiB holds any of
-// them compressed, two at once but for the largest names, and uncompressed
-// all but the largest names.
+// encoded with random MACs, addresses and metadata. So 6 MiB holds any of
+// them compressed, one at a time (two at once up to 3 MiB each), and
+// uncompressed those with names up to 32 bytes.
 //
 // Without a key (--insecure-gossip), memberlist decodes plaintext headers
 // and allocates what they announce (a push/pull's node count and user state
@@ -90,7 +91,7 @@ import (
 const (
 	DefaultMaxStreams        = 4
 	DefaultMaxStreamsPerHost = 2
-	DefaultMaxStreamBytes    = 8 << 20
+	DefaultMaxStreamBytes    = 6 << 20
 	DefaultStreamTimeout     = 5 * time.Second
 )
 
