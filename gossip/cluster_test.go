@@ -479,6 +479,7 @@ func TestConfigErrors(t *testing.T) {
 		{"no FDB", func(c *Config) { c.FDB = nil }, "FDB"},
 		{"no neighbour table", func(c *Config) { c.Neigh = nil }, "Neigh"},
 		{"negative rejoin", func(c *Config) { c.RejoinInterval = -time.Second }, "RejoinInterval"},
+		{"negative stream bound", func(c *Config) { c.MaxStreamBytes = -1 }, "MaxStreamBytes"},
 	}
 	for _, tt := range tests {
 		cfg := testConfig(9, 0, nil)
@@ -657,7 +658,7 @@ func TestOwnRecordAuthority(t *testing.T) {
 func TestLogWriter(t *testing.T) {
 	var got []string
 	h := &recordHandler{fn: func(level, msg string) { got = append(got, level+" "+msg) }}
-	w := logWriter{slog.New(h)}
+	w := &logWriter{log: slog.New(h)}
 	for _, line := range []string{
 		"[DEBUG] memberlist: Stream connection from=127.0.0.1:1\n",
 		"[WARN] memberlist: Refuting a suspect message\n",
@@ -670,6 +671,23 @@ func TestLogWriter(t *testing.T) {
 	want := []string{"DEBUG Stream connection from=127.0.0.1:1", "WARN Refuting a suspect message", "ERROR Failed to send", "INFO Marking n1 as failed", "INFO no tag"}
 	if !slices.Equal(got, want) {
 		t.Errorf("got %q\nwant %q", got, want)
+	}
+
+	// A flood of lines (a stranger's refused streams): the burst passes,
+	// the rest is dropped, and the next line that passes says how many.
+	got = nil
+	for range 1000 {
+		fmt.Fprint(w, "[ERR] memberlist: failed to receive\n")
+	}
+	if len(got) > logBurst+2 {
+		t.Errorf("%d of 1000 lines logged at once, want about %d", len(got), logBurst)
+	}
+	w.last = w.last.Add(-time.Second) // a second later
+	var attrs []string
+	h.attrs = func(a slog.Attr) { attrs = append(attrs, a.String()) }
+	fmt.Fprint(w, "[ERR] memberlist: failed to receive\n")
+	if !slices.ContainsFunc(attrs, func(a string) bool { return strings.HasPrefix(a, "suppressed_before=") }) {
+		t.Errorf("the line after the flood has attributes %q, want suppressed_before", attrs)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/memberlist"
 )
@@ -218,8 +219,23 @@ func (b *broadcast) Message() []byte { return b.msg }
 func (b *broadcast) Finished()       {}
 
 // logWriter turns memberlist's log lines ("[WARN] memberlist: ...") into
-// slog records at the matching level.
-type logWriter struct{ log *slog.Logger }
+// slog records at the matching level. memberlist logs a line for every
+// stream or packet it refuses, which a stranger can send by the thousand
+// (streams cut by the bounds in stream.go, packets that do not decrypt):
+// at most logBurst lines pass at once and logRate a second after that; the
+// next line that passes says how many were dropped. Its zero limiter state
+// is ready to use; log.Logger serializes the calls of Write.
+type logWriter struct {
+	log        *slog.Logger
+	tokens     float64
+	last       time.Time
+	suppressed int
+}
+
+const (
+	logRate  = 10 // lines a second
+	logBurst = 20
+)
 
 var logLevels = []struct {
 	tag   string
@@ -232,7 +248,7 @@ var logLevels = []struct {
 	{"[ERROR] ", slog.LevelError},
 }
 
-func (w logWriter) Write(p []byte) (int, error) {
+func (w *logWriter) Write(p []byte) (int, error) {
 	line := strings.TrimRight(string(p), "\r\n")
 	level := slog.LevelInfo
 	for _, l := range logLevels {
@@ -242,8 +258,26 @@ func (w logWriter) Write(p []byte) (int, error) {
 		}
 	}
 	ctx := context.Background()
-	if w.log.Enabled(ctx, level) {
-		w.log.Log(ctx, level, strings.TrimPrefix(line, "memberlist: "), "from", "memberlist")
+	if !w.log.Enabled(ctx, level) {
+		return len(p), nil
 	}
+	now := time.Now()
+	if w.last.IsZero() {
+		w.tokens = logBurst
+	} else {
+		w.tokens = min(logBurst, w.tokens+now.Sub(w.last).Seconds()*logRate)
+	}
+	w.last = now
+	if w.tokens < 1 {
+		w.suppressed++
+		return len(p), nil
+	}
+	w.tokens--
+	args := []any{"from", "memberlist"}
+	if w.suppressed > 0 {
+		args = append(args, "suppressed_before", w.suppressed)
+		w.suppressed = 0
+	}
+	w.log.Log(ctx, level, strings.TrimPrefix(line, "memberlist: "), args...)
 	return len(p), nil
 }

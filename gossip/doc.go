@@ -8,5 +8,6 @@
 //
 // A Node is created with New and driven by Run; its methods are safe for
 // concurrent use. The rules (who may announce what, versions, moves,
-// tombstones) are explained at the top of node.go.
+// tombstones) are explained at the top of node.go; the bounds on inbound
+// gossip TCP streams (number, bytes, time) at the top of stream.go.
 package gossip

@@ -275,11 +275,17 @@ func ownRecord(t testing.TB, n *Node, k key) []byte {
 }
 
 // recordHandler passes every log record's level and message to fn.
-type recordHandler struct{ fn func(level, msg string) }
+type recordHandler struct {
+	fn    func(level, msg string)
+	attrs func(slog.Attr) // when set, called with each record's attributes
+}
 
 func (h *recordHandler) Enabled(context.Context, slog.Level) bool { return true }
 func (h *recordHandler) Handle(_ context.Context, r slog.Record) error {
 	h.fn(r.Level.String(), r.Message)
+	if h.attrs != nil {
+		r.Attrs(func(a slog.Attr) bool { h.attrs(a); return true })
+	}
 	return nil
 }
 func (h *recordHandler) WithAttrs([]slog.Attr) slog.Handler { return h }

@@ -205,6 +205,19 @@ type Config struct {
 	// member's that this node accepts (see quota.go); a member's own TAP
 	// MAC does not count. Default 4096 (DefaultMaxEndpoints).
 	MaxEndpoints int
+	// MaxStreams bounds the inbound gossip TCP streams (push/pulls, joins,
+	// TCP pings) served at once, and MaxStreamsPerHost those from one
+	// address; others are closed at once (Stats.RefusedStreams). Defaults
+	// 4 and 2 (DefaultMaxStreams, DefaultMaxStreamsPerHost);
+	// MaxStreamsPerHost is at most MaxStreams. See stream.go.
+	MaxStreams, MaxStreamsPerHost int
+	// MaxStreamBytes bounds what the inbound streams open at a time may
+	// have sent, together (so each one too), and StreamTimeout how long
+	// one may last from its accept; a stream past either is cut
+	// (Stats.CutStreams). Defaults 6 MiB and 5s (DefaultMaxStreamBytes,
+	// DefaultStreamTimeout).
+	MaxStreamBytes int
+	StreamTimeout  time.Duration
 	// Extensions are other replicated state riding this node's gossip,
 	// such as subnet leases (package gossip/lease); see extension.go. Their
 	// types must differ. Each serves this node only.
@@ -227,6 +240,9 @@ type Node struct {
 	ml    *memberlist.Memberlist
 	queue *memberlist.TransmitLimitedQueue
 	stats counters
+	// streams is memberlist's transport: it bounds the inbound streams
+	// (stream.go).
+	streams *streamTransport
 
 	// tombstoneTTL is how long tombstones and departed members' records
 	// are kept (defaultTombstoneTTL; tests shorten it).
@@ -358,6 +374,14 @@ type Stats struct {
 	// UnknownExtension counts broadcasts and push/pull sections of
 	// extensions this node does not run: skipped.
 	UnknownExtension uint64 `json:"unknown_extension"`
+	// RefusedStreams counts inbound gossip TCP streams closed unread
+	// because Config.MaxStreams (or MaxStreamsPerHost from their address)
+	// were open; see stream.go.
+	RefusedStreams uint64 `json:"refused_streams"`
+	// CutStreams counts inbound streams cut for sending more than
+	// Config.MaxStreamBytes (together with the others open) or lasting
+	// longer than Config.StreamTimeout.
+	CutStreams uint64 `json:"cut_streams"`
 	// Pending is the number of records now held for owners that are not
 	// alive members.
 	Pending uint64 `json:"pending" metric:"gauge"`
@@ -370,6 +394,7 @@ type counters struct {
 	received, applied, stale, duplicate, foreignVTEP, unknownOwner, decodeErrors,
 	withdrawn, outranked, tableErrors, reannounced, refused, unknownExtension, quota atomic.Uint64
 	rejectedPinned, refusedPinned atomic.Uint64 // see pinned.go
+	refusedStreams, cutStreams    atomic.Uint64 // see stream.go
 }
 
 // New checks cfg, binds the gossip sockets (memberlist starts) and
@@ -404,7 +429,7 @@ func New(cfg Config) (*Node, error) {
 	mc.AdvertisePort = cfg.BindPort
 	d := &delegate{n}
 	mc.Delegate, mc.Events, mc.Alive, mc.Merge, mc.Conflict = d, d, d, d, d
-	mc.Logger = log.New(logWriter{n.log}, "", 0)
+	mc.Logger = log.New(&logWriter{log: n.log}, "", 0)
 	if len(cfg.SecretKeys) > 0 {
 		kr, err := memberlist.NewKeyring(cfg.SecretKeys, cfg.SecretKeys[0])
 		if err != nil {
@@ -414,6 +439,16 @@ func New(cfg Config) (*Node, error) {
 	}
 	if cfg.Tune != nil {
 		cfg.Tune(mc)
+	}
+	shutTransport := func() {}
+	if !cfg.Offline { // offline, nothing listens
+		tr, err := boundedTransport(mc, streamLimits{max: cfg.MaxStreams, perHost: cfg.MaxStreamsPerHost,
+			bytes: int64(cfg.MaxStreamBytes), timeout: cfg.StreamTimeout}, n.log, &n.stats)
+		if err != nil {
+			return nil, fmt.Errorf("gossip: listen on %s: %w", net.JoinHostPort(mc.BindAddr, strconv.Itoa(mc.BindPort)), err)
+		}
+		mc.Transport, n.streams = tr, tr
+		shutTransport = func() { tr.Shutdown() }
 	}
 	n.settleDelay = 20 * mc.GossipInterval
 	n.queue = &memberlist.TransmitLimitedQueue{
@@ -428,10 +463,12 @@ func New(cfg Config) (*Node, error) {
 	// state of a previous run before a peer's push/pull finds none (and
 	// answers it with a tombstone, authority).
 	if err := n.startExtensions(); err != nil {
+		shutTransport()
 		return nil, fmt.Errorf("gossip: %w", err)
 	}
 	n.meta = n.self.encode()
 	if len(n.meta) > memberlist.MetaMaxSize {
+		shutTransport()
 		return nil, fmt.Errorf("gossip: %w: %d bytes (%d VNIs, %d pinned MACs, %d pinned addresses), more than %d",
 			ErrMetaTooLarge, len(n.meta), len(n.self.vnis), len(n.self.macs), len(n.self.addrs), memberlist.MetaMaxSize)
 	}
@@ -441,6 +478,7 @@ func New(cfg Config) (*Node, error) {
 	} else {
 		ml, err := memberlist.Create(mc)
 		if err != nil {
+			shutTransport() // memberlist shuts it down only on some of its errors
 			return nil, fmt.Errorf("gossip: listen on %s: %w", net.JoinHostPort(mc.BindAddr, strconv.Itoa(mc.BindPort)), err)
 		}
 		n.ml = ml
@@ -561,6 +599,23 @@ func (c *Config) check() error {
 	}
 	if c.MaxEndpoints < 1 || c.MaxEndpoints > maxRecords {
 		return fmt.Errorf("config MaxEndpoints %d: want 1 to %d", c.MaxEndpoints, maxRecords)
+	}
+	if c.MaxStreams == 0 {
+		c.MaxStreams = DefaultMaxStreams
+	}
+	if c.MaxStreamsPerHost == 0 {
+		c.MaxStreamsPerHost = DefaultMaxStreamsPerHost
+	}
+	c.MaxStreamsPerHost = min(c.MaxStreamsPerHost, c.MaxStreams)
+	if c.MaxStreamBytes == 0 {
+		c.MaxStreamBytes = DefaultMaxStreamBytes
+	}
+	if c.StreamTimeout == 0 {
+		c.StreamTimeout = DefaultStreamTimeout
+	}
+	if c.MaxStreams < 0 || c.MaxStreamsPerHost < 0 || c.MaxStreamBytes < 0 || c.StreamTimeout < 0 {
+		return fmt.Errorf("config MaxStreams %d, MaxStreamsPerHost %d, MaxStreamBytes %d, StreamTimeout %v: want none negative",
+			c.MaxStreams, c.MaxStreamsPerHost, c.MaxStreamBytes, c.StreamTimeout)
 	}
 	if c.RejoinInterval < 0 {
 		return fmt.Errorf("config RejoinInterval %v is negative", c.RejoinInterval)
@@ -931,6 +986,8 @@ func (n *Node) Stats() Stats {
 		RefusedNodes:         n.stats.refused.Load(),
 		UnknownExtension:     n.stats.unknownExtension.Load(),
 		RejectedQuota:        n.stats.quota.Load(),
+		RefusedStreams:       n.stats.refusedStreams.Load(),
+		CutStreams:           n.stats.cutStreams.Load(),
 	}
 	n.mu.Lock()
 	s.Pending, s.Records = uint64(len(n.pending)), uint64(n.store.n)

@@ -60,7 +60,7 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 var (
 	descCounters [encap.NumCounters]*prometheus.Desc
 	descDrops    = desc("drops_total", "Dropped packets by reason and segment (vni=\"\": no segment's).", "reason", "vni")
-	descGossip   = desc("gossip_events_total", "Gossip record updates by outcome.", "event")
+	descGossip   = desc("gossip_events_total", "Gossip record updates by outcome, and inbound gossip streams refused or cut (refused_streams, cut_streams).", "event")
 	descRecords  = desc("gossip_records", "Gossip records held by state: records (all), pending (owners not yet members), leases.", "state")
 	descFDB      = desc("fdb_entries", "FDB entries by origin.", "origin")
 	descNeigh    = desc("neigh_entries", "Neighbour bindings by origin.", "origin")

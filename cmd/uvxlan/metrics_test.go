@@ -29,7 +29,7 @@ func TestMetricsFromDeclarations(t *testing.T) {
 	snap := metricsSnapshot{
 		stats: node.Stats{Total: total, Segments: []node.SegmentStats{
 			{VNI: 42, Dev: "uvx42", Stats: seg42}, {VNI: 43, Dev: "uvx43", Stats: seg43}},
-			Gossip: gossip.Stats{Received: 5, Records: 9}},
+			Gossip: gossip.Stats{Received: 5, Records: 9, RefusedStreams: 3, CutStreams: 2}},
 		fdb: map[string]int{"local": 2}, neigh: map[string]int{}, members: map[string]int{"alive": 1},
 	}
 	reg := prometheus.NewRegistry()
@@ -92,6 +92,11 @@ func TestMetricsFromDeclarations(t *testing.T) {
 	}
 	if v, _ := value(byName["uvxlan_gossip_events_total"], map[string]string{"event": "received"}); v != 5 {
 		t.Errorf("gossip received = %v, want 5", v)
+	}
+	for event, want := range map[string]float64{"refused_streams": 3, "cut_streams": 2} {
+		if v, ok := value(byName["uvxlan_gossip_events_total"], map[string]string{"event": event}); !ok || v != want {
+			t.Errorf("gossip_events_total{event=%s} = %v (%v), want %v", event, v, ok, want)
+		}
 	}
 	for name := range byName {
 		if strings.HasPrefix(name, "uvxlan_gossip_events") {
