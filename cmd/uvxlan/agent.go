@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
+	"os/signal"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/uvxlan/uvxlan/cmd/uvxlan/node"
 	"github.com/uvxlan/uvxlan/cmd/uvxlan/routed"
@@ -107,6 +110,24 @@ func runAgent(ctx context.Context, cfg runConfig) error {
 	if metrics != nil {
 		spawn(serve(metrics.Serve))
 	}
+	// The service manager learns the new main process before the old one
+	// exits on "ready".
+	notifyReady(cfg.Logger)
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				if !handingOver.Load() {
+					startSuccessor(cfg.Logger)
+				}
+			}
+		}
+	}()
 	if successor != nil {
 		cfg.Logger.Info("took over from the running agent", "control", cfg.Control)
 		if _, err := successor.Write([]byte("ready\n")); err != nil {
@@ -120,6 +141,9 @@ func runAgent(ctx context.Context, cfg runConfig) error {
 		metrics.Close()
 	}
 	wg.Wait()
+	if !handingOver.Load() {
+		_ = sdNotify("STOPPING=1")
+	}
 	if handingOver.Load() {
 		mu.Lock()
 		defer mu.Unlock()

@@ -150,6 +150,12 @@ addresses, routes and bridge membership, and the next start attaches to them.
 On SIGINT or SIGTERM the agent stops and removes them, unless --keep-tap. A TAP
 that uvxlan did not create is attached to and never removed.
 
+Upgrades lose no packet: on SIGHUP (systemctl reload, with deploy/uvxlan.service)
+the agent starts the binary at the path it was started from, with the same flags
+and --takeover; that process takes the TAP queues, sockets, tables and gossip
+identity over the control socket, and the old one exits 0. Or by hand:
+   host A# uvxlan run <the same flags> --takeover
+
 Gossip (--join) is encrypted: every node needs the same key.
    host A# uvxlan keygen > /etc/uvxlan/gossip.key     # copy it to every node
    host A# uvxlan run --local 198.18.0.1 --address 10.42.0.1/24 --gossip-key-file /etc/uvxlan/gossip.key

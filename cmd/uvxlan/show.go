@@ -18,7 +18,7 @@ import (
 // printStatus is `uvxlan status`: one screen for humans.
 func printStatus(w io.Writer, st node.Status) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "name\t%s\n", st.Name)
+	fmt.Fprintf(tw, "name\t%s (pid %d)\n", st.Name, st.PID)
 	fmt.Fprintf(tw, "version\t%s\n", st.Version)
 	fmt.Fprintf(tw, "uptime\t%s (since %s)\n", (time.Duration(st.Uptime * float64(time.Second))).Round(time.Second), st.Started.UTC().Format(time.RFC3339))
 	fmt.Fprintf(tw, "underlay\t%s port %d, %d static peers, learning %t, UDP GSO %t\n", st.Local, st.Port, st.Peers, st.Learning, st.UDPGSO)

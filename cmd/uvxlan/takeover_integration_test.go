@@ -4,15 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/uvxlan/uvxlan/cmd/uvxlan/node"
 	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/testenv"
 )
@@ -183,4 +187,91 @@ func exitCode(err error) int {
 		return ee.ExitCode()
 	}
 	return -1
+}
+
+// SIGHUP (systemctl reload) upgrades in place: the agent starts its own
+// binary with its flags and --takeover, the successor takes over and tells
+// the service manager it is the main process, and the old agent exits 0.
+// The service manager is a unixgram socket of the test ($NOTIFY_SOCKET); a
+// 10 ms ping from h2 crosses the reload, and h2 never loses h1's entries.
+func TestReloadBySIGHUP(t *testing.T) {
+	sockPath := filepath.Join(t.TempDir(), "notify.sock")
+	notify, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sockPath, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer notify.Close()
+	t.Setenv("NOTIFY_SOCKET", sockPath) // the agents inherit it
+	// next returns the next notification, or fails the test after 20 s.
+	next := func() string {
+		t.Helper()
+		notify.SetReadDeadline(time.Now().Add(20 * time.Second))
+		b := make([]byte, 512)
+		n, err := notify.Read(b)
+		if err != nil {
+			t.Fatalf("no notification: %v", err)
+		}
+		return string(b[:n])
+	}
+
+	tb := testenv.NewForTest(t, testenv.Config{Hosts: 2})
+	h1, h2 := tb.Host(1), tb.Host(2)
+	a1 := startAgent(t, h1)
+	if got, want := next(), fmt.Sprintf("MAINPID=%d\nREADY=1", a1.proc.Pid()); !strings.HasPrefix(got, want) {
+		t.Fatalf("h1's agent notified %q, want %q first", got, want)
+	}
+	a2 := startAgent(t, h2, "--join", h1.Underlay.String())
+	next() // h2's READY
+	if err := waitForMembers(context.Background(), a2.control, 2, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	eventuallyT(t, 10*time.Second, "h2 pings h1", func() bool {
+		_, err := h2.Ping(context.Background(), a1.overlay, 1)
+		return err == nil
+	})
+	var (
+		gap     time.Duration
+		replies int
+		pingErr error
+		done    = make(chan struct{})
+	)
+	go func() { defer close(done); gap, replies, pingErr = pingGaps(h2, a1.overlay.String(), 400) }()
+	time.Sleep(time.Second)
+	if err := syscall.Kill(a1.proc.Pid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	note := next()
+	var succPID int
+	if _, err := fmt.Sscanf(note, "MAINPID=%d\nREADY=1", &succPID); err != nil || succPID == a1.proc.Pid() {
+		t.Fatalf("after SIGHUP the service manager was told %q, want a new MAINPID and READY=1", note)
+	}
+	t.Cleanup(func() { syscall.Kill(succPID, syscall.SIGTERM) })
+	select {
+	case <-a1.proc.Done():
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the old agent did not exit after SIGHUP:\n%s", a1.proc.Log())
+	}
+	if err := a1.proc.Wait(); err != nil {
+		t.Errorf("the old agent: %v\n%s", err, a1.proc.Log())
+	}
+	<-done
+	t.Logf("SIGHUP: successor pid %d; ping h2 → h1: %d of 400 replies, longest gap %v", succPID, replies, gap)
+	if pingErr != nil {
+		t.Error(pingErr)
+	}
+	var st node.Status
+	if _, err := newControlClient(a1.control).getInto("status", &st); err != nil || st.PID != succPID {
+		t.Errorf("status after the reload: pid %d (%v), want the successor's %d", st.PID, err, succPID)
+	}
+	if rows := a2.members(t); len(rows) != 2 || rows[0].State != "alive" || rows[1].State != "alive" {
+		t.Errorf("h2's members after the reload: %+v", rows)
+	}
+	if _, err := h2.Ping(context.Background(), a1.overlay, 3); err != nil {
+		t.Errorf("h2 → h1 after the reload: %v", err)
+	}
+	for _, want := range []string{"SIGHUP: started the successor", "handed over to the successor"} {
+		if !strings.Contains(a1.proc.Log(), want) {
+			t.Errorf("the old agent's log lacks %q:\n%s", want, a1.proc.Log())
+		}
+	}
 }

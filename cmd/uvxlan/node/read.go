@@ -6,6 +6,7 @@ package node
 import (
 	"fmt"
 	"net/netip"
+	"os"
 	"runtime/debug"
 	"slices"
 	"time"
@@ -21,6 +22,7 @@ import (
 // those of the first segment (the only one, usually).
 type Status struct {
 	Name     string     `json:"name"`
+	PID      int        `json:"pid"` // the agent's process
 	Version  string     `json:"version"`
 	Started  time.Time  `json:"started"`
 	Uptime   float64    `json:"uptime_seconds"`
@@ -106,7 +108,7 @@ func (n *Node) Status() Status {
 	}
 	first := st.Segments[0]
 	st.VNI, st.Dev, st.MAC, st.MTU = first.VNI, first.Dev, first.MAC, first.MTU
-	st.Version, st.Started = version(), n.started
+	st.Version, st.Started, st.PID = version(), n.started, os.Getpid()
 	st.Uptime = time.Since(n.started).Round(time.Millisecond).Seconds()
 	for _, m := range n.Members() {
 		st.MembersTotal++
