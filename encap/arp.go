@@ -58,6 +58,18 @@ func parseARP(frame []byte) (arpPacket, bool) {
 	}, true
 }
 
+// announcement reports whether a is an announcement rather than a question:
+// a gratuitous ARP (sender address = target address, the address's owner
+// telling the segment where it is, as a moved or new endpoint does) or an
+// ARP probe (sender address 0.0.0.0, RFC 5227 duplicate address
+// detection). Suppression never answers them: answering a GARP with the
+// table's binding tells a new endpoint its address is taken (by the MAC it
+// replaces), and the remote kernels, which it did not reach, keep stale
+// caches.
+func (a arpPacket) announcement() bool {
+	return a.senderIP == a.targetIP || a.senderIP.IsUnspecified()
+}
+
 // putARPReply writes into b (at least arpFrameLen bytes) the reply to req
 // saying that req.targetIP is at mac, and returns the frame's length.
 func putARPReply(b []byte, req arpPacket, mac fdb.MAC) int {

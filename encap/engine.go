@@ -11,6 +11,8 @@ package encap
 //     Snoop channel (without blocking) so the node can announce them;
 //  4. ARP suppression: an ARP request for an address in the neighbour table
 //     is answered with a reply written back into the TAP, and not sent;
+//     announcements (gratuitous ARP, ARP probes) are never answered: they
+//     are flooded, so that remote kernels update their caches;
 //  5. write the VXLAN header in place in front of each frame;
 //  6. look up (VNI, destination MAC) in the FDB: a known unicast MAC goes to
 //     its VTEP; broadcast, multicast and unknown unicast take a token from
@@ -332,7 +334,7 @@ func (e *Engine) route(pkt []byte, tb *txBatch) {
 		e.snoop(src, arp, isARP)
 		tb.seen, tb.seenOK = src, true
 	}
-	if isARP && arp.op == arpRequest && e.cfg.Neigh != nil {
+	if isARP && arp.op == arpRequest && e.cfg.Neigh != nil && !arp.announcement() {
 		if mac, ok := e.cfg.Neigh.Lookup(e.cfg.VNI, arp.targetIP); ok && len(tb.replies) < len(tb.replyBufs) {
 			b := tb.replyBufs[len(tb.replies)]
 			tb.replies = append(tb.replies, b[:putARPReply(b, arp, mac)])

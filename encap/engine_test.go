@@ -292,6 +292,25 @@ func TestEngineARPSuppression(t *testing.T) {
 	if st := a.eng.Stats(); st.Counters[ARPSuppressed] != 1 || st.Counters[ARPFlooded] != 1 || st.Counters[TxPackets] != 1 {
 		t.Errorf("stats %+v: want 1 suppressed, 1 flooded, 1 datagram sent", st)
 	}
+
+	// Announcements for the known address are flooded, never answered:
+	// a gratuitous ARP request of a new endpoint (sender = target) and
+	// an ARP probe (sender 0.0.0.0).
+	macNew := fdb.MAC{0x02, 0, 0, 0, 0, 0x77}
+	a.dev.inject(gopacketARP(t, 1, macNew, known, fdb.MAC{}, known))
+	a.dev.inject(gopacketARP(t, 1, macNew, netip.IPv4Unspecified(), fdb.MAC{}, known))
+	eventually(t, "GARP and probe flooded to B", func() bool { return len(b.dev.written()) == 3 })
+	for _, f := range b.dev.written()[1:] {
+		if p, ok := parseARP(f); !ok || p.senderMAC != macNew || p.targetIP != known {
+			t.Errorf("B got %+v, want the announcement of %s by %s", p, known, macNew)
+		}
+	}
+	if n := len(a.dev.written()); n != 1 {
+		t.Errorf("%d frames written into A's TAP, want only the first reply: announcements are not answered", n)
+	}
+	if st := a.eng.Stats(); st.Counters[ARPSuppressed] != 1 {
+		t.Errorf("arp_suppressed %d, want 1", st.Counters[ARPSuppressed])
+	}
 }
 
 // Source MACs and ARP bindings seen behind the TAP are reported once they

@@ -66,6 +66,13 @@ func endpointBehind(t *testing.T, tb *testenv.Testbed, h *testenv.Host, addr net
 // sendGARP sends, from interface dev of namespace ns, one gratuitous ARP
 // reply to broadcast: "ip is-at mac".
 func sendGARP(ns, dev string, ip netip.Addr, mac fdb.MAC) error {
+	return sendGratuitous(ns, dev, 2, ip, mac)
+}
+
+// sendGratuitous sends, from interface dev of namespace ns, one gratuitous
+// ARP packet to broadcast, a request (op 1, as arping -U and most kernels
+// send them) or a reply (op 2), sender and target ip, sender MAC mac.
+func sendGratuitous(ns, dev string, op byte, ip netip.Addr, mac fdb.MAC) error {
 	return testenv.InNetns(ns, func() error {
 		ifi, err := net.InterfaceByName(dev)
 		if err != nil {
@@ -81,7 +88,7 @@ func sendGARP(ns, dev string, ip netip.Addr, mac fdb.MAC) error {
 		f = append(f, bcast[:]...)
 		f = append(f, mac[:]...)
 		f = binary.BigEndian.AppendUint16(f, unix.ETH_P_ARP)
-		f = append(f, 0, 1, 8, 0, 6, 4, 0, 2) // Ethernet, IPv4, reply
+		f = append(f, 0, 1, 8, 0, 6, 4, 0, op) // Ethernet, IPv4, request or reply
 		ip4 := ip.As4()
 		f = append(f, mac[:]...)
 		f = append(f, ip4[:]...)
