@@ -70,6 +70,26 @@ func (a arpPacket) announcement() bool {
 	return a.senderIP == a.targetIP || a.senderIP.IsUnspecified()
 }
 
+// putARPProbe writes into b (at least arpFrameLen bytes) an ARP probe
+// (RFC 5227: sender address 0.0.0.0, so the asked host records nothing of
+// the asker) from MAC src to the endpoint at dst, asking for ip, and
+// returns the frame's length. A host holding ip answers to src.
+func putARPProbe(b []byte, dst, src fdb.MAC, ip netip.Addr) int {
+	copy(b[0:6], dst[:])
+	copy(b[6:12], src[:])
+	binary.BigEndian.PutUint16(b[12:14], etherTypeARP)
+	a := b[ethHeaderLen:]
+	binary.BigEndian.PutUint16(a[0:2], 1)
+	binary.BigEndian.PutUint16(a[2:4], 0x0800)
+	a[4], a[5] = 6, 4
+	binary.BigEndian.PutUint16(a[6:8], arpRequest)
+	copy(a[8:14], src[:])
+	clear(a[14:24]) // sender address 0.0.0.0, target MAC unknown
+	t := ip.As4()
+	copy(a[24:28], t[:])
+	return arpFrameLen
+}
+
 // putARPReply writes into b (at least arpFrameLen bytes) the reply to req
 // saying that req.targetIP is at mac, and returns the frame's length.
 func putARPReply(b []byte, req arpPacket, mac fdb.MAC) int {

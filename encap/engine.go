@@ -99,7 +99,12 @@ type EngineConfig struct {
 	// (DropPinnedAddr) and reported on Snoop with Pinned set, not
 	// snooped nor flooded.
 	Pinned *Pinned
-	Logger *slog.Logger
+	// ProbeMAC, when not zero, is the source of the liveness probes the
+	// node sends into the TAP (Probe): frames from the TAP to it are
+	// answers, consumed here (an ARP reply is reported on Snoop with
+	// Answer set) and never sent.
+	ProbeMAC fdb.MAC
+	Logger   *slog.Logger
 }
 
 // Sighting is an endpoint seen behind this node's TAP: a MAC, and with IP
@@ -110,6 +115,9 @@ type Sighting struct {
 	MAC    fdb.MAC
 	IP     netip.Addr
 	Pinned bool
+	// Answer: an ARP reply to a liveness probe (EngineConfig.ProbeMAC),
+	// from MAC saying it holds IP.
+	Answer bool
 }
 
 // Engine forwards frames between one TAP and the underlay for one VNI.
@@ -334,6 +342,13 @@ func (e *Engine) route(pkt []byte, tb *txBatch) {
 		e.snoop(src, arp, isARP)
 		tb.seen, tb.seenOK = src, true
 	}
+	if dst == e.cfg.ProbeMAC && !dst.IsZero() {
+		if isARP && arp.op == arpReply && e.cfg.Snoop != nil {
+			e.c.add(ProbeAnswers, 1)
+			e.report(Sighting{MAC: arp.senderMAC, IP: arp.senderIP, Answer: true})
+		}
+		return
+	}
 	if isARP && arp.op == arpRequest && e.cfg.Neigh != nil && !arp.announcement() {
 		if mac, ok := e.cfg.Neigh.Lookup(e.cfg.VNI, arp.targetIP); ok && len(tb.replies) < len(tb.replyBufs) {
 			b := tb.replyBufs[len(tb.replies)]
@@ -387,6 +402,23 @@ func (e *Engine) route(pkt []byte, tb *txBatch) {
 	if isARP && arp.op == arpRequest && e.cfg.Neigh != nil && dst.IsMulticast() {
 		e.c.add(ARPFlooded, 1)
 	}
+}
+
+// Probe writes a liveness probe into the TAP: an ARP probe from
+// EngineConfig.ProbeMAC to the endpoint at mac, asking for ip (IPv4). Its
+// answer comes back as a Sighting with Answer set. It may be called from
+// any goroutine; it allocates (it is not on the data path).
+func (e *Engine) Probe(mac fdb.MAC, ip netip.Addr) error {
+	if e.cfg.ProbeMAC.IsZero() || !ip.Is4() {
+		return fmt.Errorf("encap: cannot probe %s at %s", ip, mac)
+	}
+	b := make([]byte, arpFrameLen)
+	b = b[:putARPProbe(b, mac, e.cfg.ProbeMAC, ip)]
+	if _, err := e.writeTAP([][]byte{b}, 0); err != nil {
+		return err
+	}
+	e.c.add(ProbesSent, 1)
+	return nil
 }
 
 // snoop reports src, and the sender binding of an ARP packet, when they are

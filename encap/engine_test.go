@@ -532,3 +532,68 @@ func TestStatsTables(t *testing.T) {
 		t.Errorf("JSON round trip: got %+v, want %+v", back, s)
 	}
 }
+
+// Probe writes an ARP probe (sender 0.0.0.0) from the probe MAC to the
+// endpoint into the TAP; the endpoint's reply, addressed to the probe MAC,
+// is reported as an answer and never reaches the underlay.
+func TestEngineProbe(t *testing.T) {
+	var n fakeNet
+	probeMAC := fdb.MAC{0x02, 0, 0, 0, 0, 0xfe}
+	snoop := make(chan Sighting, 8)
+	a := &testNode{dev: newFakeDev(macA), conn: n.listen(vtepA), table: fdb.New(fdb.Config{})}
+	a.table.SetFlood(testVNI, []netip.AddrPort{vtepB})
+	var err error
+	a.eng, err = NewEngine(EngineConfig{VNI: testVNI, MAC: macA, Local: vtepA.Addr(), Port: 4789, Snoop: snoop, ProbeMAC: probeMAC},
+		a.dev, a.conn, []Transport{a.conn}, a.table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := startNode(t, &n, macB, vtepB, nil, true)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.eng.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	ep, epIP := fdb.MAC{0x02, 0, 0, 0, 0, 0x42}, netip.MustParseAddr("10.42.0.42")
+	if err := a.eng.Probe(ep, epIP); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.eng.Probe(ep, netip.MustParseAddr("fd00::1")); err == nil {
+		t.Error("an IPv6 probe: no error")
+	}
+	eventually(t, "the probe in the TAP", func() bool { return len(a.dev.written()) == 1 })
+	f := a.dev.written()[0]
+	p, ok := parseARP(f)
+	if !ok || fdb.MAC(f[0:6]) != ep || fdb.MAC(f[6:12]) != probeMAC || p.op != arpRequest || !p.senderIP.IsUnspecified() ||
+		p.senderMAC != probeMAC || p.targetIP != epIP {
+		t.Fatalf("probe %x (%+v): want an ARP probe from %s to %s for %s", f, p, probeMAC, ep, epIP)
+	}
+
+	reply := gopacketARP(t, 2, ep, epIP, probeMAC, netip.IPv4Unspecified())
+	copy(reply[0:6], probeMAC[:])
+	a.dev.inject(reply)
+	var got Sighting
+	eventually(t, "the answer reported", func() bool {
+		for {
+			select {
+			case s := <-snoop:
+				if s.Answer {
+					got = s
+					return true
+				}
+			default:
+				return false
+			}
+		}
+	})
+	if got.MAC != ep || got.IP != epIP {
+		t.Errorf("answer %+v, want %s at %s", got, epIP, ep)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if len(b.dev.written()) != 0 {
+		t.Errorf("the answer went to the underlay: %d frames at B", len(b.dev.written()))
+	}
+	if st := a.eng.Stats(); st.Counters[ProbesSent] != 1 || st.Counters[ProbeAnswers] != 1 {
+		t.Errorf("probes_sent %d, probe_answers %d; want 1 and 1", st.Counters[ProbesSent], st.Counters[ProbeAnswers])
+	}
+}

@@ -28,6 +28,8 @@ const (
 	ARPSuppressed                   // ARP requests answered from the neighbour table
 	ARPFlooded                      // broadcast ARP requests for unknown addresses, flooded
 	SnoopDropped                    // sightings lost because the Snoop channel was full
+	ProbesSent                      // liveness probes written into the TAP
+	ProbeAnswers                    // answers to them, read from the TAP
 
 	NumCounters
 )
@@ -50,6 +52,8 @@ var counterDescs = [NumCounters]Desc{
 	ARPSuppressed:    {"arp_suppressed", "ARP requests answered locally from the neighbour table."},
 	ARPFlooded:       {"arp_flooded", "Broadcast ARP requests for unknown addresses, flooded."},
 	SnoopDropped:     {"snoop_dropped", "Endpoint sightings lost because the agent was busy (they recur with the next frame)."},
+	ProbesSent:       {"probes_sent", "Liveness probes (ARP requests) written into the TAP to silent endpoints."},
+	ProbeAnswers:     {"probe_answers", "Answers to liveness probes read from the TAP."},
 }
 
 // Desc returns the counter's declaration.
