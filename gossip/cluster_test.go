@@ -727,3 +727,68 @@ func TestOffline(t *testing.T) {
 		t.Fatal("Run did not return after stop")
 	}
 }
+
+// A newer claim by another member for an IP binding this node holds live
+// is reported (Contested: the endpoint moved, or a duplicate address);
+// once the node withdraws its own, the other's binding takes the table's
+// entry, which the node's local one held until then.
+func TestContested(t *testing.T) {
+	type claim struct {
+		ip    netip.Addr
+		mac   fdb.MAC
+		owner string
+	}
+	claims := make(chan claim, 4)
+	cfgA := testConfig(0, 0, nil)
+	cfgA.Contested = func(vni fdb.VNI, ip netip.Addr, mac fdb.MAC, owner string) {
+		select {
+		case claims <- claim{ip, mac, owner}:
+		default:
+		}
+	}
+	a := start(t, cfgA)
+	cfgB := testConfig(1, 0, nil)
+	cfgB.Seeds = []string{a.Addr().String()}
+	b := start(t, cfgB)
+	nodes := []*testNode{a, b}
+	waitMembers(t, nodes)
+
+	ip := netip.MustParseAddr("10.100.0.7")
+	macOld, macNew := fdb.MAC{0x02, 0xee, 0, 0, 0, 7}, fdb.MAC{0x02, 0xee, 0, 0, 0, 8}
+	if _, err := a.neigh.Set(fdb.Neigh{VNI: testVNI, IP: ip, MAC: macOld, Origin: fdb.OriginLocal}); err != nil {
+		t.Fatal(err) // what A's agent does for an endpoint behind its TAP
+	}
+	if err := a.AnnounceNeigh(testVNI, ip, macOld); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, converge, "A's binding on B", neighOn(nodes[1:], a.name, testVNI, ip, macOld))
+	select {
+	case c := <-claims:
+		t.Fatalf("contested before anyone else claimed: %+v", c)
+	default:
+	}
+
+	if err := b.AnnounceNeigh(testVNI, ip, macNew); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case c := <-claims:
+		if c.ip != ip || c.mac != macOld || c.owner != b.name {
+			t.Errorf("Contested(%+v), want %s (ours at %s) claimed by %s", c, ip, macOld, b.name)
+		}
+	case <-time.After(converge):
+		t.Fatal("A was not told that B claims its binding")
+	}
+	if m, ok := a.neigh.Lookup(testVNI, ip); !ok || m != macOld {
+		t.Errorf("A's table: %s at %s (%v), want its local %s until it withdraws", ip, m, ok, macOld)
+	}
+	// A's agent found its endpoint gone: it removes its local binding and
+	// withdraws it; B's takes the entry at once.
+	a.neigh.DeleteOrigin(testVNI, ip, fdb.OriginLocal)
+	if err := a.WithdrawNeigh(testVNI, ip); err != nil {
+		t.Fatal(err)
+	}
+	if m, ok := a.neigh.Lookup(testVNI, ip); !ok || m != macNew {
+		t.Errorf("A's table after its withdrawal: %s at %s (%v), want B's %s", ip, m, ok, macNew)
+	}
+}

@@ -190,6 +190,9 @@ func (n *Node) applyLocked(k key, old, new *stored) {
 	if old != nil && new != nil && old.owner == new.owner && old.sameValue(&new.record) {
 		return
 	}
+	if old != nil && old.owner == n.name && new != nil && new.owner != n.name && k.kind == kindNeigh && n.cfg.Contested != nil {
+		n.cfg.Contested(k.vni, k.ip, old.lladdr, new.owner)
+	}
 	switch {
 	case new != nil && new.owner != n.name:
 		n.setLocked(new)

@@ -177,6 +177,13 @@ type Config struct {
 	// plaintext: anyone who reaches the gossip port can join, or forge
 	// memberlist's messages (a member declared dead).
 	SecretKeys [][]byte
+	// Contested, when set, is called when another member's record for an
+	// IP binding (vni, ip) wins over this node's own live one: the
+	// endpoint moved behind that member (owner), or a duplicate address.
+	// The caller verifies its endpoint, then withdraws its binding or
+	// announces it again (a newer version wins back). It is called with
+	// the node's lock held: it must not block nor call the node.
+	Contested func(vni fdb.VNI, ip netip.Addr, mac fdb.MAC, owner string)
 	// Offline runs the node without memberlist: no gossip port, no members
 	// but itself, nothing sent or received. Its own records are kept and
 	// the flood lists hold StaticPeers only (static peers only: --gossip
@@ -934,6 +941,11 @@ func (n *Node) withdraw(k key) error {
 	r.version = n.clock.next()
 	n.putLocked(&r, time.Now())
 	n.broadcastLocked(&r)
+	// Another member's record that won over ours could not take the
+	// table's entry while ours was local there; the caller removed it.
+	if w := n.winnerLocked(k); w != nil && w.owner != n.name && n.self.serves(k.vni) {
+		n.setLocked(w)
+	}
 	return nil
 }
 
