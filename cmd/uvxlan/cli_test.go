@@ -87,6 +87,8 @@ func TestBadFlagsExit2(t *testing.T) {
 		{"queues zero", []string{"--queues", "0"}, nil, "--queues"},
 		{"queues too many", []string{"--queues", "65"}, nil, "--queues"},
 		{"queues without offload", []string{"--queues", "2", "--offload=false"}, nil, "--queues"},
+		{"probe-interval negative", []string{"--probe-interval", "-1s"}, nil, "--probe-interval"},
+		{"probe-retries zero", []string{"--probe-retries", "0"}, nil, "--probe-retries"},
 		{"state-dir a file", []string{"--state-dir", "/dev/null"}, nil, "--state-dir"},
 		{"state-dir not creatable", []string{"--state-dir", "/proc/uvxlan-state"}, nil, "--state-dir"},
 		{"unknown flag", []string{"--bogus"}, nil, "bogus"},

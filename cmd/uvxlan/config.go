@@ -163,6 +163,13 @@ func configFromCLI(c *cli.Context) (runConfig, error) {
 	if cfg.FDBMax < 1 {
 		return cfg, badFlag("fdb-max", strconv.Itoa(cfg.FDBMax), "must be at least 1")
 	}
+	cfg.ProbeInterval, cfg.ProbeRetries = c.Duration("probe-interval"), c.Int("probe-retries")
+	if cfg.ProbeInterval < 0 {
+		return cfg, badFlag("probe-interval", cfg.ProbeInterval.String(), "must be 0 (no probes, ageing only) or a duration such as 10s")
+	}
+	if cfg.ProbeRetries < 1 || cfg.ProbeRetries > 100 {
+		return cfg, badFlag("probe-retries", strconv.Itoa(cfg.ProbeRetries), "must be between 1 and 100")
+	}
 	cfg.MaxEndpoints = c.Int("max-endpoints")
 	if cfg.MaxEndpoints < 1 || cfg.MaxEndpoints > node.MaxMaxEndpoints {
 		return cfg, badFlag("max-endpoints", strconv.Itoa(cfg.MaxEndpoints), "must be between 1 and %d", node.MaxMaxEndpoints)

@@ -194,6 +194,8 @@ containers use (Docker: --bip=$FLANNEL_SUBNET --mtu=$FLANNEL_MTU).
 			&cli.DurationFlag{Name: "ageing", Value: 300 * time.Second, Usage: "forget learned MACs not seen for this long", EnvVars: env("ageing")},
 			&cli.IntFlag{Name: "fdb-max", Value: 16384, Usage: "most FDB entries; learning stops (and is counted) beyond", EnvVars: env("fdb-max")},
 			&cli.IntFlag{Name: "max-endpoints", Value: node.DefaultMaxEndpoints, Usage: "most endpoint MACs (and as many IP bindings) behind this node's TAPs, and accepted from each other member: new ones beyond are refused and counted (endpoints_refused, rejected_quota); the same on every node", EnvVars: env("max-endpoints")},
+			&cli.DurationFlag{Name: "probe-interval", Value: node.DefaultProbeInterval, Usage: "probe an endpoint behind the TAP (ARP) whose IPv4 binding sent nothing for this long; a binding another node claims is probed at once (a move, or a duplicate address: conflicts); 0: no probes, ageing only", EnvVars: env("probe-interval")},
+			&cli.IntFlag{Name: "probe-retries", Value: node.DefaultProbeRetries, Usage: "unanswered probes (one every half --probe-interval, at most a second apart) that withdraw a binding cluster-wide, with its MAC when that is silent too", EnvVars: env("probe-retries")},
 			&cli.StringFlag{Name: "state-dir", Usage: "`DIR` to keep state across restarts and reboots: the TAP MAC, the subnet lease (default with --network: /var/lib/uvxlan)", EnvVars: env("state-dir")},
 			&cli.StringFlag{Name: "control", Usage: "control socket `PATH` (default: /run/uvxlan/<dev>.sock)", EnvVars: env("control")},
 			&cli.StringFlag{Name: "name", Usage: "node name, unique in the cluster (default: the hostname and --local, such as myhost-198.18.0.1)", EnvVars: env("name")},

@@ -55,7 +55,13 @@ type Config struct {
 	// node's TAPs, and those gossip accepts from each other member
 	// (--max-endpoints; see quota.go). Default 4096.
 	MaxEndpoints int
-	StateDir     string // empty: nothing persisted
+	// ProbeInterval: a binding behind a TAP whose endpoint sent nothing
+	// for this long is probed (--probe-interval; see probes.go); 0: no
+	// probes, ageing only. ProbeRetries unanswered probes withdraw it
+	// (--probe-retries; 0: DefaultProbeRetries).
+	ProbeInterval time.Duration
+	ProbeRetries  int
+	StateDir      string // empty: nothing persisted
 	// KeepTAP leaves the TAPs the agent created in place at a clean stop
 	// (--keep-tap); without it they are removed. A crash leaves them
 	// either way: they are persistent, and the next start attaches.
@@ -139,6 +145,15 @@ func (c *Config) check() error {
 	}
 	if c.MaxEndpoints < 1 || c.MaxEndpoints > MaxMaxEndpoints {
 		return badConfig("max-endpoints", fmt.Sprint(c.MaxEndpoints), "must be between 1 and %d", MaxMaxEndpoints)
+	}
+	if c.ProbeInterval < 0 {
+		return badConfig("probe-interval", c.ProbeInterval.String(), "must be 0 (no probes) or more")
+	}
+	if c.ProbeRetries == 0 {
+		c.ProbeRetries = DefaultProbeRetries
+	}
+	if c.ProbeRetries < 1 || c.ProbeRetries > 100 {
+		return badConfig("probe-retries", fmt.Sprint(c.ProbeRetries), "must be between 1 and 100")
 	}
 	if c.BUMRate < 0 {
 		return badConfig("bum-rate", fmt.Sprint(c.BUMRate), "must be 0 (no limit) or more frames per second")

@@ -53,12 +53,29 @@ type endpoints struct {
 	// warned is when the last warning about an endpoint claiming a key
 	// pinned to another node was logged: one a minute.
 	warned time.Time
+
+	// Liveness probes and contested bindings (probes.go); probeInterval
+	// 0 or probe nil: off.
+	probeInterval  time.Duration
+	probeRetries   int
+	probe          func(mac fdb.MAC, ip netip.Addr) error
+	contests       chan contest
+	counters       *lifecycleCounters
+	probes         map[netip.Addr]*probeState
+	conflictWarned time.Time
 }
 
-// run records sightings and ages endpoints until ctx is done.
+// run records sightings, ages endpoints, probes silent ones and verifies
+// contested bindings until ctx is done.
 func (e *endpoints) run(ctx context.Context, sightings <-chan encap.Sighting) {
 	tick := time.NewTicker(max(e.ageing/10, time.Second))
 	defer tick.Stop()
+	var probeC <-chan time.Time
+	if e.probeInterval > 0 && e.probe != nil {
+		pt := time.NewTicker(e.probeTimeout())
+		defer pt.Stop()
+		probeC = pt.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -67,6 +84,10 @@ func (e *endpoints) run(ctx context.Context, sightings <-chan encap.Sighting) {
 			e.saw(s)
 		case now := <-tick.C:
 			e.age(now)
+		case now := <-probeC:
+			e.probeTick(now)
+		case c := <-e.contests:
+			e.contested(c, time.Now())
 		}
 	}
 }
@@ -75,6 +96,10 @@ func (e *endpoints) run(ctx context.Context, sightings <-chan encap.Sighting) {
 func (e *endpoints) saw(s encap.Sighting) {
 	if s.Pinned {
 		e.warnPinned(s.MAC, s.IP, "an ARP packet from behind the TAP claims another node's TAP address: dropped (pinned_address)", nil)
+		return
+	}
+	if s.Answer {
+		e.answered(s.MAC, s.IP, time.Now())
 		return
 	}
 	if s.IP.IsValid() {

@@ -48,6 +48,7 @@ type Node struct {
 	// pinOwners names the member each of those addresses is pinned to,
 	// for warnings.
 	pinOwners atomic.Pointer[map[gossip.PinnedAddr]string]
+	lifecycle lifecycleCounters // probes and conflicts (probes.go)
 
 	mu      sync.Mutex
 	running bool
@@ -62,6 +63,7 @@ type segment struct {
 	devs     []*tap.TAP      // the TAP queues
 	engines  []*encap.Engine // one per queue
 	snoop    chan encap.Sighting
+	contests chan contest // gossip's claims of other members for our bindings
 	tracker  *endpoints
 	offloads string
 }
@@ -139,6 +141,7 @@ func New(cfg Config) (_ *Node, err error) {
 		PinnedMACs:   n.pinnedMACs(),
 		PinnedAddrs:  n.pinnedAddrs(),
 		PinsChanged:  n.pinsChanged,
+		Contested:    n.contested,
 		Seeds:        cfg.Join,
 		SecretKeys:   cfg.GossipKeys,
 		Offline:      cfg.GossipOff,
@@ -165,7 +168,9 @@ func New(cfg Config) (_ *Node, err error) {
 			return nil, fmt.Errorf("fdb: add the MAC of %s: %w", s.cfg.Dev, err)
 		}
 		s.tracker = &endpoints{vni: s.cfg.VNI, vtep: n.vtep, own: s.mac, ageing: cfg.Ageing, table: n.table,
-			neigh: n.neigh, gossip: n.gossip, log: n.log.With("vni", s.cfg.VNI, "dev", s.cfg.Dev), quota: n.quota, pinOwner: n.pinOwner}
+			neigh: n.neigh, gossip: n.gossip, log: n.log.With("vni", s.cfg.VNI, "dev", s.cfg.Dev), quota: n.quota, pinOwner: n.pinOwner,
+			probeInterval: cfg.ProbeInterval, probeRetries: cfg.ProbeRetries, contests: s.contests, counters: &n.lifecycle,
+			probe: func(mac fdb.MAC, ip netip.Addr) error { return s.engines[0].Probe(mac, ip) }}
 		if err := n.gossip.AnnounceMAC(s.cfg.VNI, s.mac); err != nil {
 			return nil, err
 		}
@@ -241,7 +246,7 @@ func (n *Node) openSegment(sc Segment, queues int) (*segment, error) {
 	} else {
 		n.log.Info("attached to the TAP a previous run left", "dev", sc.Dev)
 	}
-	s := &segment{cfg: sc, devs: devs, snoop: make(chan encap.Sighting, 256), offloads: devs[0].Offloads()}
+	s := &segment{cfg: sc, devs: devs, snoop: make(chan encap.Sighting, 256), contests: make(chan contest, 256), offloads: devs[0].Offloads()}
 	copy(s.mac[:], devs[0].MAC())
 	if err := n.saveMAC(sc.Dev, s.mac); err != nil {
 		return nil, err
@@ -297,6 +302,7 @@ func (n *Node) buildEngines(rxs []*encap.UDPConn, srcs []*encap.UDPConn) error {
 				Filter:    filter,
 				BUM:       bum,
 				Pinned:    &n.pinned,
+				ProbeMAC:  probeMAC(s.mac),
 				Logger:    n.log,
 			}, d, nil, mine, n.table)
 			if err != nil {

@@ -33,6 +33,12 @@ type Counters struct {
 	// (or the table is full). It counts sightings: a refused endpoint that
 	// keeps sending is refused, and counted, again.
 	EndpointsRefused uint64 `json:"endpoints_refused"`
+	// Conflicts counts duplicate addresses: a binding of ours that another
+	// node claimed, and whose endpoint still answered (probes.go).
+	Conflicts uint64 `json:"conflicts"`
+	// ProbeWithdrawn counts bindings withdrawn because their endpoint did
+	// not answer its probes, or moved (probes.go).
+	ProbeWithdrawn uint64 `json:"probe_withdrawn"`
 }
 
 // endpointQuota is the node's cap on endpoints, shared by the trackers of
@@ -95,5 +101,6 @@ func (n *Node) counters() Counters {
 	if n.quota != nil {
 		c.EndpointsRefused = n.quota.refused.Load()
 	}
+	c.Conflicts, c.ProbeWithdrawn = n.lifecycle.conflicts.Load(), n.lifecycle.probeWithdrawn.Load()
 	return c
 }
