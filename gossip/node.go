@@ -872,7 +872,7 @@ func (n *Node) Addr() netip.AddrPort { return n.addr }
 // fails for an invalid, zero or multicast MAC and for a VNI this node does
 // not serve. It does not block on the network.
 func (n *Node) AnnounceMAC(vni fdb.VNI, mac fdb.MAC) error {
-	return n.announce(record{key: key{kind: kindFDB, vni: vni, mac: mac}, vtep: n.cfg.VTEP})
+	return n.announce(record{key: key{kind: kindFDB, vni: vni, mac: mac}, vtep: n.cfg.VTEP}, false)
 }
 
 // WithdrawMAC withdraws an announcement of AnnounceMAC (or the TAP MAC's).
@@ -887,7 +887,15 @@ func (n *Node) WithdrawMAC(vni fdb.VNI, mac fdb.MAC) error {
 // unicast, a zero or multicast MAC and a VNI this node does not serve. It
 // does not block on the network.
 func (n *Node) AnnounceNeigh(vni fdb.VNI, ip netip.Addr, mac fdb.MAC) error {
-	return n.announce(record{key: key{kind: kindNeigh, vni: vni, ip: ip.Unmap()}, lladdr: mac})
+	return n.announce(record{key: key{kind: kindNeigh, vni: vni, ip: ip.Unmap()}, lladdr: mac}, false)
+}
+
+// ReassertNeigh announces ip → mac again at a new version even when it is
+// what this node already announces: after another member's newer claim for
+// the address (Config.Contested), when the node's endpoint still answers
+// (a duplicate address), its binding wins back.
+func (n *Node) ReassertNeigh(vni fdb.VNI, ip netip.Addr, mac fdb.MAC) error {
+	return n.announce(record{key: key{kind: kindNeigh, vni: vni, ip: ip.Unmap()}, lladdr: mac}, true)
 }
 
 // WithdrawNeigh withdraws an announcement of AnnounceNeigh. Withdrawing
@@ -896,7 +904,7 @@ func (n *Node) WithdrawNeigh(vni fdb.VNI, ip netip.Addr) error {
 	return n.withdraw(key{kind: kindNeigh, vni: vni, ip: ip.Unmap()})
 }
 
-func (n *Node) announce(r record) error {
+func (n *Node) announce(r record, again bool) error {
 	r.owner = n.name
 	if err := r.validate(); err != nil {
 		return fmt.Errorf("gossip: announce %s: %w", r.key, err)
@@ -911,7 +919,7 @@ func (n *Node) announce(r record) error {
 		return fmt.Errorf("gossip: announce %s: %w: it is pinned to member %q", r.key, ErrKeyPinned, n.pins[recordPin(&r)])
 	}
 	cur := n.store.get(r.key, n.name)
-	if cur != nil && !cur.deleted && cur.sameValue(&r) {
+	if cur != nil && !cur.deleted && cur.sameValue(&r) && !again {
 		return nil
 	}
 	if cur == nil && n.store.n >= maxRecords {

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -79,5 +81,216 @@ func TestGARPFloodedNotAnswered(t *testing.T) {
 	})
 	if res, err := h1.Ping(context.Background(), ip, 5); err != nil || res.Loss != 0 {
 		t.Errorf("ping h1 → the new endpoint: %+v, %v", res, err)
+	}
+}
+
+// nodeCounter returns a's node counter name (stats --json "node").
+func nodeCounter(t *testing.T, a *agent, name string) uint64 {
+	t.Helper()
+	st, _, err := newControlClient(a.control).stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Node[name]
+}
+
+// An endpoint behind h2 vanishes silently (its namespace is deleted). With
+// --probe-interval 2s --probe-retries 3 its binding and MAC are withdrawn
+// on every node within 10 s (ageing alone took over 300 s).
+func TestProbeWithdrawsVanished(t *testing.T) {
+	tb := testenv.NewForTest(t, testenv.Config{Hosts: 3})
+	agents := startGossipCluster(t, tb, "--probe-interval", "2s", "--probe-retries", "3")
+	if err := waitForMembers(context.Background(), agents[0].control, 3, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	h1, h2 := tb.Host(1), tb.Host(2)
+	ip, mac := overlayAddr(72), fdb.MAC{0x02, 0x72, 0, 0, 0, 1}
+	ep := endpointBehind(t, tb, h2, ip, mac)
+	eventuallyT(t, 15*time.Second, "h1 reaches the endpoint", func() bool {
+		_, err := h1.Ping(context.Background(), ip, 1)
+		return err == nil
+	})
+	for _, a := range agents {
+		eventuallyT(t, 5*time.Second, a.host.Name+" binds the endpoint", func() bool { m, _ := neighOf(t, a, ip); return m == mac })
+	}
+	if out, err := exec.Command("ip", "netns", "del", ep).CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	start := time.Now()
+	var gone time.Duration
+	err := testenv.Eventually(context.Background(), 20*time.Second, func() bool {
+		for _, a := range agents {
+			if m, _ := neighOf(t, a, ip); m == mac {
+				return false
+			}
+			if vtep, _ := fdbOf(t, a, mac); vtep.IsValid() {
+				return false
+			}
+		}
+		gone = time.Since(start)
+		return true
+	})
+	probes := agents[1].stats(t).Get(encap.ProbesSent)
+	t.Logf("vanished endpoint withdrawn from every node's neighbour table and FDB %v after it vanished; h2 sent %d probes, probe_withdrawn %d",
+		gone.Round(10*time.Millisecond), probes, nodeCounter(t, agents[1], "probe_withdrawn"))
+	if err != nil {
+		t.Fatalf("the vanished endpoint is still bound after 20 s")
+	}
+	if gone > 10*time.Second {
+		t.Errorf("withdrawn after %v, want within 10 s", gone)
+	}
+	if probes < 3 || nodeCounter(t, agents[1], "probe_withdrawn") != 1 {
+		t.Errorf("h2: %d probes sent, probe_withdrawn %d; want at least 3 and 1", probes, nodeCounter(t, agents[1], "probe_withdrawn"))
+	}
+}
+
+// An endpoint moves from h1 to h2 (IP1 keeps its address, has a new MAC,
+// and announces itself with a gratuitous ARP). A ping from h3 recovers
+// within a couple of seconds; h1, whose binding is claimed by h2, probes
+// its old endpoint, gets no answer, and withdraws its binding, so h1 itself
+// reaches the new place too.
+func TestMoveAcrossHosts(t *testing.T) {
+	tb := testenv.NewForTest(t, testenv.Config{Hosts: 3})
+	agents := startGossipCluster(t, tb, "--probe-interval", "2s")
+	if err := waitForMembers(context.Background(), agents[0].control, 3, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	a1 := agents[0]
+	h1, h2, h3 := tb.Host(1), tb.Host(2), tb.Host(3)
+	ip := overlayAddr(61)
+	mac1, mac2 := fdb.MAC{0x02, 0x61, 0, 0, 0, 1}, fdb.MAC{0x02, 0x61, 0, 0, 0, 2}
+	ep1 := endpointBehind(t, tb, h1, ip, mac1)
+	eventuallyT(t, 15*time.Second, "h3 reaches the endpoint on h1", func() bool {
+		_, err := h3.Ping(context.Background(), ip, 1)
+		return err == nil
+	})
+	// A ping from h3 every 50 ms across the move.
+	var (
+		gap     time.Duration
+		replies int
+		pingErr error
+		done    = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		out, err := h3.Run(context.Background(), "ping", "-n", "-i", "0.05", "-W", "1", "-c", "160", ip.String())
+		if err != nil && !strings.Contains(out, "received") {
+			pingErr = err
+			return
+		}
+		gap, replies = longestGap(out, 50*time.Millisecond)
+	}()
+	time.Sleep(2 * time.Second)
+	// The move: the endpoint leaves h1 and comes up behind h2.
+	if out, err := exec.Command("ip", "netns", "del", ep1).CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	moved := time.Now()
+	ep2 := endpointBehind(t, tb, h2, ip, mac2)
+	if err := sendGratuitous(ep2, "ep1", 1, ip, mac2); err != nil {
+		t.Fatal(err)
+	}
+	var local time.Duration
+	eventuallyT(t, 10*time.Second, "h1 gives the address up", func() bool {
+		m, origin := neighOf(t, a1, ip)
+		local = time.Since(moved)
+		return origin != "local" && m == mac2
+	})
+	<-done
+	t.Logf("move h1 → h2: h3's ping %d of 160 replies, longest gap %v; h1 gave up its local binding %v after the move (probe_withdrawn %d)",
+		replies, gap, local.Round(10*time.Millisecond), nodeCounter(t, a1, "probe_withdrawn"))
+	if pingErr != nil {
+		t.Fatal(pingErr)
+	}
+	if gap > 2*time.Second {
+		t.Errorf("h3's ping was lost for %v, want under 2 s", gap)
+	}
+	if local > 4*time.Second {
+		t.Errorf("h1 held the moved address as local for %v", local)
+	}
+	// h1's table sends to the new place (its host's own address is out of
+	// use with its TAP on the bridge, so the tables tell).
+	if vtep, origin := fdbOf(t, a1, mac2); vtep != h2.Underlay || origin != "gossip" {
+		t.Errorf("h1 sends the new MAC to %s (%s), want %s (gossip)", vtep, origin, h2.Underlay)
+	}
+}
+
+// longestGap reads ping's output (-i interval) and returns the longest run
+// of missing replies as a time, and how many replies came.
+func longestGap(out string, interval time.Duration) (time.Duration, int) {
+	var seqs []int
+	for _, l := range strings.Split(out, "\n") {
+		if i := strings.Index(l, "icmp_seq="); i >= 0 {
+			var n int
+			if _, err := fmt.Sscanf(l[i:], "icmp_seq=%d", &n); err == nil {
+				seqs = append(seqs, n)
+			}
+		}
+	}
+	slices.Sort(seqs)
+	seqs = slices.Compact(seqs)
+	longest, prev := 0, 0
+	for _, s := range seqs {
+		longest = max(longest, s-prev-1)
+		prev = s
+	}
+	return time.Duration(longest+1) * interval, len(seqs)
+}
+
+// Two endpoints use one address, one behind h1, one behind h2: both answer
+// their agent's probes, so each agent counts a conflict, warns once naming
+// the other node, and announces its binding again, no faster than once per
+// probe interval: the binding h3 sees does not flap faster.
+func TestDuplicateAddress(t *testing.T) {
+	tb := testenv.NewForTest(t, testenv.Config{Hosts: 3})
+	agents := startGossipCluster(t, tb, "--probe-interval", "2s")
+	if err := waitForMembers(context.Background(), agents[0].control, 3, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	a1, a2, a3 := agents[0], agents[1], agents[2]
+	h1, h2 := tb.Host(1), tb.Host(2)
+	ip := overlayAddr(66)
+	mac1, mac2 := fdb.MAC{0x02, 0x66, 0, 0, 0, 0x11}, fdb.MAC{0x02, 0x66, 0, 0, 0, 0x22}
+	ep1 := endpointBehind(t, tb, h1, ip, mac1)
+	if err := sendGratuitous(ep1, "ep1", 1, ip, mac1); err != nil {
+		t.Fatal(err)
+	}
+	eventuallyT(t, 5*time.Second, "h3 binds the address to h1's endpoint", func() bool { m, _ := neighOf(t, a3, ip); return m == mac1 })
+	ep2 := endpointBehind(t, tb, h2, ip, mac2)
+	if err := sendGratuitous(ep2, "ep1", 1, ip, mac2); err != nil {
+		t.Fatal(err)
+	}
+	const watch = 8 * time.Second
+	flips, last := 0, fdb.MAC{}
+	for end := time.Now().Add(watch); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if m, _ := neighOf(t, a3, ip); m != last {
+			if !last.IsZero() {
+				flips++
+			}
+			last = m
+		}
+	}
+	c1, c2 := nodeCounter(t, a1, "conflicts"), nodeCounter(t, a2, "conflicts")
+	warns := func(a *agent) int { return strings.Count(a.proc.Log(), "duplicate address") }
+	t.Logf("duplicate %s on h1 (%s) and h2 (%s), watched %v: h3's binding changed %d times; conflicts h1 %d, h2 %d; warnings h1 %d, h2 %d",
+		ip, mac1, mac2, watch, flips, c1, c2, warns(a1), warns(a2))
+	if c1 == 0 && c2 == 0 {
+		t.Error("no conflict counted")
+	}
+	if maxFlips := int(watch/(2*time.Second))*2 + 2; flips > maxFlips {
+		t.Errorf("h3's binding changed %d times in %v, want at most %d (once per probe interval per node)", flips, watch, maxFlips)
+	}
+	for _, a := range []*agent{a1, a2} {
+		if n := warns(a); n > 1 {
+			t.Errorf("%s warned %d times, want at most once a minute", a.host.Name, n)
+		}
+	}
+	if warns(a1)+warns(a2) == 0 {
+		t.Error("nobody warned about the duplicate address")
+	}
+	for _, a := range []*agent{a1, a2} {
+		if m, origin := neighOf(t, a, ip); origin != "local" {
+			t.Errorf("%s binds %s to %s (%s): a duplicate that answers keeps its binding", a.host.Name, ip, m, origin)
+		}
 	}
 }

@@ -28,6 +28,9 @@ type announcer interface {
 	WithdrawMAC(vni fdb.VNI, mac fdb.MAC) error
 	AnnounceNeigh(vni fdb.VNI, ip netip.Addr, mac fdb.MAC) error
 	WithdrawNeigh(vni fdb.VNI, ip netip.Addr) error
+	// ReassertNeigh announces a binding again at a newer version, even
+	// unchanged (a duplicate address that must win back).
+	ReassertNeigh(vni fdb.VNI, ip netip.Addr, mac fdb.MAC) error
 	// CheckClaim fails (gossip.ErrKeyPinned, counted) for a MAC or an
 	// address pinned to another node.
 	CheckClaim(vni fdb.VNI, ip netip.Addr, mac fdb.MAC) error

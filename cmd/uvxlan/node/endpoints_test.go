@@ -49,6 +49,9 @@ func (g *fakeGossip) AnnounceNeigh(vni fdb.VNI, ip netip.Addr, mac fdb.MAC) erro
 func (g *fakeGossip) WithdrawNeigh(vni fdb.VNI, ip netip.Addr) error {
 	return g.add("withdraw %d %s", vni, ip)
 }
+func (g *fakeGossip) ReassertNeigh(vni fdb.VNI, ip netip.Addr, mac fdb.MAC) error {
+	return g.add("announce %d %s=%s", vni, ip, mac)
+}
 func (g *fakeGossip) CheckClaim(vni fdb.VNI, ip netip.Addr, mac fdb.MAC) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -212,7 +212,7 @@ func (e *endpoints) answered(mac fdb.MAC, ip netip.Addr, now time.Time) {
 // reassert announces the binding again, newer than the other claim.
 func (e *endpoints) reassert(ip netip.Addr, st *probeState, now time.Time) {
 	st.asserted, st.reassertAt = now, time.Time{}
-	if err := e.gossip.AnnounceNeigh(e.vni, ip, st.mac); err != nil {
+	if err := e.gossip.ReassertNeigh(e.vni, ip, st.mac); err != nil {
 		e.log.Debug("binding not announced again", "ip", ip, "mac", st.mac, "err", err)
 	}
 }

@@ -18,7 +18,10 @@ func probeTracker(t *testing.T) (*endpoints, *fakeGossip, *[]string, *fdb.Neighb
 	tr := newTracker(42, table, neigh, g)
 	var probes []string
 	tr.probeInterval, tr.probeRetries, tr.counters = 2*time.Second, 3, &lifecycleCounters{}
-	tr.probe = func(mac fdb.MAC, ip netip.Addr) error { probes = append(probes, ip.String()+"@"+mac.String()); return nil }
+	tr.probe = func(mac fdb.MAC, ip netip.Addr) error {
+		probes = append(probes, ip.String()+"@"+mac.String())
+		return nil
+	}
 	tr.saw(encap.Sighting{MAC: epMAC})
 	tr.saw(encap.Sighting{MAC: epMAC, IP: epIP})
 	return tr, g, &probes, neigh, table
