@@ -4,15 +4,21 @@ package encap
 //
 // Transmit (TAP → underlay), one batch at a time:
 //  1. read a batch of frames from the TAP at offset Headroom;
-//  2. an ARP packet whose sender claims an address pinned to another node
-//     (EngineConfig.Pinned) is dropped and reported, nothing more;
-//  3. snoop: a source MAC not yet known as ours, and the sender binding of
-//     an ARP packet not yet in the neighbour table, are reported on the
-//     Snoop channel (without blocking) so the node can announce them;
-//  4. ARP suppression: an ARP request for an address in the neighbour table
-//     is answered with a reply written back into the TAP, and not sent;
-//     announcements (gratuitous ARP, ARP probes) are never answered: they
-//     are flooded, so that remote kernels update their caches;
+//  2. an ARP packet whose sender, an NS whose source or an NA whose target
+//     claims an address pinned to another node (EngineConfig.Pinned) is
+//     dropped and reported, nothing more;
+//  3. snoop: a source MAC not yet known as ours, and the binding an ARP
+//     packet (sender), an NS (source, with its link-layer option) or an NA
+//     (target) gives its source MAC, when not yet in the neighbour table,
+//     are reported on the Snoop channel (without blocking) so the node can
+//     announce them;
+//  4. ARP and ND suppression: an ARP request, or a multicast Neighbor
+//     Solicitation (not DAD), for an address in the neighbour table is
+//     answered with a reply or advertisement written back into the TAP,
+//     and not sent; announcements (gratuitous ARP, ARP probes, DAD,
+//     unsolicited NAs) are never answered: they are flooded, so that
+//     remote kernels update their caches; frames to the probe MAC are
+//     answers to the node's liveness probes, consumed;
 //  5. write the VXLAN header in place in front of each frame;
 //  6. look up (VNI, destination MAC) in the FDB: a known unicast MAC goes to
 //     its VTEP; broadcast, multicast and unknown unicast take a token from
@@ -76,11 +82,11 @@ type EngineConfig struct {
 	PeerPorts map[netip.Addr]uint16
 	// Learning turns source-MAC learning from received frames on.
 	Learning bool
-	// Neigh, when set, turns ARP suppression on: requests for its
-	// addresses are answered locally.
+	// Neigh, when set, turns ARP and ND suppression on: requests and
+	// solicitations for its addresses are answered locally.
 	Neigh *fdb.Neighbors
 	// Snoop, when set, receives what the engine sees behind its own TAP:
-	// source MACs not yet in the FDB as ours (Local), and ARP sender
+	// source MACs not yet in the FDB as ours (Local), and ARP and ND
 	// bindings not yet in Neigh. Sends never block; when the channel is
 	// full the sighting is dropped and counted (it recurs with the next
 	// frame).
@@ -95,9 +101,9 @@ type EngineConfig struct {
 	// of one segment share one Bucket. nil: no limit.
 	BUM *Bucket
 	// Pinned, when set, holds the addresses pinned to other nodes: an ARP
-	// packet from behind the TAP whose sender claims one is dropped
-	// (DropPinnedAddr) and reported on Snoop with Pinned set, not
-	// snooped nor flooded.
+	// packet from behind the TAP whose sender claims one, or an NS whose
+	// source or an NA whose target is one, is dropped (DropPinnedAddr)
+	// and reported on Snoop with Pinned set, not snooped nor flooded.
 	Pinned *Pinned
 	// ProbeMAC, when not zero, is the source of the liveness probes the
 	// node sends into the TAP (Probe): frames from the TAP to it are
@@ -108,9 +114,10 @@ type EngineConfig struct {
 }
 
 // Sighting is an endpoint seen behind this node's TAP: a MAC, and with IP
-// valid, an IP → MAC binding from an ARP packet. With Pinned, the ARP packet
-// claimed an address pinned to another node and was dropped: the node warns
-// about it, and records nothing.
+// valid, an IP → MAC binding from an ARP packet or a Neighbor Solicitation
+// or Advertisement. With Pinned, the packet claimed an address pinned to
+// another node and was dropped: the node warns about it, and records
+// nothing.
 type Sighting struct {
 	MAC    fdb.MAC
 	IP     netip.Addr
@@ -133,7 +140,7 @@ type Engine struct {
 	c       counters
 	own     *Demux // the demultiplexer of rx, when the engine has its own socket
 	// tapMu serialises TAP writes: the receive loops (demultiplexers)
-	// write frames, the transmit loop writes ARP replies.
+	// write frames, the transmit loop writes ARP and ND answers.
 	tapMu sync.Mutex
 }
 
@@ -220,14 +227,18 @@ func (e *Engine) Run(ctx context.Context) error {
 	return firstErr
 }
 
+// replyLen is the size of a reply buffer: the longest answer the engine
+// writes into the TAP.
+const replyLen = max(arpFrameLen, naFrameLen)
+
 // txBatch is the transmit loop's scratch, allocated once.
 type txBatch struct {
 	// out holds the datagrams to send, one list per sender; flooding
 	// appends one message per VTEP, so the lists grow to the largest
 	// batch seen and stay there.
 	out [][]Message
-	// replies are ARP replies to write back into the TAP: replies[:n]
-	// point into replyBufs.
+	// replies are ARP replies and Neighbor Advertisements to write back
+	// into the TAP: replies[:n] point into replyBufs, of replyLen bytes.
 	replies   [][]byte
 	replyBufs [][]byte
 	// seen is the last source MAC snooped in this batch: the segments of a
@@ -246,7 +257,7 @@ func (e *Engine) newTxBatch(batch int) *txBatch {
 		b.out[i] = make([]Message, 0, batch)
 	}
 	for i := range b.replyBufs {
-		b.replyBufs[i] = make([]byte, arpFrameLen)
+		b.replyBufs[i] = make([]byte, replyLen)
 	}
 	return b
 }
@@ -321,25 +332,41 @@ func (e *Engine) writeTAP(frames [][]byte, offset int) (int, error) {
 }
 
 // route handles one frame (pkt[Headroom:]) read from the TAP: it snoops it,
-// answers it if it is a suppressible ARP request, or encapsulates it in place
-// and appends the datagrams to send to tb.
+// answers it if it is a suppressible ARP request or Neighbor Solicitation,
+// or encapsulates it in place and appends the datagrams to send to tb.
 func (e *Engine) route(pkt []byte, tb *txBatch) {
 	frame := pkt[Headroom:]
 	if len(frame) < ethHeaderLen {
 		e.c.drop(DropTxShortFrame)
 		return
 	}
-	dst := fdb.MAC(frame[0:6])
+	dst, src := fdb.MAC(frame[0:6]), fdb.MAC(frame[6:12])
+	// claim is the address the packet's sender says it holds; bind, when
+	// valid, binds it to src.
+	var (
+		nd          ndPacket
+		isND        bool
+		claim, bind netip.Addr
+	)
 	arp, isARP := parseARP(frame)
-	if isARP && e.cfg.Pinned != nil && e.cfg.Pinned.Has(e.cfg.VNI, arp.senderIP) {
+	if isARP {
+		claim = arp.senderIP
+		if arp.senderMAC == src && !arp.senderIP.IsUnspecified() {
+			bind = arp.senderIP
+		}
+	} else if nd, isND = parseND(frame); isND {
+		claim = nd.claim()
+		bind, _ = nd.binding(src)
+	}
+	if claim.IsValid() && e.cfg.Pinned != nil && e.cfg.Pinned.Has(e.cfg.VNI, claim) {
 		e.c.drop(DropPinnedAddr)
 		if e.cfg.Snoop != nil {
-			e.report(Sighting{MAC: fdb.MAC(frame[6:12]), IP: arp.senderIP, Pinned: true})
+			e.report(Sighting{MAC: src, IP: claim, Pinned: true})
 		}
 		return
 	}
-	if src := fdb.MAC(frame[6:12]); e.cfg.Snoop != nil && (isARP || !tb.seenOK || src != tb.seen) {
-		e.snoop(src, arp, isARP)
+	if e.cfg.Snoop != nil && (isARP || isND || !tb.seenOK || src != tb.seen) {
+		e.snoop(src, bind)
 		tb.seen, tb.seenOK = src, true
 	}
 	if dst == e.cfg.ProbeMAC && !dst.IsZero() {
@@ -354,6 +381,23 @@ func (e *Engine) route(pkt []byte, tb *txBatch) {
 			b := tb.replyBufs[len(tb.replies)]
 			tb.replies = append(tb.replies, b[:putARPReply(b, arp, mac)])
 			e.c.add(ARPSuppressed, 1)
+			return
+		}
+	}
+	// ND suppression answers address resolution only: an NS to a
+	// solicited-node multicast address from a real source. A DAD probe
+	// (from ::) must reach whoever holds the address, so it is flooded; a
+	// unicast NS is a reachability probe (RFC 4861 §7.3) that only the
+	// endpoint itself may answer truthfully, and it is unicast anyway; an
+	// NS for an address bound to the asker's own MAC is its own business.
+	// Link-local targets are answered like any other, as the Linux VXLAN
+	// driver's ND proxy does: the segment is one link, and the neighbour
+	// table is keyed by it (VNI, address).
+	if isND && nd.typ == ndSolicit && !nd.dad() && nd.dstIP.IsMulticast() && e.cfg.Neigh != nil {
+		if mac, ok := e.cfg.Neigh.Lookup(e.cfg.VNI, nd.target); ok && mac != src && len(tb.replies) < len(tb.replyBufs) {
+			b := tb.replyBufs[len(tb.replies)]
+			tb.replies = append(tb.replies, b[:putNA(b, nd, mac)])
+			e.c.add(NDSuppressed, 1)
 			return
 		}
 	}
@@ -421,9 +465,10 @@ func (e *Engine) Probe(mac fdb.MAC, ip netip.Addr) error {
 	return nil
 }
 
-// snoop reports src, and the sender binding of an ARP packet, when they are
-// not yet known as living behind this node, and marks known ones as seen.
-func (e *Engine) snoop(src fdb.MAC, arp arpPacket, isARP bool) {
+// snoop reports src, and the binding bind → src (when bind is valid: an
+// ARP sender, an NS source, an NA target), when they are not yet known as
+// living behind this node, and marks known ones as seen.
+func (e *Engine) snoop(src fdb.MAC, bind netip.Addr) {
 	if src.IsMulticast() || src.IsZero() {
 		return
 	}
@@ -432,11 +477,11 @@ func (e *Engine) snoop(src fdb.MAC, arp arpPacket, isARP bool) {
 	if vtep, ok := e.fdb.Seen(e.cfg.VNI, src); !ok || vtep.Addr() != e.cfg.Local {
 		e.report(Sighting{MAC: src})
 	}
-	if !isARP || e.cfg.Neigh == nil || arp.senderIP.IsUnspecified() || arp.senderMAC != src {
+	if !bind.IsValid() || e.cfg.Neigh == nil {
 		return
 	}
-	if mac, ok := e.cfg.Neigh.Lookup(e.cfg.VNI, arp.senderIP); !ok || mac != src {
-		e.report(Sighting{MAC: src, IP: arp.senderIP})
+	if mac, ok := e.cfg.Neigh.Lookup(e.cfg.VNI, bind); !ok || mac != src {
+		e.report(Sighting{MAC: src, IP: bind})
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -232,6 +233,10 @@ func TestEngineHotPathAllocs(t *testing.T) {
 	arp := append(make([]byte, Headroom), gopacketARP(t, 1, macA, netip.MustParseAddr("10.42.0.1"), fdb.MAC{}, netip.MustParseAddr("10.42.0.2"))...)
 	unknownSrc := append(make([]byte, Headroom), ethFrame(macB, macC, 60)...)
 	garp := append(make([]byte, Headroom), gopacketARP(t, 2, macC, netip.MustParseAddr("10.42.0.7"), bcast, netip.MustParseAddr("10.42.0.7"))...)
+	neigh.Set(fdb.Neigh{VNI: testVNI, IP: ip6B, MAC: macB, Origin: fdb.OriginGossip})
+	ns := append(make([]byte, Headroom), gopacketNS(t, macA, ip6A, ip6B)...)
+	dad := append(make([]byte, Headroom), gopacketDAD(t, macA, ip6B)...)
+	na := append(make([]byte, Headroom), gopacketUnsolicitedNA(t, macC, netip.MustParseAddr("fd42::c"))...)
 	tb := e.newTxBatch(8)
 	if allocs := testing.AllocsPerRun(1000, func() {
 		tb.reset()
@@ -240,6 +245,12 @@ func TestEngineHotPathAllocs(t *testing.T) {
 		e.route(arp, tb)
 		e.route(unknownSrc, tb) // a sighting, reported or dropped
 		e.route(garp, tb)       // claims a pinned address: dropped
+		e.route(ns, tb)         // answered
+		e.route(dad, tb)        // flooded
+		e.route(na, tb)         // snooped and flooded
+		if len(tb.replies) != 2 {
+			t.Fatalf("%d replies, want 2 (ARP, NA)", len(tb.replies))
+		}
 	}); allocs != 0 {
 		t.Errorf("transmit path: %v allocs per run, want 0", allocs)
 	}
@@ -310,6 +321,127 @@ func TestEngineARPSuppression(t *testing.T) {
 	}
 	if st := a.eng.Stats(); st.Counters[ARPSuppressed] != 1 {
 		t.Errorf("arp_suppressed %d, want 1", st.Counters[ARPSuppressed])
+	}
+}
+
+// A multicast NS for a known address is answered with an NA into the TAP
+// and never reaches the underlay; a DAD probe, an NS for an unknown address
+// or for an address bound to the asker's own MAC, a unicast NS and an
+// unsolicited NA are sent on.
+func TestEngineNDSuppression(t *testing.T) {
+	var n fakeNet
+	neigh := fdb.NewNeighbors(0)
+	neigh.Set(fdb.Neigh{VNI: testVNI, IP: ip6B, MAC: macB, Origin: fdb.OriginGossip})
+	neigh.Set(fdb.Neigh{VNI: testVNI, IP: netip.MustParseAddr("fd42::c"), MAC: macC, Origin: fdb.OriginLocal})
+	a := &testNode{dev: newFakeDev(macA), conn: n.listen(vtepA), table: fdb.New(fdb.Config{})}
+	a.table.SetFlood(testVNI, []netip.AddrPort{vtepB})
+	var err error
+	a.eng, err = NewEngine(EngineConfig{VNI: testVNI, MAC: macA, Local: vtepA.Addr(), Port: 4789, Neigh: neigh}, a.dev, a.conn, []Transport{a.conn}, a.table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := startNode(t, &n, macB, vtepB, nil, true)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.eng.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	a.dev.inject(gopacketNS(t, macA, ip6A, ip6B))
+	eventually(t, "NA in the TAP", func() bool { return len(a.dev.written()) == 1 })
+	want := gopacketND(t, ndMsg{typ: ndAdvert, ethSrc: macB, ethDst: macA, src: ip6B, dst: ip6A, target: ip6B, flags: naSolicited | naOverride, ll: &macB})
+	if got := a.dev.written()[0]; !bytes.Equal(got, want) {
+		t.Fatalf("NA in the TAP:\nwant %x\ngot  %x", want, got)
+	}
+
+	unknown := netip.MustParseAddr("fd42::9")
+	unicastNS := gopacketND(t, ndMsg{typ: ndSolicit, ethSrc: macA, ethDst: macB, src: ip6A, dst: ip6B, target: ip6B, ll: &macA})
+	sent := []struct {
+		desc  string
+		frame []byte
+	}{
+		{"DAD NS", gopacketDAD(t, macA, ip6B)},
+		{"NS for an unknown address", gopacketNS(t, macA, ip6A, unknown)},
+		{"NS for the asker's own address", gopacketNS(t, macC, netip.MustParseAddr("fe80::c"), netip.MustParseAddr("fd42::c"))},
+		{"unicast NS (reachability)", unicastNS},
+		{"unsolicited NA", gopacketUnsolicitedNA(t, macC, netip.MustParseAddr("fd42::c"))},
+	}
+	for i, f := range sent {
+		a.dev.inject(f.frame)
+		eventually(t, f.desc+" sent to B", func() bool { return len(b.dev.written()) == i+1 })
+		if got := b.dev.written()[i]; !bytes.Equal(got, f.frame) {
+			t.Fatalf("%s: B got %x", f.desc, got)
+		}
+	}
+	if len(a.dev.written()) != 1 {
+		t.Errorf("%d frames written into A's TAP, want the one NA", len(a.dev.written()))
+	}
+	if st := a.eng.Stats(); st.Counters[NDSuppressed] != 1 || st.Counters[TxPackets] != uint64(len(sent)) {
+		t.Errorf("nd_suppressed %d, tx_packets %d: want 1 and %d", st.Counters[NDSuppressed], st.Counters[TxPackets], len(sent))
+	}
+}
+
+// ND bindings seen behind the TAP are reported like ARP's: an NS's source
+// with its source link-layer option, an NA's target; DAD probes and
+// options naming another MAC bind nothing; an NS from, or an NA for, an
+// address pinned to another node is dropped and reported as such.
+func TestEngineNDSnoop(t *testing.T) {
+	var n fakeNet
+	table := fdb.New(fdb.Config{})
+	table.Set(fdb.Entry{VNI: testVNI, MAC: macC, VTEP: vtepA, Origin: fdb.OriginLocal})
+	table.SetFlood(testVNI, []netip.AddrPort{vtepB})
+	neigh := fdb.NewNeighbors(0)
+	snoop := make(chan Sighting, 8)
+	pinnedIP := netip.MustParseAddr("fd42::77")
+	var pinned Pinned
+	pinned.Store(map[VNIAddr]struct{}{{testVNI, pinnedIP}: {}})
+	conn := n.listen(vtepA)
+	e, err := NewEngine(EngineConfig{VNI: testVNI, MAC: macA, Local: vtepA.Addr(), Port: 4789, Neigh: neigh, Snoop: snoop, Pinned: &pinned},
+		newFakeDev(macA), conn, []Transport{conn}, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb := e.newTxBatch(4)
+	ipC, ipD, ll := netip.MustParseAddr("fd42::c"), netip.MustParseAddr("fd42::d"), netip.MustParseAddr("fe80::c")
+	snA, snAMAC := solicitedNode(ip6A)
+	tests := []struct {
+		desc  string
+		frame []byte
+		want  []Sighting
+	}{
+		{"NS with source option", gopacketNS(t, macC, ipC, ip6A), []Sighting{{MAC: macC, IP: ipC}}},
+		{"NS from a link-local address", gopacketNS(t, macC, ll, ip6A), []Sighting{{MAC: macC, IP: ll}}},
+		{"NS whose option names another MAC", gopacketND(t, ndMsg{typ: ndSolicit, ethSrc: macC, ethDst: snAMAC, src: ipD, dst: snA, target: ip6A, ll: &macB}), nil},
+		{"NS without option", gopacketND(t, ndMsg{typ: ndSolicit, ethSrc: macC, ethDst: snAMAC, src: ipD, dst: snA, target: ip6A}), nil},
+		{"DAD NS", gopacketDAD(t, macC, ipD), nil},
+		{"unsolicited NA", gopacketUnsolicitedNA(t, macC, ipD), []Sighting{{MAC: macC, IP: ipD}}},
+		{"solicited NA without option", gopacketND(t, ndMsg{typ: ndAdvert, ethSrc: macC, ethDst: macA, src: ip6B, dst: ip6A, target: ip6B, flags: naSolicited}),
+			[]Sighting{{MAC: macC, IP: ip6B}}},
+		{"NA whose option names another MAC", gopacketND(t, ndMsg{typ: ndAdvert, ethSrc: macC, ethDst: macA, src: ip6B, dst: ip6A, target: ip6B, flags: naSolicited, ll: &macB}), nil},
+		{"NA for a pinned address", gopacketUnsolicitedNA(t, macC, pinnedIP), []Sighting{{MAC: macC, IP: pinnedIP, Pinned: true}}},
+		{"NS from a pinned address", gopacketNS(t, macC, pinnedIP, ip6A), []Sighting{{MAC: macC, IP: pinnedIP, Pinned: true}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			tb.reset()
+			e.route(append(make([]byte, Headroom), tc.frame...), tb)
+			var got []Sighting
+			for len(snoop) > 0 {
+				got = append(got, <-snoop)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("sightings %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+	if d := e.Stats().Drops[DropPinnedAddr]; d != 2 {
+		t.Errorf("pinned_address = %d, want 2", d)
+	}
+	// Once the node records a binding, it is no longer reported.
+	neigh.Set(fdb.Neigh{VNI: testVNI, IP: ipC, MAC: macC, Origin: fdb.OriginLocal})
+	tb.reset()
+	e.route(append(make([]byte, Headroom), gopacketNS(t, macC, ipC, ip6A)...), tb)
+	if len(snoop) != 0 {
+		t.Errorf("known binding reported again: %+v", <-snoop)
 	}
 }
 

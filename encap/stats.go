@@ -27,6 +27,7 @@ const (
 	LearnRefusedFull                // learning refused: table full
 	ARPSuppressed                   // ARP requests answered from the neighbour table
 	ARPFlooded                      // broadcast ARP requests for unknown addresses, flooded
+	NDSuppressed                    // Neighbor Solicitations answered from the neighbour table
 	SnoopDropped                    // sightings lost because the Snoop channel was full
 	ProbesSent                      // liveness probes written into the TAP
 	ProbeAnswers                    // answers to them, read from the TAP
@@ -51,6 +52,7 @@ var counterDescs = [NumCounters]Desc{
 	LearnRefusedFull: {"learn_refused_full", "Learning refused because the FDB is full."},
 	ARPSuppressed:    {"arp_suppressed", "ARP requests answered locally from the neighbour table."},
 	ARPFlooded:       {"arp_flooded", "Broadcast ARP requests for unknown addresses, flooded."},
+	NDSuppressed:     {"nd_suppressed", "IPv6 Neighbor Solicitations (address resolution, not DAD) answered locally from the neighbour table."},
 	SnoopDropped:     {"snoop_dropped", "Endpoint sightings lost because the agent was busy (they recur with the next frame)."},
 	ProbesSent:       {"probes_sent", "Liveness probes (ARP requests) written into the TAP to silent endpoints."},
 	ProbeAnswers:     {"probe_answers", "Answers to liveness probes read from the TAP."},
@@ -93,7 +95,9 @@ const (
 	// them to its segment's snapshot.
 	DropTAPSplit
 	// DropPinnedAddr counts ARP packets from behind the TAP whose sender
-	// claims an address pinned to another node (its TAP address).
+	// claims an address pinned to another node (its TAP address), and
+	// Neighbor Solicitations whose source or Advertisements whose target
+	// is one.
 	DropPinnedAddr
 
 	NumDropReasons
@@ -114,7 +118,7 @@ var dropDescs = [NumDropReasons]Desc{
 	DropBUMLimited:   {"bum_rate_limited", "Broadcast, multicast and unknown unicast frames over the segment's --bum-rate, not flooded."},
 	DropSendError:    {"send_error", "Datagrams the underlay socket refused."},
 	DropTAPSplit:     {"tap_split_error", "Super-frames from the TAP that could not be split into segments."},
-	DropPinnedAddr:   {"pinned_address", "ARP packets from behind the TAP claiming an address pinned to another node (its TAP address)."},
+	DropPinnedAddr:   {"pinned_address", "ARP and ND packets from behind the TAP claiming an address pinned to another node (its TAP address)."},
 }
 
 // Desc returns the reason's declaration.

@@ -9,7 +9,7 @@
 // What each part writes into the tables:
 //   - the node: each segment's TAP MAC (origin local) and the TAP's
 //     addresses as IP → MAC bindings; then every endpoint an engine snoops
-//     behind its TAP (source MACs, ARP sender bindings), as local entries,
+//     behind its TAP (source MACs, ARP and ND bindings), as local entries,
 //     each also announced through gossip in the segment's VNI (endpoints.go);
 //   - gossip: the entries other nodes announce (origin gossip), and the
 //     flood list of every served VNI (the live members serving it, plus

@@ -1,7 +1,7 @@
 package node
 
 // Endpoints behind a TAP. An engine reports what it sees behind its TAP
-// (encap.Sighting: a source MAC not yet known as ours, an ARP sender binding
+// (encap.Sighting: a source MAC not yet known as ours, an ARP or ND binding
 // not yet in the neighbour table); the segment's tracker records each as a
 // local entry and announces it through gossip in the segment's VNI. The
 // engine refreshes a local entry's last-seen time with every frame, so the
@@ -98,7 +98,7 @@ func (e *endpoints) run(ctx context.Context, sightings <-chan encap.Sighting) {
 // saw records one sighting and announces it.
 func (e *endpoints) saw(s encap.Sighting) {
 	if s.Pinned {
-		e.warnPinned(s.MAC, s.IP, "an ARP packet from behind the TAP claims another node's TAP address: dropped (pinned_address)", nil)
+		e.warnPinned(s.MAC, s.IP, "an ARP or ND packet from behind the TAP claims another node's TAP address: dropped (pinned_address)", nil)
 		return
 	}
 	if s.Answer {

@@ -6,7 +6,8 @@ package node
 // else's records for them count anywhere, and a node pinning one of them
 // already pinned by a live member is refused and fails. Here, the keys
 // pinned to the other members keep the endpoints behind our TAPs from
-// claiming them: the engines drop an ARP packet whose sender claims another
+// claiming them: the engines drop an ARP packet whose sender, or a Neighbor
+// Solicitation whose source or Advertisement whose target, claims another
 // member's TAP address (encap.Pinned, read lock-free on the hot path,
 // replaced whenever the members' pins change), and the endpoint trackers
 // refuse to record or announce a MAC or an address pinned elsewhere
