@@ -294,3 +294,64 @@ func TestDuplicateAddress(t *testing.T) {
 		}
 	}
 }
+
+// The endpoint behind h2 is replaced in place by one with a new MAC that
+// says nothing (no gratuitous ARP). h2's agent probes the old MAC, gets no
+// answer and withdraws the binding; h1's next ARP for the address is then
+// flooded instead of answered with the dead MAC, the new endpoint answers,
+// and h1 reaches it. h1's kernel is set to re-check its neighbours within
+// a second (base_reachable_time_ms 1000, delay_first_probe_time 1) and by
+// broadcast at once (ucast_solicit 0), so that the time measured is the
+// overlay's, not the kernel's default 15–45 s and unicast probes.
+func TestSilentReuseSameHost(t *testing.T) {
+	tb := testenv.NewForTest(t, testenv.Config{Hosts: 2})
+	agents := startGossipCluster(t, tb, "--probe-interval", "2s", "--probe-retries", "3")
+	if err := waitForMembers(context.Background(), agents[0].control, 2, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	a1, a2 := agents[0], agents[1]
+	h1, h2 := tb.Host(1), tb.Host(2)
+	for _, kv := range []string{"net.ipv4.neigh.uvx0.base_reachable_time_ms=1000", "net.ipv4.neigh.uvx0.delay_first_probe_time=1", "net.ipv4.neigh.uvx0.ucast_solicit=0"} {
+		if out, err := h1.Run(context.Background(), "sysctl", "-w", kv); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+	}
+	ip := overlayAddr(81)
+	oldMAC, newMAC := fdb.MAC{0x02, 0x81, 0, 0, 0, 1}, fdb.MAC{0x02, 0x81, 0, 0, 0, 2}
+	ep := endpointBehind(t, tb, h2, ip, oldMAC)
+	eventuallyT(t, 15*time.Second, "h1 reaches the endpoint", func() bool {
+		_, err := h1.Ping(context.Background(), ip, 1)
+		return err == nil
+	})
+	eventuallyT(t, 5*time.Second, "h1's agent binds it", func() bool { m, _ := neighOf(t, a1, ip); return m == oldMAC })
+	if out, err := exec.Command("ip", "-n", ep, "link", "set", "ep1", "address", newMAC.String()).CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	swapped := time.Now()
+	var reached time.Duration
+	err := testenv.Eventually(context.Background(), 30*time.Second, func() bool {
+		_, err := h1.Ping(context.Background(), ip, 1)
+		reached = time.Since(swapped)
+		return err == nil
+	})
+	m2, o2 := neighOf(t, a2, ip)
+	m1, o1 := neighOf(t, a1, ip)
+	t.Logf("silent reuse behind h2: h1 reached the new endpoint %v after the swap; bindings h2 %s (%s), h1 %s (%s); h2 probe_withdrawn %d",
+		reached.Round(100*time.Millisecond), m2, o2, m1, o1, nodeCounter(t, a2, "probe_withdrawn"))
+	for _, l := range strings.Split(a2.proc.Log(), "\n") {
+		if strings.Contains(l, "withdrawn") {
+			t.Logf("h2 (swap at %s): %s", swapped.UTC().Format("15:04:05.000"), l)
+		}
+	}
+	if err != nil {
+		t.Fatalf("h1 does not reach the new endpoint 30 s after the swap")
+	}
+	if nodeCounter(t, a2, "probe_withdrawn") < 1 {
+		t.Error("h2 withdrew no binding: the old one was not probed away")
+	}
+	eventuallyT(t, 5*time.Second, "both agents bind the new MAC", func() bool {
+		m1, _ := neighOf(t, a1, ip)
+		m2, _ := neighOf(t, a2, ip)
+		return m1 == newMAC && m2 == newMAC
+	})
+}

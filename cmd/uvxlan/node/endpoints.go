@@ -75,7 +75,7 @@ func (e *endpoints) run(ctx context.Context, sightings <-chan encap.Sighting) {
 	defer tick.Stop()
 	var probeC <-chan time.Time
 	if e.probeInterval > 0 && e.probe != nil {
-		pt := time.NewTicker(e.probeTimeout())
+		pt := time.NewTicker(e.probeTimeout() / 2)
 		defer pt.Stop()
 		probeC = pt.C
 	}
@@ -168,7 +168,7 @@ func (e *endpoints) addNeigh(ip netip.Addr, mac fdb.MAC) {
 // now.
 func (e *endpoints) age(now time.Time) {
 	for _, mac := range staleEndpoints(e.table.Entries(), e.vni, e.own, now.Add(-e.ageing)) {
-		e.withdraw(mac)
+		e.withdraw(mac, "aged out: sent nothing for the ageing time")
 	}
 }
 
@@ -186,7 +186,7 @@ func staleEndpoints(entries []fdb.Entry, vni fdb.VNI, own fdb.MAC, cutoff time.T
 
 // withdraw removes a local endpoint and its IP bindings, and withdraws
 // their announcements.
-func (e *endpoints) withdraw(mac fdb.MAC) {
+func (e *endpoints) withdraw(mac fdb.MAC, why string) {
 	if e.macs[mac] {
 		delete(e.macs, mac)
 		e.quota.give(&e.quota.macs)
@@ -204,7 +204,7 @@ func (e *endpoints) withdraw(mac fdb.MAC) {
 			}
 		}
 	}
-	e.log.Info("endpoint behind the TAP aged out", "mac", mac, "ageing", e.ageing)
+	e.log.Info("endpoint behind the TAP withdrawn", "mac", mac, "why", why, "ageing", e.ageing)
 }
 
 // logRefusal logs a table's refusal of a local endpoint: a full table is a

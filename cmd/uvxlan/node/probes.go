@@ -97,8 +97,8 @@ func (e *endpoints) probeTick(now time.Time) {
 			st.sent = 0
 			continue
 		}
-		if st.sent > 0 && now.Sub(st.lastSent) < e.probeTimeout() {
-			continue // waiting for an answer
+		if st.sent > 0 && now.Sub(st.lastSent) < e.probeTimeout()*9/10 {
+			continue // waiting for an answer (a tick may come a little early)
 		}
 		limit := e.probeRetries
 		if st.contestedBy != "" {
@@ -164,7 +164,7 @@ func (e *endpoints) withdrawBinding(ip netip.Addr, st *probeState, seen map[fdb.
 		}
 	}
 	if last, ok := seen[st.mac]; ok && now.Sub(last) >= e.probeInterval && st.mac != e.own {
-		e.withdraw(st.mac)
+		e.withdraw(st.mac, "silent, and its last binding did not answer its probes")
 	}
 }
 

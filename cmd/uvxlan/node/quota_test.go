@@ -73,13 +73,13 @@ func TestEndpointQuota(t *testing.T) {
 
 	// An endpoint that ages out makes room, here for the other segment.
 	for _, m := range []fdb.MAC{mac(1), mac(2)} {
-		tr.withdraw(m)
+		tr.withdraw(m, "test")
 	}
 	other.saw(encap.Sighting{MAC: mac(9)})
 	if _, ok := table.Lookup(43, mac(9)); !ok {
 		t.Error("no room after endpoints aged out")
 	}
-	tr.withdraw(mac(0)) // with its bindings
+	tr.withdraw(mac(0), "test") // with its bindings
 	for i := 10; i < 13; i++ {
 		tr.saw(encap.Sighting{MAC: mac(0), IP: ip(i)})
 	}
