@@ -370,9 +370,14 @@ func (e *Engine) route(pkt []byte, tb *txBatch) {
 		tb.seen, tb.seenOK = src, true
 	}
 	if dst == e.cfg.ProbeMAC && !dst.IsZero() {
-		if isARP && arp.op == arpReply && e.cfg.Snoop != nil {
+		switch {
+		case e.cfg.Snoop == nil:
+		case isARP && arp.op == arpReply:
 			e.c.add(ProbeAnswers, 1)
 			e.report(Sighting{MAC: arp.senderMAC, IP: arp.senderIP, Answer: true})
+		case isND && nd.typ == ndAdvert && nd.flags&naSolicited != 0:
+			e.c.add(ProbeAnswers, 1)
+			e.report(Sighting{MAC: src, IP: nd.target, Answer: true})
 		}
 		return
 	}
@@ -448,16 +453,22 @@ func (e *Engine) route(pkt []byte, tb *txBatch) {
 	}
 }
 
-// Probe writes a liveness probe into the TAP: an ARP probe from
-// EngineConfig.ProbeMAC to the endpoint at mac, asking for ip (IPv4). Its
-// answer comes back as a Sighting with Answer set. It may be called from
-// any goroutine; it allocates (it is not on the data path).
+// Probe writes a liveness probe into the TAP from EngineConfig.ProbeMAC to
+// the endpoint at mac, asking for ip: an ARP probe (IPv4), or a unicast
+// Neighbor Solicitation from the probe MAC's link-local address (IPv6).
+// Its answer comes back as a Sighting with Answer set. It may be called
+// from any goroutine; it allocates (it is not on the data path).
 func (e *Engine) Probe(mac fdb.MAC, ip netip.Addr) error {
-	if e.cfg.ProbeMAC.IsZero() || !ip.Is4() {
+	ip = ip.Unmap()
+	if e.cfg.ProbeMAC.IsZero() || !ip.IsValid() || ip.IsMulticast() || ip.IsUnspecified() {
 		return fmt.Errorf("encap: cannot probe %s at %s", ip, mac)
 	}
-	b := make([]byte, arpFrameLen)
-	b = b[:putARPProbe(b, mac, e.cfg.ProbeMAC, ip)]
+	b := make([]byte, naFrameLen)
+	if ip.Is4() {
+		b = b[:putARPProbe(b, mac, e.cfg.ProbeMAC, ip)]
+	} else {
+		b = b[:putNSProbe(b, mac, e.cfg.ProbeMAC, ip)]
+	}
 	if _, err := e.writeTAP([][]byte{b}, 0); err != nil {
 		return err
 	}

@@ -690,8 +690,8 @@ func TestEngineProbe(t *testing.T) {
 	if err := a.eng.Probe(ep, epIP); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.eng.Probe(ep, netip.MustParseAddr("fd00::1")); err == nil {
-		t.Error("an IPv6 probe: no error")
+	if err := a.eng.Probe(ep, netip.MustParseAddr("ff02::1")); err == nil {
+		t.Error("a multicast probe: no error")
 	}
 	eventually(t, "the probe in the TAP", func() bool { return len(a.dev.written()) == 1 })
 	f := a.dev.written()[0]
@@ -728,4 +728,29 @@ func TestEngineProbe(t *testing.T) {
 	if st := a.eng.Stats(); st.Counters[ProbesSent] != 1 || st.Counters[ProbeAnswers] != 1 {
 		t.Errorf("probes_sent %d, probe_answers %d; want 1 and 1", st.Counters[ProbesSent], st.Counters[ProbeAnswers])
 	}
+
+	// IPv6: a unicast NS; the endpoint's solicited NA to the probe MAC is
+	// the answer.
+	ep6 := netip.MustParseAddr("fd42::42")
+	if err := a.eng.Probe(ep, ep6); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the NS probe in the TAP", func() bool { return len(a.dev.written()) == 2 })
+	if ns, ok := parseND(a.dev.written()[1]); !ok || ns.typ != ndSolicit || ns.target != ep6 || ns.dstIP != ep6 {
+		t.Fatalf("NS probe %+v (%v)", ns, ok)
+	}
+	a.dev.inject(gopacketND(t, ndMsg{typ: ndAdvert, ethSrc: ep, ethDst: probeMAC, src: ep6, dst: linkLocal(probeMAC),
+		target: ep6, flags: naSolicited | naOverride, ll: &ep}))
+	eventually(t, "the NA answer reported", func() bool {
+		for {
+			select {
+			case s := <-snoop:
+				if s.Answer && s.IP == ep6 && s.MAC == ep {
+					return true
+				}
+			default:
+				return false
+			}
+		}
+	})
 }

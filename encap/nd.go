@@ -192,3 +192,42 @@ func putNA(b []byte, ns ndPacket, mac fdb.MAC) int {
 	binary.BigEndian.PutUint16(m[2:4], ^tap.FoldChecksum(sum))
 	return naFrameLen
 }
+
+// linkLocal returns the EUI-64 link-local address of mac (RFC 4291
+// Appendix A): the probe MAC's, as the source of the agent's NS probes.
+func linkLocal(mac fdb.MAC) netip.Addr {
+	var a [16]byte
+	a[0], a[1] = 0xfe, 0x80
+	a[8], a[9], a[10] = mac[0]^0x02, mac[1], mac[2]
+	a[11], a[12] = 0xff, 0xfe
+	a[13], a[14], a[15] = mac[3], mac[4], mac[5]
+	return netip.AddrFrom16(a)
+}
+
+// putNSProbe writes into b (at least naFrameLen bytes) a unicast Neighbor
+// Solicitation for target from src (its link-local address, and its MAC as
+// the source link-layer option) to the endpoint at dst: a reachability
+// probe (RFC 4861 §7.3.1), which the endpoint answers with a solicited NA
+// to src. It returns the frame's length.
+func putNSProbe(b []byte, dst, src fdb.MAC, target netip.Addr) int {
+	copy(b[0:6], dst[:])
+	copy(b[6:12], src[:])
+	binary.BigEndian.PutUint16(b[12:14], etherTypeIPv6)
+	ip := b[ethHeaderLen:]
+	const plen = naFrameLen - ethHeaderLen - ipv6HeaderLen
+	binary.BigEndian.PutUint32(ip[0:4], 6<<28)
+	binary.BigEndian.PutUint16(ip[4:6], plen)
+	ip[6], ip[7] = protoICMPv6, 255
+	s, d := linkLocal(src).As16(), target.As16()
+	copy(ip[8:24], s[:])
+	copy(ip[24:40], d[:]) // unicast to the target itself
+	m := ip[ipv6HeaderLen : ipv6HeaderLen+plen]
+	m[0], m[1], m[2], m[3] = ndSolicit, 0, 0, 0
+	m[4], m[5], m[6], m[7] = 0, 0, 0, 0
+	copy(m[8:24], d[:])
+	m[24], m[25] = ndOptSrcLL, 1
+	copy(m[26:32], src[:])
+	sum := tap.Checksum(m, tap.PseudoHeaderIPv6(s, d, protoICMPv6, plen))
+	binary.BigEndian.PutUint16(m[2:4], ^tap.FoldChecksum(sum))
+	return naFrameLen
+}

@@ -299,3 +299,24 @@ func FuzzParseND(f *testing.F) {
 		}
 	})
 }
+
+// The NS probe putNSProbe builds is, byte for byte, what gopacket builds
+// for a unicast NS from the probe MAC's link-local address with its source
+// link-layer option, and it parses as such.
+func TestPutNSProbe(t *testing.T) {
+	probe, ep := fdb.MAC{0x02, 0x42, 0, 0, 0, 0x81}, fdb.MAC{0x02, 0, 0, 0, 0, 0x42}
+	ll := linkLocal(probe)
+	if ll != netip.MustParseAddr("fe80::42:ff:fe00:81") {
+		t.Errorf("linkLocal(%s) = %s", probe, ll)
+	}
+	b := make([]byte, naFrameLen)
+	n := putNSProbe(b, ep, probe, ip6B)
+	want := gopacketND(t, ndMsg{typ: ndSolicit, ethSrc: probe, ethDst: ep, src: ll, dst: ip6B, target: ip6B, ll: &probe})
+	if !bytes.Equal(b[:n], want) {
+		t.Fatalf("NS probe differs from gopacket's:\nwant %x\ngot  %x", want, b[:n])
+	}
+	p, ok := parseND(b[:n])
+	if !ok || p.typ != ndSolicit || p.target != ip6B || p.dad() || p.srcIP != ll {
+		t.Errorf("parseND(probe) = %+v, %v", p, ok)
+	}
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os/exec"
 	"slices"
 	"strings"
@@ -94,9 +95,11 @@ func nodeCounter(t *testing.T, a *agent, name string) uint64 {
 	return st.Node[name]
 }
 
-// An endpoint behind h2 vanishes silently (its namespace is deleted). With
-// --probe-interval 2s --probe-retries 3 its binding and MAC are withdrawn
-// on every node within 10 s (ageing alone took over 300 s).
+// An endpoint behind h2, with an IPv4 and an IPv6 address, vanishes
+// silently (its namespace is deleted). With --probe-interval 2s
+// --probe-retries 3 its bindings (probed by ARP and by a unicast NS) and its
+// MAC are withdrawn on every node within 10 s (ageing alone took over
+// 300 s).
 func TestProbeWithdrawsVanished(t *testing.T) {
 	tb := testenv.NewForTest(t, testenv.Config{Hosts: 3})
 	agents := startGossipCluster(t, tb, "--probe-interval", "2s", "--probe-retries", "3")
@@ -110,8 +113,19 @@ func TestProbeWithdrawsVanished(t *testing.T) {
 		_, err := h1.Ping(context.Background(), ip, 1)
 		return err == nil
 	})
+	// Its IPv6 address, snooped from its Neighbor Solicitation (for an
+	// address nobody has).
+	ip6 := netip.MustParseAddr("fd42::72")
+	if out, err := exec.Command("ip", "-n", ep, "addr", "add", "fd42::72/64", "dev", "ep1", "nodad").CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	exec.Command("ip", "netns", "exec", ep, "ping", "-6", "-n", "-c", "1", "-W", "1", "fd42::ffff").Run()
 	for _, a := range agents {
-		eventuallyT(t, 5*time.Second, a.host.Name+" binds the endpoint", func() bool { m, _ := neighOf(t, a, ip); return m == mac })
+		eventuallyT(t, 5*time.Second, a.host.Name+" binds the endpoint", func() bool {
+			m, _ := neighOf(t, a, ip)
+			m6, _ := neighOf(t, a, ip6)
+			return m == mac && m6 == mac
+		})
 	}
 	if out, err := exec.Command("ip", "netns", "del", ep).CombinedOutput(); err != nil {
 		t.Fatalf("%v\n%s", err, out)
@@ -121,6 +135,9 @@ func TestProbeWithdrawsVanished(t *testing.T) {
 	err := testenv.Eventually(context.Background(), 20*time.Second, func() bool {
 		for _, a := range agents {
 			if m, _ := neighOf(t, a, ip); m == mac {
+				return false
+			}
+			if m, _ := neighOf(t, a, ip6); m == mac {
 				return false
 			}
 			if vtep, _ := fdbOf(t, a, mac); vtep.IsValid() {
@@ -139,8 +156,8 @@ func TestProbeWithdrawsVanished(t *testing.T) {
 	if gone > 10*time.Second {
 		t.Errorf("withdrawn after %v, want within 10 s", gone)
 	}
-	if probes < 3 || nodeCounter(t, agents[1], "probe_withdrawn") != 1 {
-		t.Errorf("h2: %d probes sent, probe_withdrawn %d; want at least 3 and 1", probes, nodeCounter(t, agents[1], "probe_withdrawn"))
+	if probes < 6 || nodeCounter(t, agents[1], "probe_withdrawn") != 2 {
+		t.Errorf("h2: %d probes sent, probe_withdrawn %d; want at least 6 (3 ARP, 3 NS) and 2", probes, nodeCounter(t, agents[1], "probe_withdrawn"))
 	}
 }
 

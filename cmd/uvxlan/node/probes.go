@@ -3,11 +3,12 @@ package node
 // Liveness probes and contested bindings (Contrail's MAC-IP learning:
 // verify, then withdraw or re-assert).
 //
-// Every IPv4 binding behind a TAP (IP → MAC, origin local) whose endpoint
-// sent nothing for ProbeInterval is probed: an ARP probe from the segment's
-// probe MAC to the endpoint's MAC, asking for the IP (encap.Engine.Probe).
-// The answer, an ARP reply to the probe MAC, comes back as a sighting with
-// Answer set. Probes go out every probe timeout (half the interval, at most
+// Every binding behind a TAP (IP → MAC, origin local) whose endpoint sent
+// nothing for ProbeInterval is probed from the segment's probe MAC
+// (encap.Engine.Probe): an ARP probe to the endpoint's MAC asking for an
+// IPv4 address, a unicast Neighbor Solicitation for an IPv6 one. The
+// answer, an ARP reply or a solicited NA to the probe MAC, comes back as a
+// sighting with Answer set. Probes go out every probe timeout (half the interval, at most
 // a second) while the endpoint stays silent; ProbeRetries unanswered ones
 // withdraw the binding cluster-wide, and the endpoint's MAC with it when it
 // has no binding left and is silent too. The next frame of an endpoint that
@@ -81,7 +82,7 @@ func (e *endpoints) probeTick(now time.Time) {
 	}
 	live := map[netip.Addr]bool{}
 	for _, b := range e.neigh.Entries() {
-		if b.VNI != e.vni || b.Origin != fdb.OriginLocal || b.MAC == e.own || !b.IP.Is4() {
+		if b.VNI != e.vni || b.Origin != fdb.OriginLocal || b.MAC == e.own {
 			continue
 		}
 		live[b.IP] = true
@@ -175,7 +176,7 @@ func (e *endpoints) contested(c contest, now time.Time) {
 		return // no probes: ageing decides
 	}
 	mac, ok := e.neigh.Lookup(e.vni, c.ip)
-	if !ok || mac != c.mac || !c.ip.Is4() {
+	if !ok || mac != c.mac {
 		return
 	}
 	st := e.stateOf(c.ip, mac, now)
