@@ -53,12 +53,20 @@ func startNode(t *testing.T, n *fakeNet, mac fdb.MAC, vtep netip.AddrPort, flood
 // startNodeOn starts a node on conn, which may already hold datagrams.
 func startNodeOn(t *testing.T, conn *fakeConn, mac fdb.MAC, flood []netip.AddrPort, learning bool) *testNode {
 	t.Helper()
+	return startNodeWith(t, conn, mac, flood, func(c *EngineConfig) { c.Learning = learning })
+}
+
+// startNodeWith starts a node on conn whose engine configuration set
+// changes (Neigh, Snoop, ProbeMAC...); it stops when the test ends.
+func startNodeWith(t *testing.T, conn *fakeConn, mac fdb.MAC, flood []netip.AddrPort, set func(*EngineConfig)) *testNode {
+	t.Helper()
 	vtep := conn.addr
 	tn := &testNode{dev: newFakeDev(mac), conn: conn, table: fdb.New(fdb.Config{})}
 	tn.table.SetFlood(testVNI, flood)
+	cfg := EngineConfig{VNI: testVNI, MAC: mac, Local: vtep.Addr(), Port: 4789}
+	set(&cfg)
 	var err error
-	tn.eng, err = NewEngine(EngineConfig{VNI: testVNI, MAC: mac, Local: vtep.Addr(), Port: 4789, Learning: learning},
-		tn.dev, tn.conn, []Transport{tn.conn}, tn.table)
+	tn.eng, err = NewEngine(cfg, tn.dev, tn.conn, []Transport{tn.conn}, tn.table)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,18 +286,8 @@ func TestEngineARPSuppression(t *testing.T) {
 	neigh := fdb.NewNeighbors(0)
 	known, unknown := netip.MustParseAddr("10.42.0.2"), netip.MustParseAddr("10.42.0.9")
 	neigh.Set(fdb.Neigh{VNI: testVNI, IP: known, MAC: macB, Origin: fdb.OriginGossip})
-	a := &testNode{dev: newFakeDev(macA), conn: n.listen(vtepA), table: fdb.New(fdb.Config{})}
-	a.table.SetFlood(testVNI, []netip.AddrPort{vtepB})
-	var err error
-	a.eng, err = NewEngine(EngineConfig{VNI: testVNI, MAC: macA, Local: vtepA.Addr(), Port: 4789, Neigh: neigh}, a.dev, a.conn, []Transport{a.conn}, a.table)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := startNodeWith(t, n.listen(vtepA), macA, []netip.AddrPort{vtepB}, func(c *EngineConfig) { c.Neigh = neigh })
 	b := startNode(t, &n, macB, vtepB, nil, true)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.eng.Run(ctx) }()
-	defer func() { cancel(); <-done }()
 
 	askerIP := netip.MustParseAddr("10.42.0.1")
 	a.dev.inject(gopacketARP(t, 1, macA, askerIP, fdb.MAC{}, known))
@@ -333,18 +331,8 @@ func TestEngineNDSuppression(t *testing.T) {
 	neigh := fdb.NewNeighbors(0)
 	neigh.Set(fdb.Neigh{VNI: testVNI, IP: ip6B, MAC: macB, Origin: fdb.OriginGossip})
 	neigh.Set(fdb.Neigh{VNI: testVNI, IP: netip.MustParseAddr("fd42::c"), MAC: macC, Origin: fdb.OriginLocal})
-	a := &testNode{dev: newFakeDev(macA), conn: n.listen(vtepA), table: fdb.New(fdb.Config{})}
-	a.table.SetFlood(testVNI, []netip.AddrPort{vtepB})
-	var err error
-	a.eng, err = NewEngine(EngineConfig{VNI: testVNI, MAC: macA, Local: vtepA.Addr(), Port: 4789, Neigh: neigh}, a.dev, a.conn, []Transport{a.conn}, a.table)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := startNodeWith(t, n.listen(vtepA), macA, []netip.AddrPort{vtepB}, func(c *EngineConfig) { c.Neigh = neigh })
 	b := startNode(t, &n, macB, vtepB, nil, true)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.eng.Run(ctx) }()
-	defer func() { cancel(); <-done }()
 
 	a.dev.inject(gopacketNS(t, macA, ip6A, ip6B))
 	eventually(t, "NA in the TAP", func() bool { return len(a.dev.written()) == 1 })
@@ -672,19 +660,8 @@ func TestEngineProbe(t *testing.T) {
 	var n fakeNet
 	probeMAC := fdb.MAC{0x02, 0, 0, 0, 0, 0xfe}
 	snoop := make(chan Sighting, 8)
-	a := &testNode{dev: newFakeDev(macA), conn: n.listen(vtepA), table: fdb.New(fdb.Config{})}
-	a.table.SetFlood(testVNI, []netip.AddrPort{vtepB})
-	var err error
-	a.eng, err = NewEngine(EngineConfig{VNI: testVNI, MAC: macA, Local: vtepA.Addr(), Port: 4789, Snoop: snoop, ProbeMAC: probeMAC},
-		a.dev, a.conn, []Transport{a.conn}, a.table)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := startNodeWith(t, n.listen(vtepA), macA, []netip.AddrPort{vtepB}, func(c *EngineConfig) { c.Snoop = snoop; c.ProbeMAC = probeMAC })
 	b := startNode(t, &n, macB, vtepB, nil, true)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.eng.Run(ctx) }()
-	defer func() { cancel(); <-done }()
 
 	ep, epIP := fdb.MAC{0x02, 0, 0, 0, 0, 0x42}, netip.MustParseAddr("10.42.0.42")
 	if err := a.eng.Probe(ep, epIP); err != nil {
