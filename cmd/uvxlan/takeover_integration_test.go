@@ -53,17 +53,8 @@ func pingGaps(h *testenv.Host, dst string, count int) (time.Duration, int, error
 // hold h1's entries at every poll, the old agent exits 0 and the new one
 // answers.
 func TestTakeover(t *testing.T) {
-	tb := testenv.NewForTest(t, testenv.Config{Hosts: 2})
-	h1, h2 := tb.Host(1), tb.Host(2)
-	a1 := startAgent(t, h1)
-	a2 := startAgent(t, h2, "--join", h1.Underlay.String())
-	if err := waitForMembers(context.Background(), a2.control, 2, 20*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	eventuallyT(t, 10*time.Second, "h2 pings h1", func() bool {
-		_, err := h2.Ping(context.Background(), a1.overlay, 1)
-		return err == nil
-	})
+	a1, a2 := startJoinedPair(t)
+	h1, h2 := a1.host, a2.host
 
 	var (
 		wg      sync.WaitGroup
@@ -152,6 +143,24 @@ func TestTakeover(t *testing.T) {
 	}
 }
 
+// startJoinedPair starts agents on the two hosts of a new testbed, h2
+// joining h1, and waits until h2 pings h1 over the overlay.
+func startJoinedPair(t *testing.T) (a1, a2 *agent) {
+	t.Helper()
+	tb := testenv.NewForTest(t, testenv.Config{Hosts: 2})
+	h1, h2 := tb.Host(1), tb.Host(2)
+	a1 = startAgent(t, h1)
+	a2 = startAgent(t, h2, "--join", h1.Underlay.String())
+	if err := waitForMembers(context.Background(), a2.control, 2, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	eventuallyT(t, 10*time.Second, "h2 pings h1", func() bool {
+		_, err := h2.Ping(context.Background(), a1.overlay, 1)
+		return err == nil
+	})
+	return a1, a2
+}
+
 // --takeover with no agent on the control socket, or an agent of another
 // TAP, is a clear error, exit 2, and changes nothing.
 func TestTakeoverRefused(t *testing.T) {
@@ -214,21 +223,12 @@ func TestReloadBySIGHUP(t *testing.T) {
 		return string(b[:n])
 	}
 
-	tb := testenv.NewForTest(t, testenv.Config{Hosts: 2})
-	h1, h2 := tb.Host(1), tb.Host(2)
-	a1 := startAgent(t, h1)
-	if got, want := next(), fmt.Sprintf("MAINPID=%d\nREADY=1", a1.proc.Pid()); !strings.HasPrefix(got, want) {
-		t.Fatalf("h1's agent notified %q, want %q first", got, want)
+	a1, a2 := startJoinedPair(t)
+	h2 := a2.host
+	notes := []string{next(), next()} // both agents' READY, in any order
+	if want := fmt.Sprintf("MAINPID=%d\nREADY=1", a1.proc.Pid()); !strings.HasPrefix(notes[0], want) && !strings.HasPrefix(notes[1], want) {
+		t.Fatalf("the agents notified %q, want %q from h1's", notes, want)
 	}
-	a2 := startAgent(t, h2, "--join", h1.Underlay.String())
-	next() // h2's READY
-	if err := waitForMembers(context.Background(), a2.control, 2, 20*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	eventuallyT(t, 10*time.Second, "h2 pings h1", func() bool {
-		_, err := h2.Ping(context.Background(), a1.overlay, 1)
-		return err == nil
-	})
 	var (
 		gap     time.Duration
 		replies int
