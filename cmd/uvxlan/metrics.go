@@ -68,6 +68,8 @@ var (
 	// descNode: the node's own counters (node.Counters), by JSON key.
 	descNode = map[string]*prometheus.Desc{
 		"endpoints_refused": desc("endpoints_refused_total", "New endpoint MACs and IP bindings behind the TAPs refused by --max-endpoints (or a full table)."),
+		"conflicts":         desc("conflicts_total", "Duplicate addresses: bindings of this node that another node claimed while their endpoint still answered."),
+		"probe_withdrawn":   desc("probe_withdrawn_total", "Bindings withdrawn because their endpoint did not answer its probes, or moved to another node."),
 	}
 )
 
