@@ -20,8 +20,8 @@
 // What bounds Endpoints (MaxGossipEndpoints). Each node caps the live
 // entries of each kind per owner at gossip.Config.MaxEndpoints (the quota,
 // default 4096, the same on the announcing and on every receiving side), so
-// the bench sets it to Endpoints on every node; gossip accepts at most 65536
-// for it. The hard bound is the store: a node holds at most 65536 gossip
+// the bench sets it to Endpoints + Announces on every node (the owner may
+// have announced some of the timed entries); gossip accepts at most 65536. The hard bound is the store: a node holds at most 65536 gossip
 // records of all owners, live and tombstones (gossip's maxRecords), and the
 // endpoints take 2×Endpoints of them beside the members' TAP MACs and the
 // timed announces. The bench sizes each node's FDB and neighbour table to
@@ -397,7 +397,13 @@ func timeEndpoints(ctx context.Context, nodes []*gnode, n int, say func(string, 
 		}
 		if time.Since(tick) >= 5*time.Second {
 			tick = time.Now()
-			say("%v: %d of %d nodes hold all; the slowest at endpoint %d", time.Since(t0).Round(time.Second), len(others)-left, len(others), slices.Min(cursor))
+			least := 2 * n // entries held by the slowest node, roughly (its tables' sizes)
+			for j, g := range others {
+				if took[j] == 0 {
+					least = min(least, g.fdb.Len()-len(nodes)+1+g.neigh.Len())
+				}
+			}
+			say("%v: %d of %d nodes hold all; the slowest about %d of %d entries", time.Since(t0).Round(time.Second), len(others)-left, len(others), max(least, 0), 2*n)
 		}
 		if left == 0 {
 			break
@@ -499,7 +505,8 @@ func startNode(i int, seeds []string, rc GossipConfig) (*gnode, error) {
 		done: make(chan struct{}),
 	}
 	// Room for every endpoint beside the TAP MACs and the announces.
-	maxEndpoints := max(rc.Endpoints, gossip.DefaultMaxEndpoints)
+	// The endpoints' owner may have announced some of the timed entries.
+	maxEndpoints := max(rc.Endpoints+rc.Announces, gossip.DefaultMaxEndpoints)
 	n.fdb = fdb.New(fdb.Config{MaxEntries: max(fdb.DefaultMaxEntries, rc.Endpoints+rc.Nodes+rc.Announces)})
 	n.neigh = fdb.NewNeighbors(max(fdb.DefaultMaxEntries, rc.Endpoints))
 	var tuneErr error
