@@ -77,7 +77,7 @@ func TestRunGossip(t *testing.T) {
 // every binding, and the report says so. No timing is asserted.
 func TestGossipEndpoints(t *testing.T) {
 	if testing.Short() {
-		t.Skip("a few seconds")
+		t.Skip("10 to 70 s: most entries wait for a push/pull (every 30 s)")
 	}
 	const nodes, endpoints = 5, gossip.DefaultMaxEndpoints + 500
 	cfg := GossipConfig{Nodes: nodes, Announces: 1, Endpoints: endpoints}
