@@ -7,10 +7,25 @@
 //     other node's TAP MAC;
 //  2. Announces times, one at a time: a random node announces a new MAC;
 //     time until every other node maps it to that node's VTEP;
-//  3. crash Kills nodes at once (never the first) and time, for each, how
+//  3. with Endpoints > 0: the first node announces Endpoints endpoint MACs
+//     and as many IP bindings (IPv4 address i bound to MAC i) as fast as it
+//     can; time until every other node's tables hold all of them (FDB
+//     entries of origin gossip to its VTEP, neighbour entries to the right
+//     MAC), and the process's memory before and after;
+//  4. crash Kills nodes at once (never the first) and time, for each, how
 //     long until every surviving node has withdrawn its entries and dropped
 //     its VTEP from the flood list;
-//  4. stop every node.
+//  5. stop every node.
+//
+// What bounds Endpoints (MaxGossipEndpoints). Each node caps the live
+// entries of each kind per owner at gossip.Config.MaxEndpoints (the quota,
+// default 4096, the same on the announcing and on every receiving side), so
+// the bench sets it to Endpoints + Announces on every node (the owner may
+// have announced some of the timed entries); gossip accepts at most 65536. The hard bound is the store: a node holds at most 65536 gossip
+// records of all owners, live and tombstones (gossip's maxRecords), and the
+// endpoints take 2×Endpoints of them beside the members' TAP MACs and the
+// timed announces. The bench sizes each node's FDB and neighbour table to
+// fit (the agent's are --fdb-max and 16384 bindings).
 
 package perf
 
@@ -24,7 +39,10 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"os"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -42,6 +60,10 @@ const (
 	MaxGossipNodes         = 200
 	DefaultGossipAnnounces = 10
 	DefaultGossipKills     = 3
+	// MaxGossipEndpoints bounds GossipConfig.Endpoints: 2×32000 endpoint
+	// records, MaxGossipNodes TAP MACs and 1000 announces fit in the 65536
+	// records a gossip node holds (see the top of this file).
+	MaxGossipEndpoints = 32000
 )
 
 // Time limits of RunGossip's stages.
@@ -52,6 +74,10 @@ const (
 	// syncs each node with a random other every 30 s, scaled up with the
 	// cluster size (60 s on 50 nodes, 120 s on 200).
 	announceTimeout = 3 * time.Minute
+	// endpointsTimeout: thousands of records ride broadcasts a few dozen
+	// per packet, and push/pull (every 30 s on up to 32 nodes) carries
+	// whole states.
+	endpointsTimeout = 5 * time.Minute
 	// deathTimeout: memberlist's longest suspicion on 200 nodes is under a
 	// minute, and a node that misses the death hears of it by push/pull.
 	deathTimeout = 3 * time.Minute
@@ -70,6 +96,10 @@ type GossipConfig struct {
 	// Kills is how many nodes crash (together), at most Nodes-2. Default
 	// DefaultGossipKills.
 	Kills int
+	// Endpoints is how many endpoint MACs, and as many IP bindings, the
+	// first node announces at once after the timed announces; 0 (the
+	// default) skips that stage. At most MaxGossipEndpoints.
+	Endpoints int
 	// Progress receives a line per step; nil for none.
 	Progress io.Writer
 }
@@ -90,8 +120,74 @@ type GossipReport struct {
 	// Death is from a node's crash (its gossip goes silent: no leave
 	// message) until every surviving node has withdrawn its entries and its
 	// VTEP from the flood list. The crashes are simultaneous.
-	Death          Distribution `json:"death"`
-	ElapsedSeconds float64      `json:"elapsed_seconds"`
+	Death Distribution `json:"death"`
+	// Endpoints is the endpoints stage; nil when GossipConfig.Endpoints is 0.
+	Endpoints      *EndpointsReport `json:"endpoints,omitempty"`
+	ElapsedSeconds float64          `json:"elapsed_seconds"`
+}
+
+// EndpointsReport is the endpoints stage of RunGossip: one node announces
+// Endpoints MACs and as many IP bindings, and every other node must hold
+// them all.
+type EndpointsReport struct {
+	Endpoints int    `json:"endpoints"`
+	Owner     string `json:"owner"`
+	// Entries each other node must hold: 2×Endpoints (FDB and neighbour).
+	Entries int `json:"entries"`
+	// AnnounceSeconds is how long the owner took to call AnnounceMAC and
+	// AnnounceNeigh for every endpoint.
+	AnnounceSeconds float64 `json:"announce_seconds"`
+	// AllSeconds is from the first announce until every other node held
+	// every entry.
+	AllSeconds float64 `json:"all_seconds"`
+	// PerNode is, for each other node, the time from the first announce
+	// until it held every entry.
+	PerNode Distribution `json:"per_node"`
+	// Memory of the whole process (every node is in it) after the cluster
+	// formed and the announces were timed (Before), and once every node
+	// held every entry (After), each read after a garbage collection.
+	Before Memory `json:"before"`
+	After  Memory `json:"after"`
+}
+
+// Memory is the process's memory at one moment. With every node in one
+// process, HeapPerNodeBytes is an in-process estimate of one node's share:
+// the Go heap divided by the nodes (memberlist, gossip store, tables and
+// queues; not the runtime's and the binary's fixed costs, which an agent
+// pays once).
+type Memory struct {
+	RSSBytes         int64 `json:"rss_bytes"`      // VmRSS
+	PeakRSSBytes     int64 `json:"peak_rss_bytes"` // VmHWM: the peak so far
+	HeapInuseBytes   int64 `json:"heap_inuse_bytes"`
+	HeapPerNodeBytes int64 `json:"heap_per_node_bytes"`
+}
+
+// readMemory collects garbage, then reads the Go heap and /proc/self/status.
+func readMemory(nodes int) Memory {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	m := Memory{HeapInuseBytes: int64(ms.HeapInuse), HeapPerNodeBytes: int64(ms.HeapInuse) / int64(nodes)}
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return m
+	}
+	for line := range strings.Lines(string(b)) {
+		name, v, ok := strings.Cut(line, ":")
+		if !ok || (name != "VmRSS" && name != "VmHWM") {
+			continue
+		}
+		kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		if err != nil {
+			continue
+		}
+		if name == "VmRSS" {
+			m.RSSBytes = kb << 10
+		} else {
+			m.PeakRSSBytes = kb << 10
+		}
+	}
+	return m
 }
 
 // Distribution summarizes timed samples, in milliseconds.
@@ -125,6 +221,7 @@ type gnode struct {
 	vtep   netip.AddrPort
 	macs   []fdb.MAC // what it announced, TAP MAC first
 	fdb    *fdb.Table
+	neigh  *fdb.Neighbors
 	tr     *crashTransport
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -153,6 +250,8 @@ func RunGossip(ctx context.Context, cfg GossipConfig) (rep *GossipReport, err er
 		return nil, fmt.Errorf("perf: gossip: %d announces, want 1 to 1000", cfg.Announces)
 	case cfg.Kills < 1 || cfg.Kills > cfg.Nodes-2:
 		return nil, fmt.Errorf("perf: gossip: %d kills, want 1 to %d (nodes - 2)", cfg.Kills, cfg.Nodes-2)
+	case cfg.Endpoints < 0 || cfg.Endpoints > MaxGossipEndpoints:
+		return nil, fmt.Errorf("perf: gossip: %d endpoints, want 0 to %d", cfg.Endpoints, MaxGossipEndpoints)
 	}
 	out := cfg.Progress
 	if out == nil {
@@ -176,7 +275,7 @@ func RunGossip(ctx context.Context, cfg GossipConfig) (rep *GossipReport, err er
 		if i > 0 {
 			seeds = []string{nodes[0].Addr().String()}
 		}
-		n, err := startNode(i, seeds)
+		n, err := startNode(i, seeds, cfg)
 		if err != nil {
 			return nil, err
 		}
@@ -216,7 +315,14 @@ func RunGossip(ctx context.Context, cfg GossipConfig) (rep *GossipReport, err er
 	}
 	rep.Announce = distribution(took)
 
-	// 3. Crashes, together.
+	// 3. Endpoints, all at once, from the first node (never crashed).
+	if cfg.Endpoints > 0 {
+		if rep.Endpoints, err = timeEndpoints(ctx, nodes, cfg.Endpoints, say); err != nil {
+			return nil, err
+		}
+	}
+
+	// 4. Crashes, together.
 	victims := slices.Clone(nodes[1:]) // never the seed
 	rand.Shuffle(len(victims), func(i, j int) { victims[i], victims[j] = victims[j], victims[i] })
 	victims = victims[:cfg.Kills]
@@ -232,6 +338,89 @@ func RunGossip(ctx context.Context, cfg GossipConfig) (rep *GossipReport, err er
 	}
 	rep.Death = distribution(deaths)
 	rep.ElapsedSeconds = time.Since(start).Seconds()
+	return rep, nil
+}
+
+// endpointMAC and endpointIP are endpoint i's MAC and address.
+func endpointMAC(i int) fdb.MAC { return fdb.MAC{0x02, 0xee, 0, byte(i >> 16), byte(i >> 8), byte(i)} }
+func endpointIP(i int) netip.Addr {
+	return netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}).Next() // 10.0.0.1 on
+}
+
+// timeEndpoints has nodes[0] announce n endpoints (MAC and IP binding) and
+// times until every other node holds all of them.
+func timeEndpoints(ctx context.Context, nodes []*gnode, n int, say func(string, ...any)) (*EndpointsReport, error) {
+	owner, others := nodes[0], nodes[1:]
+	rep := &EndpointsReport{Endpoints: n, Owner: owner.name, Entries: 2 * n}
+	rep.Before = readMemory(len(nodes))
+	say("%s announces %d endpoints (%d MACs, %d IP bindings) as fast as it can", owner.name, n, n, n)
+	t0 := time.Now()
+	for i := range n {
+		mac := endpointMAC(i)
+		if err := owner.AnnounceMAC(gossipVNI, mac); err != nil {
+			return nil, fmt.Errorf("perf: gossip: endpoint %d: %w", i, err)
+		}
+		if err := owner.AnnounceNeigh(gossipVNI, endpointIP(i), mac); err != nil {
+			return nil, fmt.Errorf("perf: gossip: endpoint %d: %w", i, err)
+		}
+	}
+	announced := time.Since(t0)
+	rep.AnnounceSeconds = announced.Seconds()
+	say("announced in %v; waiting for the %d others to hold all %d entries", announced.Round(time.Millisecond), len(others), 2*n)
+
+	// Entries arrive in any order: a node's cursor is its first entry
+	// missing, so each entry is looked up about once per node.
+	held := func(g *gnode, i int) bool {
+		if v, ok := g.fdb.Lookup(gossipVNI, endpointMAC(i)); !ok || v != owner.vtep {
+			return false
+		}
+		mac, ok := g.neigh.Lookup(gossipVNI, endpointIP(i))
+		return ok && mac == endpointMAC(i)
+	}
+	ctx, cancel := context.WithTimeout(ctx, endpointsTimeout)
+	defer cancel()
+	cursor := make([]int, len(others))
+	took := make([]time.Duration, len(others))
+	tick := time.Now()
+	for left := len(others); left > 0; {
+		for j, g := range others {
+			if took[j] > 0 {
+				continue
+			}
+			for cursor[j] < n && held(g, cursor[j]) {
+				cursor[j]++
+			}
+			if cursor[j] == n {
+				took[j] = time.Since(t0)
+				left--
+			}
+		}
+		if time.Since(tick) >= 5*time.Second {
+			tick = time.Now()
+			least := 2 * n // entries held by the slowest node, roughly (its tables' sizes)
+			for j, g := range others {
+				if took[j] == 0 {
+					least = min(least, g.fdb.Len()-len(nodes)+1+g.neigh.Len())
+				}
+			}
+			say("%v: %d of %d nodes hold all; the slowest about %d of %d entries", time.Since(t0).Round(time.Second), len(others)-left, len(others), max(least, 0), 2*n)
+		}
+		if left == 0 {
+			break
+		}
+		if err := sleep(ctx, gossipPoll); err != nil {
+			if errors.Is(err, context.DeadlineExceeded) {
+				j := slices.Index(cursor, slices.Min(cursor))
+				return nil, fmt.Errorf("perf: gossip: %d endpoints not everywhere within %v: %s lacks endpoint %d (%s, %s) and maybe more",
+					n, endpointsTimeout, others[j].name, cursor[j], endpointMAC(cursor[j]), endpointIP(cursor[j]))
+			}
+			return nil, err
+		}
+	}
+	rep.PerNode = distribution(took)
+	rep.AllSeconds = slices.Max(took).Seconds()
+	say("all %d others hold all %d entries after %.2f s (median node %.2f s)", len(others), 2*n, rep.AllSeconds, rep.PerNode.P50Millis/1000)
+	rep.After = readMemory(len(nodes))
 	return rep, nil
 }
 
@@ -306,16 +495,20 @@ func waitAll(ctx context.Context, timeout time.Duration, nodes []*gnode, cond fu
 	}
 }
 
-// startNode creates node i and runs it.
-func startNode(i int, seeds []string) (*gnode, error) {
+// startNode creates node i, sized for cfg's endpoints, and runs it.
+func startNode(i int, seeds []string, rc GossipConfig) (*gnode, error) {
 	addr := gossipAddr(i)
 	n := &gnode{
 		name: fmt.Sprintf("n%03d", i),
 		vtep: netip.AddrPortFrom(addr, 4789),
 		macs: []fdb.MAC{{0x02, 0xb0, 0, 0, byte(i >> 8), byte(i)}},
-		fdb:  fdb.New(fdb.Config{}),
 		done: make(chan struct{}),
 	}
+	// Room for every endpoint beside the TAP MACs and the announces.
+	// The endpoints' owner may have announced some of the timed entries.
+	maxEndpoints := max(rc.Endpoints+rc.Announces, gossip.DefaultMaxEndpoints)
+	n.fdb = fdb.New(fdb.Config{MaxEntries: max(fdb.DefaultMaxEntries, rc.Endpoints+rc.Nodes+rc.Announces)})
+	n.neigh = fdb.NewNeighbors(max(fdb.DefaultMaxEntries, rc.Endpoints))
 	var tuneErr error
 	cfg := gossip.Config{
 		Name:     n.name,
@@ -325,8 +518,10 @@ func startNode(i int, seeds []string) (*gnode, error) {
 		MAC:      n.macs[0],
 		Seeds:    seeds,
 		FDB:      n.fdb,
-		Neigh:    fdb.NewNeighbors(0),
+		Neigh:    n.neigh,
 		Logger:   slog.New(slog.DiscardHandler),
+		// The quota of endpoints per member, the same on every node.
+		MaxEndpoints: maxEndpoints,
 		// The agent's timings (DefaultLANConfig, untouched), on a port the
 		// kernel picks, through a transport that can crash.
 		Tune: func(c *memberlist.Config) {
@@ -509,6 +704,31 @@ func (r *GossipReport) WriteTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if e := r.Endpoints; e != nil {
+		fmt.Fprintf(w, "\n%d endpoints (%d MACs + %d IP bindings = %d entries) from %s → all %d others\n\n",
+			e.Endpoints, e.Endpoints, e.Endpoints, e.Entries, e.Owner, r.Nodes-1)
+		tw := newTable(w)
+		fmt.Fprintln(tw, "figure\tp50\tmax\tsamples")
+		fmt.Fprintf(tw, "announced (AnnounceMAC + AnnounceNeigh ×%d)\t%s\t\t1\n", e.Endpoints, fmtMillis(e.AnnounceSeconds*1000))
+		fmt.Fprintf(tw, "first announce → a node holds all %d\t%s\t%s\t%d\n", e.Entries, fmtMillis(e.PerNode.P50Millis), fmtMillis(e.PerNode.MaxMillis), len(e.PerNode.SamplesMillis))
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "\nmemory, before the endpoints → after every node held them (after a GC):\n\n")
+		tw = newTable(w)
+		fmt.Fprintln(tw, "figure\tbefore\tafter\tgrowth")
+		mem := func(label string, b, a int64) {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", label, fmtBytes(b), fmtBytes(a), fmtBytes(a-b))
+		}
+		mem("process RSS (VmRSS)", e.Before.RSSBytes, e.After.RSSBytes)
+		mem("process peak RSS (VmHWM)", e.Before.PeakRSSBytes, e.After.PeakRSSBytes)
+		mem("Go heap in use", e.Before.HeapInuseBytes, e.After.HeapInuseBytes)
+		mem(fmt.Sprintf("Go heap per node (÷%d)", r.Nodes), e.Before.HeapPerNodeBytes, e.After.HeapPerNodeBytes)
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "per node: an in-process estimate, all %d nodes share one process and one Go runtime\n", r.Nodes)
+	}
 	_, err := fmt.Fprintf(w, "\n%s; took %.1f s\n", r.Machine, r.ElapsedSeconds)
 	return err
 }
@@ -518,4 +738,12 @@ func fmtMillis(ms float64) string {
 		return fmt.Sprintf("%.2f s", ms/1000)
 	}
 	return fmt.Sprintf("%.0f ms", ms)
+}
+
+// fmtBytes prints a byte count in MiB (KiB below one MiB).
+func fmtBytes(b int64) string {
+	if b > -1<<20 && b < 1<<20 {
+		return fmt.Sprintf("%.0f KiB", float64(b)/(1<<10))
+	}
+	return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20))
 }

@@ -2,9 +2,13 @@ package perf
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/uvxlan/uvxlan/fdb"
+	"github.com/uvxlan/uvxlan/gossip"
 )
 
 func TestRunGossipBadConfig(t *testing.T) {
@@ -13,6 +17,8 @@ func TestRunGossipBadConfig(t *testing.T) {
 		{Nodes: MaxGossipNodes + 1},
 		{Nodes: 5, Kills: 4},
 		{Nodes: 5, Announces: -1},
+		{Nodes: 5, Endpoints: -1},
+		{Nodes: 5, Endpoints: MaxGossipEndpoints + 1},
 	} {
 		if _, err := RunGossip(t.Context(), cfg); err == nil {
 			t.Errorf("%+v: want an error, got nil", cfg)
@@ -27,7 +33,7 @@ func TestRunGossip(t *testing.T) {
 		t.Skip("about 10 s")
 	}
 	var progress bytes.Buffer
-	rep, err := RunGossip(t.Context(), GossipConfig{Nodes: 5, Announces: 3, Kills: 2, Progress: &progress})
+	rep, err := RunGossip(t.Context(), GossipConfig{Nodes: 5, Announces: 3, Kills: 2, Endpoints: 500, Progress: &progress})
 	if err != nil {
 		t.Fatalf("%v\nprogress:\n%s", err, progress.String())
 	}
@@ -47,9 +53,102 @@ func TestRunGossip(t *testing.T) {
 	if !(rep.FormSeconds > 0) || !(rep.ElapsedSeconds >= rep.FormSeconds) {
 		t.Errorf("form %v s, elapsed %v s", rep.FormSeconds, rep.ElapsedSeconds)
 	}
-	for _, want := range []string{"starting 5 gossip nodes", "[3/3] announce", "[2/2]", "withdrawn on all 3 survivors"} {
+	for _, want := range []string{"starting 5 gossip nodes", "[3/3] announce", "all 4 others hold all 1000 entries", "[2/2]", "withdrawn on all 3 survivors"} {
 		if !strings.Contains(progress.String(), want) {
 			t.Errorf("progress lacks %q:\n%s", want, progress.String())
 		}
+	}
+	if e := rep.Endpoints; e == nil || e.Endpoints != 500 || len(e.PerNode.SamplesMillis) != 4 || e.After.HeapPerNodeBytes <= 0 {
+		t.Errorf("endpoints: want 500, 4 nodes timed, memory; got %+v", e)
+	}
+	var table bytes.Buffer
+	if err := rep.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"500 endpoints", "a node holds all 1000", "process RSS (VmRSS)", "Go heap per node (÷5)", "in-process estimate"} {
+		if !strings.Contains(table.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, table.String())
+		}
+	}
+}
+
+// Endpoints beyond gossip's default quota (4096) from one node reach every
+// other node: each holds every MAC (origin gossip, the owner's VTEP) and
+// every binding, and the report says so. No timing is asserted.
+func TestGossipEndpoints(t *testing.T) {
+	if testing.Short() {
+		t.Skip("10 to 70 s: most entries wait for a push/pull (every 30 s)")
+	}
+	const nodes, endpoints = 5, gossip.DefaultMaxEndpoints + 500
+	cfg := GossipConfig{Nodes: nodes, Announces: 1, Endpoints: endpoints}
+	var gs []*gnode
+	t.Cleanup(func() {
+		if err := stopNodes(gs); err != nil {
+			t.Error(err)
+		}
+	})
+	for i := range nodes {
+		var seeds []string
+		if i > 0 {
+			seeds = []string{gs[0].Addr().String()}
+		}
+		g, err := startNode(i, seeds, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gs = append(gs, g)
+	}
+	if err := waitAll(t.Context(), formTimeout, gs, func(g *gnode) bool { return g.fdb.Len() >= nodes-1 }); err != nil {
+		t.Fatal(err)
+	}
+	var progress bytes.Buffer
+	say := func(format string, args ...any) { fmt.Fprintf(&progress, format+"\n", args...) }
+	rep, err := timeEndpoints(t.Context(), gs, endpoints, say)
+	if err != nil {
+		t.Fatalf("%v\nprogress:\n%s", err, progress.String())
+	}
+
+	owner := gs[0]
+	for _, g := range gs[1:] {
+		macs, binds := 0, 0
+		for _, e := range g.fdb.Entries() {
+			if e.MAC[1] == 0xee && e.Origin == fdb.OriginGossip && e.VTEP == owner.vtep {
+				macs++
+			}
+		}
+		for _, e := range g.neigh.Entries() {
+			if e.Origin == fdb.OriginGossip && e.MAC[1] == 0xee {
+				binds++
+			}
+		}
+		if macs != endpoints || binds != endpoints {
+			t.Errorf("%s holds %d endpoint MACs of origin gossip behind %s and %d bindings, want %d of each", g.name, macs, owner.vtep, binds, endpoints)
+		}
+		for _, i := range []int{0, endpoints / 2, endpoints - 1} {
+			if mac, ok := g.neigh.Lookup(gossipVNI, endpointIP(i)); !ok || mac != endpointMAC(i) {
+				t.Errorf("%s: %s → %s, %v; want %s", g.name, endpointIP(i), mac, ok, endpointMAC(i))
+			}
+		}
+		if s := g.Stats(); s.RejectedQuota != 0 {
+			t.Errorf("%s: rejected_quota %d, want 0 (the quota is raised to the endpoints)", g.name, s.RejectedQuota)
+		}
+	}
+
+	if rep.Endpoints != endpoints || rep.Entries != 2*endpoints || rep.Owner != owner.name {
+		t.Errorf("report: endpoints %d, entries %d, owner %q; want %d, %d, %q", rep.Endpoints, rep.Entries, rep.Owner, endpoints, 2*endpoints, owner.name)
+	}
+	if d := rep.PerNode; len(d.SamplesMillis) != nodes-1 || !(d.P50Millis > 0) || d.P50Millis > d.MaxMillis {
+		t.Errorf("per node: want %d samples, 0 < p50 <= max; got %+v", nodes-1, d)
+	}
+	if !(rep.AnnounceSeconds > 0) || rep.AllSeconds < rep.AnnounceSeconds {
+		t.Errorf("announce %v s, all %v s (max per node %v ms)", rep.AnnounceSeconds, rep.AllSeconds, rep.PerNode.MaxMillis)
+	}
+	for _, m := range []Memory{rep.Before, rep.After} {
+		if m.RSSBytes <= 0 || m.PeakRSSBytes < m.RSSBytes || m.HeapInuseBytes <= 0 || m.HeapPerNodeBytes != m.HeapInuseBytes/nodes {
+			t.Errorf("memory not filled in: %+v", m)
+		}
+	}
+	if rep.After.PeakRSSBytes < rep.Before.PeakRSSBytes {
+		t.Errorf("peak RSS went down: %+v → %+v", rep.Before, rep.After)
 	}
 }

@@ -65,11 +65,21 @@ least 1 s); the testbed is removed at the end, on failure and on Ctrl-C.
 uses them. Times --announces new entries, one at a time, from AnnounceMAC on a
 random node until every other node holds it; then crashes --kills nodes at once
 (their gossip falls silent, no leave) and times until every survivor has
-withdrawn their entries and flood-list VTEPs. Prints p50, p99 and max.`,
+withdrawn their entries and flood-list VTEPs. Prints p50, p99 and max.
+
+With --endpoints N, between the two, the first node announces N endpoint
+MACs and N IP bindings as fast as it can and the run times until every
+other node holds all 2N entries, and reports the process's RSS and Go heap
+before and after (the heap divided by --nodes is an in-process estimate of
+one node's share). Every node's endpoint quota (--max-endpoints of an agent)
+is raised to N for the run.
+
+   uvxlan bench gossip --nodes 20 --endpoints 10000`,
 			Flags: []cli.Flag{
 				&cli.IntFlag{Name: "nodes", Value: perf.DefaultGossipNodes, Usage: fmt.Sprintf("cluster size, 3 to %d", perf.MaxGossipNodes)},
 				&cli.IntFlag{Name: "announces", Value: perf.DefaultGossipAnnounces, Usage: "new entries to time, one after another"},
 				&cli.IntFlag{Name: "kills", Value: perf.DefaultGossipKills, Usage: "nodes to crash at once, at most nodes - 2"},
+				&cli.IntFlag{Name: "endpoints", Usage: fmt.Sprintf("endpoints (MAC and IP binding) one node announces at once, timed until every node holds all; `N` from 0 (skip) to %d", perf.MaxGossipEndpoints)},
 				&cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"},
 			},
 			Action: benchGossipAction,
@@ -154,7 +164,7 @@ func benchGossipAction(c *cli.Context) error {
 	if c.Args().Present() {
 		return usageError{fmt.Errorf("bench gossip takes no arguments, got %q", c.Args().Slice())}
 	}
-	cfg := perf.GossipConfig{Nodes: c.Int("nodes"), Announces: c.Int("announces"), Kills: c.Int("kills"), Progress: c.App.ErrWriter}
+	cfg := perf.GossipConfig{Nodes: c.Int("nodes"), Announces: c.Int("announces"), Kills: c.Int("kills"), Endpoints: c.Int("endpoints"), Progress: c.App.ErrWriter}
 	switch {
 	case cfg.Nodes < 3 || cfg.Nodes > perf.MaxGossipNodes:
 		return badFlag("nodes", fmt.Sprint(cfg.Nodes), "must be between 3 and %d", perf.MaxGossipNodes)
@@ -162,6 +172,8 @@ func benchGossipAction(c *cli.Context) error {
 		return badFlag("announces", fmt.Sprint(cfg.Announces), "must be between 1 and 1000")
 	case cfg.Kills < 1 || cfg.Kills > cfg.Nodes-2:
 		return badFlag("kills", fmt.Sprint(cfg.Kills), "must be between 1 and --nodes - 2 (%d)", cfg.Nodes-2)
+	case cfg.Endpoints < 0 || cfg.Endpoints > perf.MaxGossipEndpoints:
+		return badFlag("endpoints", fmt.Sprint(cfg.Endpoints), "must be between 0 and %d", perf.MaxGossipEndpoints)
 	}
 	signal.Ignore(syscall.SIGPIPE)
 	ctx, stop := testenv.SignalContext(c.Context)

@@ -299,6 +299,8 @@ func TestBenchBadFlags(t *testing.T) {
 		{[]string{"bench", "gossip", "--nodes", "ten"}, "nodes"},
 		{[]string{"bench", "gossip", "--nodes", "10", "--kills", "9"}, "--kills"},
 		{[]string{"bench", "gossip", "--announces", "0"}, "--announces"},
+		{[]string{"bench", "gossip", "--endpoints", "-1"}, "--endpoints"},
+		{[]string{"bench", "gossip", "--endpoints", "32001"}, "--endpoints"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args[1:], " "), func(t *testing.T) {
