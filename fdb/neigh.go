@@ -1,12 +1,13 @@
 package fdb
 
-// The neighbour table maps (VNI, IP) → MAC: who answers ARP (and later ND)
-// for an overlay address. The engine reads it for every ARP request it reads
-// from the TAP, to answer locally instead of flooding (ARP suppression), so
-// Lookup is lock-free and allocation-free: the table is one atomic.Pointer to
-// an immutable map, replaced whole (copy-on-write) by writers under a mutex.
-// Neighbour tables are small (one or a few addresses per endpoint) and change
-// when endpoints come and go, not per packet, so one copy per change is fine.
+// The neighbour table maps (VNI, IP) → MAC: who answers ARP and ND for an
+// overlay address. The engine reads it for every ARP request and Neighbor
+// Solicitation it reads from the TAP, to answer locally instead of flooding
+// (suppression), so Lookup is lock-free and allocation-free: the table is
+// neighShards shards, each an atomic.Pointer to an immutable map that
+// writers replace (copy-on-write) under one mutex. A write copies one
+// shard: a whole-table copy per write made 10 000 gossiped bindings cost
+// 3 s of CPU per node (O(N²)); a shard's copy is 1/64 of that.
 //
 // Origins rank as in the FDB: static and local entries (configured, or
 // snooped from our own TAP) are never replaced by gossip; gossip entries
@@ -49,8 +50,24 @@ type neighVal struct {
 type Neighbors struct {
 	max     int
 	mu      sync.Mutex // serialises writers
-	m       atomic.Pointer[map[neighKey]neighVal]
+	count   int        // bindings in all shards; mu
+	shards  [neighShards]atomic.Pointer[map[neighKey]neighVal]
 	subnets atomic.Pointer[[]SubnetNeigh]
+}
+
+// neighShards is the number of shards of a neighbour table.
+const neighShards = 64
+
+// shard returns the shard of k: FNV-1a of the VNI and the address.
+func (n *Neighbors) shard(k neighKey) *atomic.Pointer[map[neighKey]neighVal] {
+	h := uint32(2166136261)
+	for _, b := range [4]byte{byte(k.vni >> 24), byte(k.vni >> 16), byte(k.vni >> 8), byte(k.vni)} {
+		h = (h ^ uint32(b)) * 16777619
+	}
+	for _, b := range k.ip.As16() {
+		h = (h ^ uint32(b)) * 16777619
+	}
+	return &n.shards[h%neighShards]
 }
 
 // SubnetNeigh binds every address of a subnet to one MAC: in a routed
@@ -69,8 +86,10 @@ func NewNeighbors(max int) *Neighbors {
 		max = DefaultMaxEntries
 	}
 	n := &Neighbors{max: max}
-	m := map[neighKey]neighVal{}
-	n.m.Store(&m)
+	for i := range n.shards {
+		m := map[neighKey]neighVal{}
+		n.shards[i].Store(&m)
+	}
 	return n
 }
 
@@ -78,7 +97,8 @@ func NewNeighbors(max int) *Neighbors {
 // that of the longest subnet (SetSubnets) that holds it.
 func (n *Neighbors) Lookup(vni VNI, ip netip.Addr) (MAC, bool) {
 	ip = ip.Unmap()
-	if v, ok := (*n.m.Load())[neighKey{vni, ip}]; ok {
+	k := neighKey{vni, ip}
+	if v, ok := (*n.shard(k).Load())[k]; ok {
 		return v.mac, true
 	}
 	s := n.subnets.Load()
@@ -148,7 +168,8 @@ func (n *Neighbors) Set(e Neigh) (changed bool, err error) {
 	k := neighKey{e.VNI, ip}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	cur := *n.m.Load()
+	sh := n.shard(k)
+	cur := *sh.Load()
 	old, exists := cur[k]
 	switch {
 	case exists && old.mac == e.MAC && old.origin == e.Origin:
@@ -157,12 +178,15 @@ func (n *Neighbors) Set(e Neigh) (changed bool, err error) {
 		return false, fmt.Errorf("neigh set vni %d ip %s: %w", e.VNI, e.IP, ErrOutranked)
 	case exists && e.Origin == OriginLearned && old.origin != OriginLearned:
 		return false, fmt.Errorf("neigh set vni %d ip %s: %w", e.VNI, e.IP, ErrOutranked)
-	case !exists && len(cur) >= n.max:
+	case !exists && n.count >= n.max:
 		return false, fmt.Errorf("neigh set vni %d ip %s: %w", e.VNI, e.IP, ErrFull)
 	}
 	m := maps.Clone(cur)
 	m[k] = neighVal{mac: e.MAC, origin: e.Origin, updated: time.Now()}
-	n.m.Store(&m)
+	sh.Store(&m)
+	if !exists {
+		n.count++
+	}
 	return true, nil
 }
 
@@ -178,22 +202,25 @@ func (n *Neighbors) deleteIf(vni VNI, ip netip.Addr, o Origin) bool {
 	k := neighKey{vni, ip.Unmap()}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	cur := *n.m.Load()
+	sh := n.shard(k)
+	cur := *sh.Load()
 	if v, ok := cur[k]; !ok || (o != 0 && v.origin != o) {
 		return false
 	}
 	m := maps.Clone(cur)
 	delete(m, k)
-	n.m.Store(&m)
+	sh.Store(&m)
+	n.count--
 	return true
 }
 
 // Entries returns a copy of the table sorted by VNI, then IP.
 func (n *Neighbors) Entries() []Neigh {
-	cur := *n.m.Load()
-	out := make([]Neigh, 0, len(cur))
-	for k, v := range cur {
-		out = append(out, Neigh{VNI: k.vni, IP: k.ip, MAC: v.mac, Origin: v.origin, Updated: v.updated})
+	var out []Neigh
+	for i := range n.shards {
+		for k, v := range *n.shards[i].Load() {
+			out = append(out, Neigh{VNI: k.vni, IP: k.ip, MAC: v.mac, Origin: v.origin, Updated: v.updated})
+		}
 	}
 	slices.SortFunc(out, func(a, b Neigh) int {
 		return cmp.Or(cmp.Compare(a.VNI, b.VNI), a.IP.Compare(b.IP))
@@ -202,4 +229,10 @@ func (n *Neighbors) Entries() []Neigh {
 }
 
 // Len is the number of bindings.
-func (n *Neighbors) Len() int { return len(*n.m.Load()) }
+func (n *Neighbors) Len() int {
+	l := 0
+	for i := range n.shards {
+		l += len(*n.shards[i].Load())
+	}
+	return l
+}

@@ -200,3 +200,18 @@ func TestNeighSubnets(t *testing.T) {
 		t.Error("subnet binding survived SetSubnets(nil)")
 	}
 }
+
+// BenchmarkNeighSet10k fills a neighbour table with 10 000 bindings, as a
+// node does when another announces 10 000 endpoints: a write copies one
+// shard, not the whole table.
+func BenchmarkNeighSet10k(b *testing.B) {
+	for b.Loop() {
+		n := NewNeighbors(20000)
+		for i := range 10000 {
+			ip := netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)})
+			if _, err := n.Set(Neigh{VNI: 1, IP: ip, MAC: MAC{2, 0, 0, 0, byte(i >> 8), byte(i)}, Origin: OriginGossip}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
