@@ -81,19 +81,19 @@ func TestDelegateConfig(t *testing.T) {
 	}{
 		{"defaults", `{"cniVersion":"1.0.0","name":"uvxlan","type":"uvxlan-cni"}`, env, `{
 			"cniVersion":"1.0.0","name":"uvxlan","type":"bridge","bridge":"cni-uvx0","isGateway":true,"ipMasq":true,"mtu":1450,
-			"ipam":{"type":"host-local","ranges":[[{"subnet":"10.244.7.0/24","gateway":"10.244.7.1"}]],"routes":[{"dst":"10.244.0.0/16"}]}}`},
+			"ipam":{"type":"host-local","ranges":[[{"subnet":"10.244.7.0/24","gateway":"10.244.7.1"}]],"routes":[{"dst":"10.244.0.0/16","gw":"10.244.7.1"}]}}`},
 		{"the agent masquerades", `{"cniVersion":"0.4.0","name":"pods"}`, subnetEnv{Network: env.Network, Subnet: env.Subnet, MTU: 1400, IPMasq: true}, `{
 			"cniVersion":"0.4.0","name":"pods","type":"bridge","bridge":"cni-uvx0","isGateway":true,"ipMasq":false,"mtu":1400,
-			"ipam":{"type":"host-local","ranges":[[{"subnet":"10.244.7.0/24","gateway":"10.244.7.1"}]],"routes":[{"dst":"10.244.0.0/16"}]}}`},
+			"ipam":{"type":"host-local","ranges":[[{"subnet":"10.244.7.0/24","gateway":"10.244.7.1"}]],"routes":[{"dst":"10.244.0.0/16","gw":"10.244.7.1"}]}}`},
 		{"the delegate's fields win; ipam is the base", `{"cniVersion":"1.0.0","name":"pods",
 			"delegate":{"bridge":"br0","hairpinMode":true,"isGateway":false,"mtu":1300,"ipMasq":true,"name":"ignored"},
 			"ipam":{"dataDir":"/tmp/ipam","routes":[{"dst":"0.0.0.0/0"}],"ranges":"ignored"}}`, env, `{
 			"cniVersion":"1.0.0","name":"pods","type":"bridge","bridge":"br0","hairpinMode":true,"isGateway":false,"ipMasq":true,"mtu":1300,
 			"ipam":{"type":"host-local","dataDir":"/tmp/ipam","ranges":[[{"subnet":"10.244.7.0/24","gateway":"10.244.7.1"}]],
-				"routes":[{"dst":"0.0.0.0/0"},{"dst":"10.244.0.0/16"}]}}`},
+				"routes":[{"dst":"0.0.0.0/0"},{"dst":"10.244.0.0/16","gw":"10.244.7.1"}]}}`},
 		{"another delegate type gets no bridge fields", `{"cniVersion":"1.0.0","name":"pods","delegate":{"type":"ptp"},"ipam":{"type":"static"}}`, env, `{
 			"cniVersion":"1.0.0","name":"pods","type":"ptp","ipMasq":true,"mtu":1450,
-			"ipam":{"type":"static","ranges":[[{"subnet":"10.244.7.0/24","gateway":"10.244.7.1"}]],"routes":[{"dst":"10.244.0.0/16"}]}}`},
+			"ipam":{"type":"static","ranges":[[{"subnet":"10.244.7.0/24","gateway":"10.244.7.1"}]],"routes":[{"dst":"10.244.0.0/16","gw":"10.244.7.1"}]}}`},
 	} {
 		n, err := parseConfig([]byte(tc.conf))
 		if err != nil {

@@ -20,7 +20,8 @@ import (
 //     bridge does, not both), unless n.Delegate sets them;
 //   - ipam: n.IPAM (default type host-local) with one range, the node's
 //     subnet with the bridge's address as gateway, and a route to the
-//     cluster network through it.
+//     cluster network through it (with the gateway written out: bridge's
+//     CHECK compares the gateway of each route with the kernel's).
 //
 // The result is a fresh map; n is not modified.
 func delegateConfig(n *netConf, env subnetEnv) map[string]any {
@@ -48,7 +49,10 @@ func delegateConfig(n *netConf, env subnetEnv) map[string]any {
 		"gateway": env.Subnet.Addr().String(),
 	}}}
 	routes, _ := ipam["routes"].([]any)
-	ipam["routes"] = append(append([]any(nil), routes...), map[string]any{"dst": env.Network.String()})
+	ipam["routes"] = append(append([]any(nil), routes...), map[string]any{
+		"dst": env.Network.String(),
+		"gw":  env.Subnet.Addr().String(),
+	})
 	d["ipam"] = ipam
 	return d
 }
