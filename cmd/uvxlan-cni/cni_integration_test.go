@@ -99,7 +99,7 @@ type cniHost struct {
 
 const (
 	network = "10.244.0.0/16"
-	netName = "uvxlan-test"
+	netName = "uvxlan" // the conflist's
 )
 
 func newCNIHost(h *testenv.Host, dir string) *cniHost {
@@ -141,13 +141,31 @@ func (ch *cniHost) subnetEnv(t *testing.T) subnetEnv {
 	return env
 }
 
-// conf is the plugin's network config on this host, as a runtime hands it
-// over from a conflist: the README's example, with the files in the test's
-// directory.
-func (ch *cniHost) conf() []byte {
-	return fmt.Appendf(nil, `{"cniVersion":"1.0.0","name":%q,"type":"uvxlan-cni","subnetFile":%q,"dataDir":%q,
-		"delegate":{"hairpinMode":true,"isDefaultGateway":true},"ipam":{"dataDir":%q}}`,
-		netName, ch.subnetFile, ch.dataDir, ch.ipamDir)
+// conf is the plugin's network config on this host as a runtime hands it
+// over: the first entry of deploy/uvxlan-cni.conflist with the list's
+// cniVersion and name, and the files in the test's directory.
+func (ch *cniHost) conf(t *testing.T) []byte {
+	t.Helper()
+	b, err := os.ReadFile("../../deploy/uvxlan-cni.conflist")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list struct {
+		CNIVersion string           `json:"cniVersion"`
+		Name       string           `json:"name"`
+		Plugins    []map[string]any `json:"plugins"`
+	}
+	if err := json.Unmarshal(b, &list); err != nil || len(list.Plugins) == 0 || list.Plugins[0]["type"] != "uvxlan-cni" || list.Name != netName {
+		t.Fatalf("deploy/uvxlan-cni.conflist: %v, %+v", err, list)
+	}
+	conf := list.Plugins[0]
+	conf["cniVersion"], conf["name"] = list.CNIVersion, list.Name
+	conf["subnetFile"], conf["dataDir"] = ch.subnetFile, ch.dataDir
+	conf["ipam"] = map[string]any{"dataDir": ch.ipamDir}
+	if b, err = json.Marshal(conf); err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // pluginRun is one run of the plugin binary.
@@ -190,7 +208,7 @@ type addResult struct {
 // add runs ADD and returns the container's address.
 func (ch *cniHost) add(t *testing.T, id, netns string) (netip.Addr, string) {
 	t.Helper()
-	r := ch.run("ADD", id, netns, ch.conf())
+	r := ch.run("ADD", id, netns, ch.conf(t))
 	if r.err != nil {
 		t.Fatalf("%s: ADD %s:\n%s", ch.Name, id, r)
 	}
@@ -203,7 +221,7 @@ func (ch *cniHost) add(t *testing.T, id, netns string) (netip.Addr, string) {
 
 func (ch *cniHost) del(t *testing.T, id, netns string) {
 	t.Helper()
-	if r := ch.run("DEL", id, netns, ch.conf()); r.err != nil || r.stdout != "" {
+	if r := ch.run("DEL", id, netns, ch.conf(t)); r.err != nil || r.stdout != "" {
 		t.Fatalf("%s: DEL %s:\n%s", ch.Name, id, r)
 	}
 }
@@ -325,7 +343,7 @@ func TestCNIRoutedOverlay(t *testing.T) {
 	c2 := addNetns(t, tb.Prefix()+"-c2")
 
 	t.Run("ADD before the agent wrote subnet.env is a clear CNI error", func(t *testing.T) {
-		r := h1.run("ADD", "early", c1, h1.conf())
+		r := h1.run("ADD", "early", c1, h1.conf(t))
 		var e struct {
 			Code uint   `json:"code"`
 			Msg  string `json:"msg"`
@@ -382,7 +400,7 @@ func TestCNIRoutedOverlay(t *testing.T) {
 
 	t.Run("CHECK passes on what ADD made", func(t *testing.T) {
 		var conf map[string]any
-		json.Unmarshal(h1.conf(), &conf)
+		json.Unmarshal(h1.conf(t), &conf)
 		var prev any
 		json.Unmarshal([]byte(res1), &prev)
 		conf["prevResult"] = prev
