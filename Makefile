@@ -1,9 +1,11 @@
 # uvxlan — userspace VXLAN overlay.
+#   make build  bin/uvxlan (the agent and CLI) and bin/uvxlan-cni (the CNI plugin)
 #   make demo   build, make a 3-host namespace testbed, run agents, ping, show the FDB, tear down
 #   make test   gofmt check, go vet, go test -race (unit + namespace integration tests; root for the latter)
 
 GO      ?= go
 BIN     := bin/uvxlan
+CNI_BIN := bin/uvxlan-cni
 PKGS    := ./...
 
 .PHONY: all build test fmt-check vet unit demo deps clean
@@ -12,6 +14,7 @@ all: build
 
 build:
 	$(GO) build -o $(BIN) ./cmd/uvxlan
+	$(GO) build -o $(CNI_BIN) ./cmd/uvxlan-cni
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
