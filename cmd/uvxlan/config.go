@@ -139,6 +139,7 @@ func configFromCLI(c *cli.Context) (runConfig, error) {
 			return cfg, badFlag("underlay-mtu", strconv.Itoa(ulMTU), "must be between %d and 65535 (the MTU of the underlay path)", min)
 		}
 	}
+	ulMTU = min(ulMTU, 65535) // lo's is 65536, more than an IP packet carries
 	cfg.UnderlayMTU = ulMTU
 	defMTU, maxMTU := ulMTU-encap.VXLANOverhead(cfg.Local), 65535-encap.VXLANOverhead(cfg.Local)
 	if cfg.Segments, err = segmentsFromCLI(c, defMTU, maxMTU); err != nil {
