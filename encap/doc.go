@@ -1,4 +1,5 @@
 // Package encap implements the VXLAN header codec (RFC 7348), the batched UDP
-// transport (recvmmsg/sendmmsg) and the forwarding engine that moves frames
-// between a TAP device and the underlay.
+// transport (recvmmsg/sendmmsg), the forwarding engine that moves frames
+// between a TAP device and the underlay, and the frames the engine writes
+// into the TAP itself (ARP and ND answers and probes, ICMP too-big errors).
 package encap

@@ -19,15 +19,21 @@ package encap
 //     unsolicited NAs) are never answered: they are flooded, so that
 //     remote kernels update their caches; frames to the probe MAC are
 //     answers to the node's liveness probes, consumed;
-//  5. write the VXLAN header in place in front of each frame;
-//  6. look up (VNI, destination MAC) in the FDB: a known unicast MAC goes to
+//  5. a frame whose datagram would not fit the underlay MTU
+//     (EngineConfig.UnderlayMTU), when it is IPv4 with DF set or IPv6, is
+//     dropped and its sender told with an ICMP too-big error written back
+//     into the TAP (toobig.go);
+//  6. write the VXLAN header in place in front of each frame;
+//  7. look up (VNI, destination MAC) in the FDB: a known unicast MAC goes to
 //     its VTEP; broadcast, multicast and unknown unicast take a token from
 //     the segment's storm-control bucket (or are dropped) and are
 //     replicated to every VTEP of the VNI's flood list (head-end
 //     replication);
-//  7. pick the sending socket from a hash of the inner flow, so the outer
+//  8. pick the sending socket from a hash of the inner flow, so the outer
 //     UDP source port spreads flows over the underlay's ECMP paths;
-//  8. one WriteBatch (sendmmsg) per socket, one TAP write for the replies.
+//  9. one WriteBatch (sendmmsg) per socket; the datagrams the socket
+//     refused as too big (EMSGSIZE) are answered like those of step 5;
+//  10. one TAP write for the replies.
 //
 // Receive (underlay → TAP), one batch at a time:
 //  1. one ReadBatch (recvmmsg);
@@ -110,7 +116,15 @@ type EngineConfig struct {
 	// answers, consumed here (an ARP reply is reported on Snoop with
 	// Answer set) and never sent.
 	ProbeMAC fdb.MAC
-	Logger   *slog.Logger
+	// UnderlayMTU, when not 0, is the MTU of the underlay path (the
+	// local interface's, or --underlay-mtu): a frame from the TAP whose
+	// VXLAN datagram would be longer is dropped (DropTooBig) instead of
+	// sent, and its sender is told with an ICMP too-big error written
+	// back into the TAP (see toobig.go). 0: unknown; only the datagrams
+	// the socket refuses as too big (EMSGSIZE) are answered, with the
+	// sending socket's path MTU.
+	UnderlayMTU int
+	Logger      *slog.Logger
 }
 
 // Sighting is an endpoint seen behind this node's TAP: a MAC, and with IP
@@ -139,6 +153,11 @@ type Engine struct {
 	log     *slog.Logger
 	c       counters
 	own     *Demux // the demultiplexer of rx, when the engine has its own socket
+	// maxFrame is the longest frame whose datagram fits
+	// EngineConfig.UnderlayMTU (0: no limit); tooBig limits the too-big
+	// answers.
+	maxFrame int
+	tooBig   *Bucket
 	// tapMu serialises TAP writes: the receive loops (demultiplexers)
 	// write frames, the transmit loop writes ARP and ND answers.
 	tapMu sync.Mutex
@@ -168,7 +187,13 @@ func NewEngine(cfg EngineConfig, dev tap.Device, rx Transport, senders []Transpo
 		log = slog.Default()
 	}
 	e := &Engine{cfg: cfg, dev: dev, rx: rx, senders: senders, fdb: table,
-		log: log.With("subsystem", "engine", "vni", cfg.VNI)}
+		log: log.With("subsystem", "engine", "vni", cfg.VNI), tooBig: NewBucket(tooBigRate, tooBigBurst)}
+	if cfg.UnderlayMTU < 0 {
+		return nil, fmt.Errorf("encap: negative underlay MTU %d", cfg.UnderlayMTU)
+	}
+	if cfg.UnderlayMTU > 0 {
+		e.maxFrame = max(cfg.UnderlayMTU-VXLANOverhead(cfg.Local)+ethHeaderLen, ethHeaderLen)
+	}
 	if rx != nil {
 		e.own = newDemux(rx, []*Engine{e})
 	}
@@ -229,7 +254,7 @@ func (e *Engine) Run(ctx context.Context) error {
 
 // replyLen is the size of a reply buffer: the longest answer the engine
 // writes into the TAP.
-const replyLen = max(arpFrameLen, naFrameLen)
+const replyLen = max(arpFrameLen, naFrameLen, tooBigFrameLen)
 
 // txBatch is the transmit loop's scratch, allocated once.
 type txBatch struct {
@@ -249,6 +274,10 @@ type txBatch struct {
 	// is first flooded.
 	now   int64
 	nowOK bool
+	// tooBigNow is the clock of the too-big answers' bucket, read once
+	// per batch when a frame is first answered.
+	tooBigNow   int64
+	tooBigNowOK bool
 }
 
 func (e *Engine) newTxBatch(batch int) *txBatch {
@@ -267,7 +296,7 @@ func (b *txBatch) reset() {
 		b.out[i] = b.out[i][:0]
 	}
 	b.replies = b.replies[:0]
-	b.seenOK, b.nowOK = false, false
+	b.seenOK, b.nowOK, b.tooBigNowOK = false, false, false
 }
 
 // transmitLoop reads frames from the TAP and sends them to the underlay.
@@ -306,7 +335,8 @@ func (e *Engine) transmitLoop() error {
 				if isClosed(err) {
 					return nil
 				}
-				e.c.drops[DropSendError].Add(uint64(len(msgs) - sent))
+				tooBig := e.refused(i, msgs, tb)
+				e.c.drops[DropSendError].Add(uint64(len(msgs) - sent - tooBig))
 			}
 		}
 		if len(tb.replies) > 0 {
@@ -407,6 +437,16 @@ func (e *Engine) route(pkt []byte, tb *txBatch) {
 		}
 	}
 
+	// A frame too big for the underlay path is dropped and its sender
+	// told, when it is a packet that can be told (IPv4 with DF, IPv6:
+	// see toobig.go); other ones go as before (the kernel fragments the
+	// datagram where its own MTU says so).
+	if e.maxFrame > 0 && len(frame) > e.maxFrame && tooBigFamily(frame) != 0 {
+		e.c.drop(DropTooBig)
+		e.answerTooBig(frame, e.maxFrame-ethHeaderLen, tb)
+		return
+	}
+
 	PutHeader(pkt, e.cfg.VNI)
 	s := 0
 	if len(e.senders) > 1 {
@@ -451,6 +491,64 @@ func (e *Engine) route(pkt []byte, tb *txBatch) {
 	if isARP && arp.op == arpRequest && e.cfg.Neigh != nil && dst.IsMulticast() {
 		e.c.add(ARPFlooded, 1)
 	}
+}
+
+// answerTooBig appends to tb's replies the too-big answer to frame saying
+// that IP packets of up to mtu bytes fit, when frame is answered (see
+// toobig.go), there is room and the rate limit allows.
+func (e *Engine) answerTooBig(frame []byte, mtu int, tb *txBatch) {
+	if len(tb.replies) == len(tb.replyBufs) || tooBigFamily(frame) == 0 {
+		return
+	}
+	if !tb.tooBigNowOK {
+		tb.tooBigNow, tb.tooBigNowOK = e.tooBig.now(), true
+	}
+	if !e.tooBig.take(tb.tooBigNow) {
+		return
+	}
+	b := tb.replyBufs[len(tb.replies)]
+	if n := putTooBig(b, frame, mtu, e.cfg.MAC); n > 0 {
+		tb.replies = append(tb.replies, b[:n])
+		e.c.add(TooBig, 1)
+	}
+}
+
+// pathMTUer is a Transport that knows the path MTU towards a destination
+// (UDPConn: the kernel's, from its route cache).
+type pathMTUer interface {
+	PathMTU(dst netip.Addr) int
+}
+
+// refused answers the datagrams of msgs (sent by sender s) that the socket
+// refused as too big (Message.TooBig), counts them as DropTooBig and
+// returns how many there were. The MTU told is EngineConfig.UnderlayMTU's,
+// or else the socket's path MTU towards the first refused destination;
+// without either nothing is answered. A frame flooded to several VTEPs is
+// answered once.
+func (e *Engine) refused(s int, msgs []Message, tb *txBatch) int {
+	n, mtu := 0, e.maxFrame-ethHeaderLen
+	var last *byte
+	for i := range msgs {
+		m := &msgs[i]
+		if !m.TooBig {
+			continue
+		}
+		n++
+		e.c.drop(DropTooBig)
+		if mtu <= 0 {
+			mtu = -1
+			if p, ok := e.senders[s].(pathMTUer); ok {
+				if pm := p.PathMTU(m.Addr.Addr()); pm > VXLANOverhead(e.cfg.Local) {
+					mtu = pm - VXLANOverhead(e.cfg.Local)
+				}
+			}
+		}
+		if mtu > 0 && &m.Buf[0] != last {
+			last = &m.Buf[0]
+			e.answerTooBig(m.Buf[HeaderLen:m.N], mtu, tb)
+		}
+	}
+	return n
 }
 
 // Probe writes a liveness probe into the TAP from EngineConfig.ProbeMAC to

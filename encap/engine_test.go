@@ -231,7 +231,7 @@ func TestEngineHotPathAllocs(t *testing.T) {
 	var pinned Pinned
 	pinned.Store(map[VNIAddr]struct{}{{testVNI, netip.MustParseAddr("10.42.0.7")}: {}})
 	e, err := NewEngine(EngineConfig{VNI: testVNI, MAC: macA, Local: vtepA.Addr(), Port: 4789, Learning: true, Neigh: neigh, Snoop: snoop,
-		Filter: NewFilter([]netip.Prefix{netip.MustParsePrefix("198.18.1.0/24")}), BUM: NewBucket(1000, 1000), Pinned: &pinned},
+		Filter: NewFilter([]netip.Prefix{netip.MustParsePrefix("198.18.1.0/24")}), BUM: NewBucket(1000, 1000), Pinned: &pinned, UnderlayMTU: 1400},
 		dev, conn, []Transport{conn, conn}, table)
 	if err != nil {
 		t.Fatal(err)
@@ -245,7 +245,10 @@ func TestEngineHotPathAllocs(t *testing.T) {
 	ns := append(make([]byte, Headroom), gopacketNS(t, macA, ip6A, ip6B)...)
 	dad := append(make([]byte, Headroom), gopacketDAD(t, macA, ip6B)...)
 	na := append(make([]byte, Headroom), gopacketUnsolicitedNA(t, macC, netip.MustParseAddr("fd42::c"))...)
-	tb := e.newTxBatch(8)
+	big := append(make([]byte, Headroom), gopacketIP(t, macB, macA, ip4A, ip4B, true, 1400)...)
+	big6 := append(make([]byte, Headroom), gopacketIP(t, macB, macA, ip6A, ip6B, false, 1400)...)
+	e.tooBig = NewBucket(1e9, 1e9) // every run answers
+	tb := e.newTxBatch(10)
 	if allocs := testing.AllocsPerRun(1000, func() {
 		tb.reset()
 		e.route(uni, tb)
@@ -256,8 +259,10 @@ func TestEngineHotPathAllocs(t *testing.T) {
 		e.route(ns, tb)         // answered
 		e.route(dad, tb)        // flooded
 		e.route(na, tb)         // snooped and flooded
-		if len(tb.replies) != 2 {
-			t.Fatalf("%d replies, want 2 (ARP, NA)", len(tb.replies))
+		e.route(big, tb)        // too big: answered
+		e.route(big6, tb)       // too big: answered
+		if len(tb.replies) != 4 {
+			t.Fatalf("%d replies, want 4 (ARP, NA, 2 too-big)", len(tb.replies))
 		}
 	}); allocs != 0 {
 		t.Errorf("transmit path: %v allocs per run, want 0", allocs)

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	"syscall"
 )
 
 // fakeDev is an in-memory tap.Device: tests push frames with inject and read
@@ -78,7 +79,13 @@ type fakeConn struct {
 	in     chan datagram
 	closed chan struct{}
 	once   sync.Once
+	// pathMTU, when set, is the path MTU of an IPv4 underlay: WriteBatch
+	// refuses longer datagrams as too big, as a socket with
+	// IP_PMTUDISC_DO does.
+	pathMTU int
 }
+
+func (c *fakeConn) PathMTU(netip.Addr) int { return c.pathMTU }
 
 func (n *fakeNet) listen(addr netip.AddrPort) *fakeConn {
 	n.mu.Lock()
@@ -119,7 +126,15 @@ func (c *fakeConn) ReadBatch(msgs []Message) (int, error) {
 }
 
 func (c *fakeConn) WriteBatch(msgs []Message) (int, error) {
-	for _, m := range msgs {
+	sent, err := 0, error(nil)
+	for i := range msgs {
+		m := &msgs[i]
+		m.TooBig = c.pathMTU > 0 && 20+8+m.N > c.pathMTU
+		if m.TooBig {
+			err = syscall.EMSGSIZE
+			continue
+		}
+		sent++
 		c.net.mu.Lock()
 		dst := c.net.conns[m.Addr]
 		c.net.mu.Unlock()
@@ -127,7 +142,7 @@ func (c *fakeConn) WriteBatch(msgs []Message) (int, error) {
 			dst.in <- datagram{b: append([]byte(nil), m.Buf[:m.N]...), from: c.addr}
 		}
 	}
-	return len(msgs), nil
+	return sent, err
 }
 
 func (c *fakeConn) BatchSize() int            { return 8 }

@@ -31,6 +31,7 @@ const (
 	SnoopDropped                    // sightings lost because the Snoop channel was full
 	ProbesSent                      // liveness probes written into the TAP
 	ProbeAnswers                    // answers to them, read from the TAP
+	TooBig                          // ICMP too-big errors written into the TAP
 
 	NumCounters
 )
@@ -56,6 +57,7 @@ var counterDescs = [NumCounters]Desc{
 	SnoopDropped:     {"snoop_dropped", "Endpoint sightings lost because the agent was busy (they recur with the next frame)."},
 	ProbesSent:       {"probes_sent", "Liveness probes (ARP requests) written into the TAP to silent endpoints."},
 	ProbeAnswers:     {"probe_answers", "Answers to liveness probes read from the TAP."},
+	TooBig:           {"too_big", "ICMP errors (IPv4 fragmentation needed, IPv6 packet too big) written into the TAP to senders of frames too big for the underlay path (see drops too_big)."},
 }
 
 // Desc returns the counter's declaration.
@@ -99,6 +101,11 @@ const (
 	// Neighbor Solicitations whose source or Advertisements whose target
 	// is one.
 	DropPinnedAddr
+	// DropTooBig counts frames from the TAP too big for the underlay
+	// path: longer than the underlay MTU allows, or refused by the socket
+	// with EMSGSIZE. IPv4 ones with DF set and IPv6 ones are answered
+	// with an ICMP error (counter TooBig) unless rate-limited.
+	DropTooBig
 
 	NumDropReasons
 )
@@ -119,6 +126,7 @@ var dropDescs = [NumDropReasons]Desc{
 	DropSendError:    {"send_error", "Datagrams the underlay socket refused."},
 	DropTAPSplit:     {"tap_split_error", "Super-frames from the TAP that could not be split into segments."},
 	DropPinnedAddr:   {"pinned_address", "ARP and ND packets from behind the TAP claiming an address pinned to another node (its TAP address)."},
+	DropTooBig:       {"too_big", "Frames from the TAP too big for the underlay path (--underlay-mtu, or refused by the socket); the sender is told with an ICMP error (counter too_big) unless rate-limited."},
 }
 
 // Desc returns the reason's declaration.

@@ -18,6 +18,9 @@ type Message struct {
 	// datagrams the kernel coalesced into Buf[:N]: every Seg bytes start a
 	// datagram (the last one may be shorter). 0: Buf[:N] is one datagram.
 	Seg int
+	// TooBig, set by WriteBatch, says the kernel refused the datagram as
+	// too big for the path (EMSGSIZE); WriteBatch clears it on the others.
+	TooBig bool
 }
 
 // Transport sends and receives UDP datagrams in batches. The engine sees only
@@ -59,6 +62,14 @@ func SharedSender(t Transport) Transport { return &sharedSender{Transport: t} }
 type sharedSender struct {
 	Transport
 	mu sync.Mutex
+}
+
+// PathMTU passes through to a transport that knows path MTUs (UDPConn).
+func (s *sharedSender) PathMTU(dst netip.Addr) int {
+	if p, ok := s.Transport.(pathMTUer); ok {
+		return p.PathMTU(dst)
+	}
+	return 0
 }
 
 func (s *sharedSender) WriteBatch(msgs []Message) (int, error) {

@@ -19,7 +19,8 @@ package encap
 //     EMSGSIZE: a segment above the path MTU, a device without GSO) turns
 //     GSO off for the socket and goes out one datagram at a time.
 //  2. sendmmsg from the head of the batch; a message the kernel refuses is
-//     skipped, and the rest are sent by the next call; on EAGAIN the
+//     skipped (and marked TooBig for EMSGSIZE), and the rest are sent by
+//     the next call; on EAGAIN the
 //     goroutine parks until the socket is writable.
 //  3. Repeat until every message was sent or skipped.
 //
@@ -126,6 +127,8 @@ type mmsgBatch struct {
 	names []unix.RawSockaddrInet6 // big enough for IPv4 too
 	cmsgs [][]byte                // send: the UDP_SEGMENT control message of hdrs[i]
 	cnt   []int                   // send: messages (iovecs) in hdrs[i]
+	first []int                   // send: index in win of hdrs[i]'s first message
+	win   []Message               // send: the caller's messages of this system call loop
 
 	n     int        // messages in hdrs for this system call loop
 	head  int        // send: first message not yet sent or skipped
@@ -141,6 +144,7 @@ func newMmsgBatch(n int) mmsgBatch {
 		names: make([]unix.RawSockaddrInet6, n),
 		cmsgs: make([][]byte, n),
 		cnt:   make([]int, n),
+		first: make([]int, n),
 	}
 	for i := range b.hdrs {
 		h := &b.hdrs[i].Hdr
@@ -400,20 +404,22 @@ func (c *UDPConn) recv(fd uintptr) bool {
 // (EMSGSIZE, EHOSTUNREACH, ENETUNREACH, EACCES, EINVAL for port 0, ...) or
 // whose address does not fit the socket (IPv6 on an IPv4 socket; IPv4 on an
 // IPv6 socket is sent as IPv4-mapped) is skipped and the rest are still
-// sent. It blocks while the socket buffer is full. It returns how many
-// messages were sent and the first error seen, or nil if all were sent;
-// only a closed socket stops it early, with net.ErrClosed. Buffers belong
-// to the caller and are not retained. It does not allocate, except to
-// report an error.
+// sent; one refused with EMSGSIZE (too big for the path) is marked
+// TooBig, and TooBig is cleared on the others. It blocks while the socket
+// buffer is full. It returns how many messages were sent and the first
+// error seen, or nil if all were sent; only a closed socket stops it early,
+// with net.ErrClosed. Buffers belong to the caller and are not retained. It
+// does not allocate, except to report an error.
 func (c *UDPConn) WriteBatch(msgs []Message) (int, error) {
 	w := &c.w
 	w.done, w.err = 0, nil
 	gso := c.gso.Load()
 	for len(msgs) > 0 {
-		w.n, w.head = 0, 0
+		w.n, w.head, w.win = 0, 0, msgs
 		iov := 0 // next free iovec
 		for len(msgs) > 0 && w.n < c.batch && iov < len(w.iovs) {
 			m := &msgs[0]
+			m.TooBig = false
 			namelen := c.putRawAddrPort(&w.names[w.n], m.Addr)
 			if namelen == 0 {
 				if w.n > 0 {
@@ -436,6 +442,7 @@ func (c *UDPConn) WriteBatch(msgs []Message) (int, error) {
 						break
 					}
 					total += next.N
+					next.TooBig = false
 					k++
 					if next.N < m.N {
 						break
@@ -458,6 +465,7 @@ func (c *UDPConn) WriteBatch(msgs []Message) (int, error) {
 				h.SetControllen(0)
 			}
 			w.cnt[w.n] = k
+			w.first[w.n] = len(w.win) - len(msgs)
 			iov += k
 			w.n++
 			msgs = msgs[k:]
@@ -467,6 +475,7 @@ func (c *UDPConn) WriteBatch(msgs []Message) (int, error) {
 		}
 		err := c.rc.Write(c.sendFn)
 		w.releaseSend(iov)
+		w.win = nil
 		if err != nil {
 			return w.done, c.pollError("write", err)
 		}
@@ -491,14 +500,15 @@ func groSegment(b []byte) int {
 	return 0
 }
 
-// sendEach sends the cnt iovecs of hdr, a refused GSO group, as one
+// sendEach sends the iovecs of hdr, a refused GSO group of msgs, as one
 // datagram each with sendmsg. It returns how many went out and the first
-// error (0: none); a datagram that fails is skipped.
-func sendEach(fd uintptr, hdr *unix.Msghdr, cnt int) (int, unix.Errno) {
+// error (0: none); a datagram that fails is skipped, and marked TooBig when
+// the kernel says EMSGSIZE.
+func sendEach(fd uintptr, hdr *unix.Msghdr, msgs []Message) (int, unix.Errno) {
 	msg := unix.Msghdr{Name: hdr.Name, Namelen: hdr.Namelen}
 	msg.SetIovlen(1)
 	sent, first := 0, unix.Errno(0)
-	for j := range cnt {
+	for j := range msgs {
 		msg.Iov = (*unix.Iovec)(unsafe.Add(unsafe.Pointer(hdr.Iov), uintptr(j)*unsafe.Sizeof(unix.Iovec{})))
 		for {
 			_, _, errno := unix.RawSyscall(unix.SYS_SENDMSG, fd, uintptr(unsafe.Pointer(&msg)), 0)
@@ -510,6 +520,7 @@ func sendEach(fd uintptr, hdr *unix.Msghdr, cnt int) (int, unix.Errno) {
 			} else if first == 0 {
 				first = errno
 			}
+			msgs[j].TooBig = errno == unix.EMSGSIZE
 			break
 		}
 	}
@@ -554,13 +565,16 @@ func (c *UDPConn) send(fd uintptr) bool {
 				// goes off for the socket, and the group goes out one
 				// datagram at a time, as it would have without GSO.
 				c.gso.Store(false)
-				sent, serr := sendEach(fd, &w.hdrs[w.head].Hdr, w.cnt[w.head])
+				sent, serr := sendEach(fd, &w.hdrs[w.head].Hdr, w.win[w.first[w.head]:][:w.cnt[w.head]])
 				w.done += sent
 				if serr == 0 {
 					w.head++
 					continue
 				}
 				errno = serr
+			}
+			if errno == unix.EMSGSIZE && w.cnt[w.head] == 1 {
+				w.win[w.first[w.head]].TooBig = true
 			}
 			if w.err == nil {
 				dst := rawAddrPort(&w.names[w.head])
@@ -570,6 +584,36 @@ func (c *UDPConn) send(fd uintptr) bool {
 		}
 	}
 	return true
+}
+
+// PathMTU returns the kernel's path MTU towards dst: the MTU of its route,
+// lowered by what the kernel learned from ICMP errors (IP_MTU of a socket
+// connected to it), or 0 when it cannot tell. It is for the rare datagram
+// the kernel refused as too big: it opens a socket, so it allocates and
+// makes system calls. Safe for concurrent use.
+func (c *UDPConn) PathMTU(dst netip.Addr) int {
+	dst = dst.Unmap()
+	family, level, opt := unix.AF_INET6, unix.IPPROTO_IPV6, unix.IPV6_MTU
+	var sa unix.Sockaddr = &unix.SockaddrInet6{Port: 4789, Addr: dst.As16()}
+	if dst.Is4() {
+		family, level, opt = unix.AF_INET, unix.IPPROTO_IP, unix.IP_MTU
+		sa = &unix.SockaddrInet4{Port: 4789, Addr: dst.As4()}
+	} else if !dst.IsValid() {
+		return 0
+	}
+	fd, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
+	if err != nil {
+		return 0
+	}
+	defer unix.Close(fd)
+	if unix.Connect(fd, sa) != nil {
+		return 0
+	}
+	mtu, err := unix.GetsockoptInt(fd, level, opt)
+	if err != nil {
+		return 0
+	}
+	return mtu
 }
 
 // pollError turns an error of RawConn.Read or Write into net.ErrClosed

@@ -251,12 +251,27 @@ func TestUDPWriteBatchSkipsRefused(t *testing.T) {
 			if !errors.Is(err, unix.EMSGSIZE) {
 				t.Errorf("WriteBatch: got error %v, want the first one, EMSGSIZE", err)
 			}
+			for i, m := range msgs {
+				if m.TooBig != (i == 1) {
+					t.Errorf("message %d: TooBig %v, want %v (only the one refused with EMSGSIZE)", i, m.TooBig, i == 1)
+				}
+			}
 			in := buffers(4, 100)
 			readAll(t, rx, in)
 			if got, want := payloads(in), []string{"first", "fourth", "second", "third"}; !slices.Equal(got, want) {
 				t.Errorf("received %q, want %q", got, want)
 			}
 		})
+	}
+}
+
+func TestUDPPathMTU(t *testing.T) {
+	c := listen(t, "127.0.0.1:0", encap.UDPOptions{})
+	if got := c.PathMTU(netip.MustParseAddr("127.0.0.1")); got < 1500 {
+		t.Errorf("PathMTU(127.0.0.1) = %d, want lo's (65535 or so)", got)
+	}
+	if got := c.PathMTU(netip.Addr{}); got != 0 {
+		t.Errorf("PathMTU(invalid) = %d, want 0", got)
 	}
 }
 

@@ -64,6 +64,8 @@ func TestBadFlagsExit2(t *testing.T) {
 		{"peer not an address", []string{"--peer", "host-b"}, nil, "--peer"},
 		{"peer port zero", []string{"--peer", "198.18.0.2:0"}, nil, "--peer"},
 		{"MTU too small", []string{"--mtu", "10"}, nil, "--mtu"},
+		{"underlay MTU too small", []string{"--underlay-mtu", "100"}, nil, "--underlay-mtu"},
+		{"underlay MTU too big", nil, []string{"UVXLAN_UNDERLAY_MTU=70000"}, "--underlay-mtu"},
 		{"source port range reversed", []string{"--src-port-range", "50000-49000"}, nil, "--src-port-range"},
 		{"source port range too wide", []string{"--src-port-range", "40000-50000"}, nil, "--src-port-range"},
 		{"ageing zero", []string{"--ageing", "0s"}, nil, "--ageing"},

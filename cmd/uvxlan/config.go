@@ -18,6 +18,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/uvxlan/uvxlan/cmd/uvxlan/node"
+	"github.com/uvxlan/uvxlan/encap"
 	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/gossip/lease"
 )
@@ -132,7 +133,15 @@ func configFromCLI(c *cli.Context) (runConfig, error) {
 	if err != nil {
 		return cfg, badFlag("local", cfg.Local.String(), "%v", err)
 	}
-	defMTU, maxMTU := ulMTU-vxlanOverhead(cfg.Local), 65535-vxlanOverhead(cfg.Local)
+	if c.IsSet("underlay-mtu") {
+		ulMTU = c.Int("underlay-mtu")
+		if min := node.MinUnderlayMTU(cfg.Local); ulMTU < min || ulMTU > 65535 {
+			return cfg, badFlag("underlay-mtu", strconv.Itoa(ulMTU), "must be between %d and 65535 (the MTU of the underlay path)", min)
+		}
+	}
+	ulMTU = min(ulMTU, 65535) // lo's is 65536, more than an IP packet carries
+	cfg.UnderlayMTU = ulMTU
+	defMTU, maxMTU := ulMTU-encap.VXLANOverhead(cfg.Local), 65535-encap.VXLANOverhead(cfg.Local)
 	if cfg.Segments, err = segmentsFromCLI(c, defMTU, maxMTU); err != nil {
 		return cfg, err
 	}
@@ -402,16 +411,6 @@ func routedConfig(c *cli.Context, cfg *node.Config) error {
 		cfg.StateDir = defaultStateDir
 	}
 	return nil
-}
-
-// vxlanOverhead is what encapsulation adds below the inner frame's payload:
-// the outer IP and UDP headers, the VXLAN header and the inner Ethernet
-// header (50 bytes over IPv4, 70 over IPv6).
-func vxlanOverhead(local netip.Addr) int {
-	if local.Is4() {
-		return 20 + 8 + 8 + 14
-	}
-	return 40 + 8 + 8 + 14
 }
 
 // parsePeer parses IP or IP:PORT (IPv6 with a port as [addr]:port).

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/uvxlan/uvxlan/encap"
 	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/gossip/lease"
 )
@@ -45,6 +46,12 @@ type Config struct {
 	// each segment floods, in frames per second (--bum-rate), with a burst
 	// of BUMBurst times as many; 0: no limit.
 	BUMRate int
+	// UnderlayMTU is the MTU of the underlay path (--underlay-mtu): a
+	// frame from a TAP whose VXLAN datagram would be longer is dropped
+	// and, IPv4 with DF or IPv6, answered with an ICMP too-big error
+	// (encap.EngineConfig.UnderlayMTU). 0: unknown, only datagrams the
+	// socket refuses as too big are answered.
+	UnderlayMTU int
 
 	Learning bool
 	Offload  bool // TAP offloads (virtio-net header, TSO, GRO)
@@ -155,6 +162,9 @@ func (c *Config) check() error {
 	if c.ProbeRetries < 1 || c.ProbeRetries > 100 {
 		return badConfig("probe-retries", fmt.Sprint(c.ProbeRetries), "must be between 1 and 100")
 	}
+	if min := MinUnderlayMTU(c.Local); c.UnderlayMTU != 0 && (c.UnderlayMTU < min || c.UnderlayMTU > 65535) {
+		return badConfig("underlay-mtu", fmt.Sprint(c.UnderlayMTU), "must be between %d and 65535", min)
+	}
 	if c.BUMRate < 0 {
 		return badConfig("bum-rate", fmt.Sprint(c.BUMRate), "must be 0 (no limit) or more frames per second")
 	}
@@ -247,3 +257,7 @@ func (c *Config) GossipMode() string {
 	}
 	return "encrypted"
 }
+
+// MinUnderlayMTU is the smallest underlay MTU that carries an IPv4 packet of
+// 68 bytes (RFC 791's minimum) in VXLAN from local: 118, or 138 over IPv6.
+func MinUnderlayMTU(local netip.Addr) int { return 68 + encap.VXLANOverhead(local) }

@@ -291,19 +291,20 @@ func (n *Node) buildEngines(rxs []*encap.UDPConn, srcs []*encap.UDPConn) error {
 			}
 			j++
 			eng, err := encap.NewEngine(encap.EngineConfig{
-				VNI:       s.cfg.VNI,
-				MAC:       s.mac,
-				Local:     n.cfg.Local,
-				Port:      n.cfg.Port,
-				PeerPorts: peerPorts,
-				Learning:  n.cfg.Learning,
-				Neigh:     n.neigh,
-				Snoop:     s.snoop,
-				Filter:    filter,
-				BUM:       bum,
-				Pinned:    &n.pinned,
-				ProbeMAC:  probeMAC(s.mac),
-				Logger:    n.log,
+				VNI:         s.cfg.VNI,
+				MAC:         s.mac,
+				Local:       n.cfg.Local,
+				Port:        n.cfg.Port,
+				PeerPorts:   peerPorts,
+				Learning:    n.cfg.Learning,
+				Neigh:       n.neigh,
+				Snoop:       s.snoop,
+				Filter:      filter,
+				BUM:         bum,
+				Pinned:      &n.pinned,
+				ProbeMAC:    probeMAC(s.mac),
+				UnderlayMTU: n.cfg.UnderlayMTU,
+				Logger:      n.log,
 			}, d, nil, mine, n.table)
 			if err != nil {
 				return err
