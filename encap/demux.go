@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"time"
 
 	"github.com/uvxlan/uvxlan/fdb"
 )
@@ -243,14 +244,14 @@ func (d *Demux) accept(m *Message) int {
 // source is checked once, and a flood list that changes is seen by the next
 // batch.
 func (d *Demux) allowed(e *Engine, addr netip.Addr) bool {
-	if e.cfg.Filter == nil {
-		return true
-	}
 	if d.checkedBatch && e == d.checkEng && addr == d.checkFrom {
 		return d.checkOK
 	}
-	ok := e.cfg.Filter.Allows(addr, e.fdb.Flood(e.cfg.VNI))
+	ok := e.cfg.Filter == nil || e.cfg.Filter.Allows(addr, e.fdb.Flood(e.cfg.VNI))
 	d.checkEng, d.checkFrom, d.checkOK, d.checkedBatch = e, addr, ok, true
+	if ok && e.cfg.Heard != nil {
+		e.cfg.Heard.stamp(addr, time.Now().UnixNano())
+	}
 	return ok
 }
 

@@ -124,7 +124,10 @@ type EngineConfig struct {
 	// the socket refuses as too big (EMSGSIZE) are answered, with the
 	// sending socket's path MTU.
 	UnderlayMTU int
-	Logger      *slog.Logger
+	// Heard, when set, records when VXLAN last arrived from the sources it
+	// watches (see heard.go); the engines of a node share one.
+	Heard  *Heard
+	Logger *slog.Logger
 }
 
 // Sighting is an endpoint seen behind this node's TAP: a MAC, and with IP

@@ -29,6 +29,14 @@ func printStatus(w io.Writer, st node.Status) error {
 	if st.Subnet.IsValid() || st.Leases > 0 {
 		fmt.Fprintf(tw, "leases\t%d live; this node's subnet %s\n", st.Leases, st.Subnet)
 	}
+	for _, s := range st.Silent {
+		name := ""
+		if s.Name != "" {
+			name = " " + s.Name
+		}
+		fmt.Fprintf(tw, "silent\t%s %s%s: no VXLAN from it for %s: check the VXLAN port on both sides (--port %d here)\n",
+			s.Kind, s.VTEP, name, time.Since(s.Since).Round(time.Second), st.Port)
+	}
 	fmt.Fprintln(tw, "segments:\t")
 	for _, s := range st.Segments {
 		addrs := make([]string, len(s.Addresses))

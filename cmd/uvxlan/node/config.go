@@ -68,7 +68,10 @@ type Config struct {
 	// (--probe-retries; 0: DefaultProbeRetries).
 	ProbeInterval time.Duration
 	ProbeRetries  int
-	StateDir      string // empty: nothing persisted
+	// SilentAfter: a static peer or alive member from which no VXLAN
+	// arrived for this long is reported (silent.go). Default 30 s.
+	SilentAfter time.Duration
+	StateDir    string // empty: nothing persisted
 	// KeepTAP leaves the TAPs the agent created in place at a clean stop
 	// (--keep-tap); without it they are removed. A crash leaves them
 	// either way: they are persistent, and the next start attaches.
@@ -155,6 +158,9 @@ func (c *Config) check() error {
 	}
 	if c.ProbeInterval < 0 {
 		return badConfig("probe-interval", c.ProbeInterval.String(), "must be 0 (no probes) or more")
+	}
+	if c.SilentAfter <= 0 {
+		c.SilentAfter = DefaultSilentAfter
 	}
 	if c.ProbeRetries == 0 {
 		c.ProbeRetries = DefaultProbeRetries

@@ -45,6 +45,9 @@ type Node struct {
 	// pinned holds the TAP addresses of the other members, which an ARP
 	// packet from behind our TAPs may not claim (see pinned.go).
 	pinned encap.Pinned
+	// heard records when VXLAN last arrived from the peers and members
+	// (silent.go).
+	heard encap.Heard
 	// pinOwners names the member each of those addresses is pinned to,
 	// for warnings.
 	pinOwners atomic.Pointer[map[gossip.PinnedAddr]string]
@@ -302,6 +305,7 @@ func (n *Node) buildEngines(rxs []*encap.UDPConn, srcs []*encap.UDPConn) error {
 				Filter:      filter,
 				BUM:         bum,
 				Pinned:      &n.pinned,
+				Heard:       &n.heard,
 				ProbeMAC:    probeMAC(s.mac),
 				UnderlayMTU: n.cfg.UnderlayMTU,
 				Logger:      n.log,
@@ -428,6 +432,8 @@ func (n *Node) Run(ctx context.Context) error {
 		}
 		return gossipErr
 	})
+	wg.Add(1)
+	go func() { defer wg.Done(); n.watchSilence(ctx) }()
 	if n.leases != nil {
 		spawn(func() error { return n.keepLease(ctx) })
 		wg.Add(1)

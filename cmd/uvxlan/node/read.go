@@ -51,7 +51,10 @@ type Status struct {
 	Neigh map[fdb.Origin]int `json:"neigh"`
 	// Leases counts the live subnet leases; Subnet is this node's (routed
 	// mode, once held).
-	Leases int          `json:"leases"`
+	Leases int `json:"leases"`
+	// Silent lists the static peers and members from which no VXLAN
+	// arrived since they were first watched (silent.go).
+	Silent []SilentVTEP `json:"silent_vteps"`
 	Subnet netip.Prefix `json:"subnet,omitzero"`
 }
 
@@ -106,6 +109,7 @@ func (n *Node) Status() Status {
 	for _, c := range senders {
 		st.UDPGSO = st.UDPGSO || c.GSO()
 	}
+	st.Silent = n.Silent()
 	first := st.Segments[0]
 	st.VNI, st.Dev, st.MAC, st.MTU = first.VNI, first.Dev, first.MAC, first.MTU
 	st.Version, st.Started, st.PID = version(), n.started, os.Getpid()
