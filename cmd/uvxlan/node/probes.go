@@ -8,8 +8,9 @@ package node
 // (encap.Engine.Probe): an ARP probe to the endpoint's MAC asking for an
 // IPv4 address, a unicast Neighbor Solicitation for an IPv6 one. The
 // answer, an ARP reply or a solicited NA to the probe MAC, comes back as a
-// sighting with Answer set. Probes go out every probe timeout (half the interval, at most
-// a second) while the endpoint stays silent; ProbeRetries unanswered ones
+// sighting with Answer set. Probes go out every probe timeout (a quarter of
+// the interval, at most a second) while the endpoint stays silent;
+// ProbeRetries unanswered ones
 // withdraw the binding cluster-wide, and the endpoint's MAC with it when it
 // has no binding left and is silent too. The next frame of an endpoint that
 // comes back is snooped and announced again.
@@ -63,9 +64,11 @@ type lifecycleCounters struct {
 	conflicts, probeWithdrawn atomic.Uint64
 }
 
-// probeTimeout is how long a probe waits for its answer.
+// probeTimeout is how long a probe waits for its answer: a quarter of the
+// interval, at most a second (an endpoint on the TAP's link answers within
+// milliseconds).
 func (e *endpoints) probeTimeout() time.Duration {
-	return min(max(e.probeInterval/2, 100*time.Millisecond), time.Second)
+	return min(max(e.probeInterval/4, 100*time.Millisecond), time.Second)
 }
 
 // probeTick probes the silent bindings, withdraws those that did not

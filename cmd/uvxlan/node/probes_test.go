@@ -39,7 +39,7 @@ func TestProbesWithdrawSilent(t *testing.T) {
 	if len(*probes) != 0 {
 		t.Fatalf("probed before the interval: %q", *probes)
 	}
-	for i, ms := range []time.Duration{2100, 2600, 3200, 4300} {
+	for i, ms := range []time.Duration{2100, 2400, 2650, 3200} {
 		d := ms * time.Millisecond
 		tr.probeTick(at(d))
 		if want := []int{1, 1, 2, 3}[i]; len(*probes) != want {
@@ -49,7 +49,7 @@ func TestProbesWithdrawSilent(t *testing.T) {
 	if (*probes)[0] != epIP.String()+"@"+epMAC.String() {
 		t.Errorf("probe %q, want %s at %s", (*probes)[0], epIP, epMAC)
 	}
-	tr.probeTick(at(5400 * time.Millisecond))
+	tr.probeTick(at(3800 * time.Millisecond))
 	if _, ok := neigh.Lookup(42, epIP); ok {
 		t.Error("the binding survived 3 unanswered probes")
 	}
@@ -90,11 +90,11 @@ func TestContestedBinding(t *testing.T) {
 	if len(*probes) != 1 {
 		t.Fatalf("%d probes after the claim, want 1 at once", len(*probes))
 	}
-	tr.probeTick(now.Add(500 * time.Millisecond))
+	tr.probeTick(now.Add(300 * time.Millisecond))
 	if _, ok := neigh.Lookup(42, epIP); !ok {
 		t.Fatal("withdrawn before the probe timeout")
 	}
-	tr.probeTick(now.Add(1100 * time.Millisecond))
+	tr.probeTick(now.Add(600 * time.Millisecond))
 	if _, ok := neigh.Lookup(42, epIP); ok {
 		t.Error("a moved endpoint's binding (no answer) is still local")
 	}
