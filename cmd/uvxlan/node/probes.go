@@ -10,9 +10,8 @@ package node
 // answer, an ARP reply or a solicited NA to the probe MAC, comes back as a
 // sighting with Answer set. Probes go out every probe timeout (a quarter of
 // the interval, at most a second) while the endpoint stays silent;
-// ProbeRetries unanswered ones
-// withdraw the binding cluster-wide, and the endpoint's MAC with it when it
-// has no binding left and is silent too. The next frame of an endpoint that
+// ProbeRetries unanswered ones withdraw the binding cluster-wide, and the
+// endpoint's MAC with it when it has no binding left and is silent too. The next frame of an endpoint that
 // comes back is snooped and announced again.
 //
 // When another member announces a newer binding for an IP this node holds
