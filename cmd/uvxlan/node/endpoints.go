@@ -59,6 +59,7 @@ type endpoints struct {
 
 	// Liveness probes and contested bindings (probes.go); probeInterval
 	// 0 or probe nil: off.
+	self           string // this node's gossip name: who yields a duplicate address
 	probeInterval  time.Duration
 	probeRetries   int
 	probe          func(mac fdb.MAC, ip netip.Addr) error

@@ -70,7 +70,7 @@ var (
 
 func newTracker(vni fdb.VNI, table *fdb.Table, neigh *fdb.Neighbors, g announcer) *endpoints {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	return &endpoints{vni: vni, vtep: testVTEP, own: tapMAC, ageing: time.Minute, table: table, neigh: neigh,
+	return &endpoints{vni: vni, vtep: testVTEP, own: tapMAC, ageing: time.Minute, table: table, neigh: neigh, self: "h1",
 		gossip: g, log: log, quota: newEndpointQuota(DefaultMaxEndpoints, log)}
 }
 

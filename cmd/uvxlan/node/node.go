@@ -172,7 +172,7 @@ func New(cfg Config) (_ *Node, err error) {
 		}
 		s.tracker = &endpoints{vni: s.cfg.VNI, vtep: n.vtep, own: s.mac, ageing: cfg.Ageing, table: n.table,
 			neigh: n.neigh, gossip: n.gossip, log: n.log.With("vni", s.cfg.VNI, "dev", s.cfg.Dev), quota: n.quota, pinOwner: n.pinOwner,
-			probeInterval: cfg.ProbeInterval, probeRetries: cfg.ProbeRetries, contests: s.contests, counters: &n.lifecycle,
+			self: cfg.Name, probeInterval: cfg.ProbeInterval, probeRetries: cfg.ProbeRetries, contests: s.contests, counters: &n.lifecycle,
 			probe: func(mac fdb.MAC, ip netip.Addr) error { return s.engines[0].Probe(mac, ip) }}
 		if err := n.gossip.AnnounceMAC(s.cfg.VNI, s.mac); err != nil {
 			return nil, err

@@ -18,10 +18,15 @@ package node
 // (gossip's Contested: the endpoint moved there, or two endpoints use one
 // address), the binding is verified at once with one probe: no answer within
 // the probe timeout withdraws it, so this node's own endpoints follow the
-// move too; an answer is a duplicate address: the binding is announced
-// again (a newer version wins back), counted (Counters.Conflicts) and
-// warned about naming both nodes, at most once per ProbeInterval for an
-// address, so two nodes cannot make it flap faster than that.
+// move too. An answer is a duplicate address: counted (Counters.Conflicts)
+// and warned about naming both nodes, on both. There is no right owner for a
+// duplicate, so the rule is only deterministic: the node with the smaller
+// name announces its binding again (a newer version wins back), the other
+// keeps its local binding for its own endpoints and lets the cluster follow
+// the first. The binding then changes twice in all, instead of flapping as
+// two nodes taking turns would; re-assertions are also at most one per
+// ProbeInterval. When the winner's endpoint goes, its probes withdraw the
+// binding and the other's takes over.
 
 import (
 	"net/netip"
@@ -204,9 +209,12 @@ func (e *endpoints) answered(mac fdb.MAC, ip netip.Addr, now time.Time) {
 		e.log.Warn("duplicate address: an endpoint behind this node's TAP and one behind another node use it; announcing ours again",
 			"ip", ip, "mac", mac, "other_node", st.contestedBy)
 	}
-	if st.asserted.IsZero() || now.Sub(st.asserted) >= e.probeInterval {
+	switch {
+	case st.contestedBy < e.self:
+		// The other node re-asserts; this one yields.
+	case st.asserted.IsZero() || now.Sub(st.asserted) >= e.probeInterval:
 		e.reassert(ip, st, now)
-	} else {
+	default:
 		st.reassertAt = st.asserted.Add(e.probeInterval) // no faster than once a probe interval
 	}
 	st.contestedBy = ""

@@ -138,6 +138,18 @@ func TestContestedBinding(t *testing.T) {
 	if _, ok := neigh.Lookup(42, epIP); !ok {
 		t.Error("a duplicate that answers lost its binding")
 	}
+
+	// Against a node of a smaller name, this one yields: it counts the
+	// conflict but does not announce again (the other does).
+	tr, g, _, _, _ = probeTracker(t)
+	tr.probeTick(now)
+	base = announces()
+	tr.contested(contest{ip: epIP, mac: epMAC, owner: "h0"}, now)
+	tr.answered(epMAC, epIP, now.Add(10*time.Millisecond))
+	tr.probeTick(now.Add(5 * time.Second))
+	if announces() != base || tr.counters.conflicts.Load() != 1 {
+		t.Errorf("against h0: %d announcements (want none), conflicts %d (want 1)", announces()-base, tr.counters.conflicts.Load())
+	}
 }
 
 func TestProbeMAC(t *testing.T) {
