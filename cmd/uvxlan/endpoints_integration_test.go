@@ -32,10 +32,7 @@ func TestGARPFloodedNotAnswered(t *testing.T) {
 	ip := overlayAddr(52)
 	oldMAC, newMAC := fdb.MAC{0x02, 0x52, 0, 0, 0, 1}, fdb.MAC{0x02, 0x52, 0, 0, 0, 2}
 	ep := endpointBehind(t, tb, h2, ip, oldMAC)
-	eventuallyT(t, 15*time.Second, "h1 reaches the endpoint", func() bool {
-		_, err := h1.Ping(context.Background(), ip, 1)
-		return err == nil
-	})
+	waitReach(t, h1, ip)
 	eventuallyT(t, 5*time.Second, "h1's agent binds the endpoint (gossip)", func() bool {
 		mac, _ := neighOf(t, a1, ip)
 		return mac == oldMAC
@@ -109,10 +106,7 @@ func TestProbeWithdrawsVanished(t *testing.T) {
 	h1, h2 := tb.Host(1), tb.Host(2)
 	ip, mac := overlayAddr(72), fdb.MAC{0x02, 0x72, 0, 0, 0, 1}
 	ep := endpointBehind(t, tb, h2, ip, mac)
-	eventuallyT(t, 15*time.Second, "h1 reaches the endpoint", func() bool {
-		_, err := h1.Ping(context.Background(), ip, 1)
-		return err == nil
-	})
+	waitReach(t, h1, ip)
 	// Its IPv6 address, snooped from its Neighbor Solicitation (for an
 	// address nobody has).
 	ip6 := netip.MustParseAddr("fd42::72")
@@ -177,10 +171,7 @@ func TestMoveAcrossHosts(t *testing.T) {
 	ip := overlayAddr(61)
 	mac1, mac2 := fdb.MAC{0x02, 0x61, 0, 0, 0, 1}, fdb.MAC{0x02, 0x61, 0, 0, 0, 2}
 	ep1 := endpointBehind(t, tb, h1, ip, mac1)
-	eventuallyT(t, 15*time.Second, "h3 reaches the endpoint on h1", func() bool {
-		_, err := h3.Ping(context.Background(), ip, 1)
-		return err == nil
-	})
+	waitReach(t, h3, ip)
 	// A ping from h3 every 50 ms across the move.
 	var (
 		gap     time.Duration
@@ -340,10 +331,7 @@ func TestSilentReuseSameHost(t *testing.T) {
 	ip := overlayAddr(81)
 	oldMAC, newMAC := fdb.MAC{0x02, 0x81, 0, 0, 0, 1}, fdb.MAC{0x02, 0x81, 0, 0, 0, 2}
 	ep := endpointBehind(t, tb, h2, ip, oldMAC)
-	eventuallyT(t, 15*time.Second, "h1 reaches the endpoint", func() bool {
-		_, err := h1.Ping(context.Background(), ip, 1)
-		return err == nil
-	})
+	waitReach(t, h1, ip)
 	eventuallyT(t, 5*time.Second, "h1's agent binds it", func() bool { m, _ := neighOf(t, a1, ip); return m == oldMAC })
 	if out, err := exec.Command("ip", "-n", ep, "link", "set", "ep1", "address", newMAC.String()).CombinedOutput(); err != nil {
 		t.Fatalf("%v\n%s", err, out)
@@ -374,5 +362,14 @@ func TestSilentReuseSameHost(t *testing.T) {
 		m1, _ := neighOf(t, a1, ip)
 		m2, _ := neighOf(t, a2, ip)
 		return m1 == newMAC && m2 == newMAC
+	})
+}
+
+// waitReach waits (15 s at most) until h gets a ping reply from ip.
+func waitReach(t *testing.T, h *testenv.Host, ip netip.Addr) {
+	t.Helper()
+	eventuallyT(t, 15*time.Second, h.Name+" reaches "+ip.String(), func() bool {
+		_, err := h.Ping(context.Background(), ip, 1)
+		return err == nil
 	})
 }
