@@ -27,6 +27,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"net"
 	"net/netip"
 	"sync"
@@ -130,7 +131,7 @@ func (p *pmtuProber) run(ctx context.Context) {
 	go func() {
 		b := make([]byte, 2048)
 		for {
-			if _, _, err := conn.ReadFromUDPAddrPort(b); err != nil && ctx.Err() != nil {
+			if _, _, err := conn.ReadFromUDPAddrPort(b); err != nil && (ctx.Err() != nil || errors.Is(err, net.ErrClosed)) {
 				return
 			}
 		}
