@@ -14,7 +14,9 @@ package encap
 //     (unknown_vtep, see filter.go; once per run of datagrams from one
 //     source), validates the inner frame (length, source MAC) and learns
 //     inner source MAC → outer source VTEP when learning is on; those drops
-//     and the rx counters are the engine's (its segment's);
+//     and the rx counters are the engine's (its segment's); a path MTU
+//     probe or ack (pmtu.go) is reported to the node and goes no further
+//     (neither learned from nor written to the TAP);
 //  4. the frames of the batch are collected per engine, in order, and each
 //     engine's go to its TAP in one Write, so that the TAP can coalesce a
 //     flow's segments into one frame again (GRO).
@@ -223,6 +225,12 @@ func (d *Demux) accept(m *Message) int {
 		e.c.drop(DropShortFrame)
 		return -1
 	}
+	if frame[12] == EtherTypePMTU>>8 && frame[13] == EtherTypePMTU&0xff {
+		if msg, ok := ParsePMTUFrame(frame); ok {
+			e.pmtu(msg, h.VNI, m)
+			return -1
+		}
+	}
 	src := fdb.MAC(frame[6:12])
 	switch {
 	case src.IsMulticast() || src.IsZero():
@@ -237,6 +245,23 @@ func (d *Demux) accept(m *Message) int {
 		d.lastEng, d.lastSrc, d.lastFrom, d.lastLearnt = e, src, m.Addr, true
 	}
 	return i
+}
+
+// pmtu counts a path MTU probe or ack and reports it to the node, without
+// blocking.
+func (e *Engine) pmtu(msg PMTUMessage, vni fdb.VNI, m *Message) {
+	if msg.Kind == PMTUProbe {
+		e.c.add(PMTUProbes, 1)
+	} else {
+		e.c.add(PMTUAcks, 1)
+	}
+	if e.cfg.PMTU == nil {
+		return
+	}
+	select {
+	case e.cfg.PMTU <- PMTUReport{VNI: vni, From: m.Addr, Len: m.N, Msg: msg}:
+	default:
+	}
 }
 
 // allowed reports whether e's filter lets datagrams from addr in. The

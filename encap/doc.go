@@ -1,5 +1,6 @@
 // Package encap implements the VXLAN header codec (RFC 7348), the batched UDP
 // transport (recvmmsg/sendmmsg), the forwarding engine that moves frames
 // between a TAP device and the underlay, and the frames the engine writes
-// into the TAP itself (ARP and ND answers and probes, ICMP too-big errors).
+// into the TAP itself (ARP and ND answers and probes, ICMP too-big errors),
+// and the path MTU probes exchanged between agents (pmtu.go).
 package encap

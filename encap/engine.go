@@ -124,6 +124,14 @@ type EngineConfig struct {
 	// the socket refuses as too big (EMSGSIZE) are answered, with the
 	// sending socket's path MTU.
 	UnderlayMTU int
+	// PathMTUs, when set, holds the measured path MTU of member VTEPs
+	// (see pmtu.go): a unicast frame to a VTEP whose path MTU is known and
+	// smaller than UnderlayMTU is treated as too big above it, as above.
+	PathMTUs *PathMTUs
+	// PMTU, when set, receives the path MTU probes and acks the demux
+	// recognises (see pmtu.go); sends never block (a full channel loses
+	// the report: probes are retried).
+	PMTU chan<- PMTUReport
 	// Heard, when set, records when VXLAN last arrived from the sources it
 	// watches (see heard.go); the engines of a node share one.
 	Heard  *Heard
@@ -459,6 +467,11 @@ func (e *Engine) route(pkt []byte, tb *txBatch) {
 	if !dst.IsMulticast() {
 		if vtep, ok := e.fdb.Lookup(e.cfg.VNI, dst); ok {
 			if vtep.Addr() != e.cfg.Local {
+				if lim := e.pathLimit(vtep.Addr()); lim > 0 && len(frame) > lim && tooBigFamily(frame) != 0 {
+					e.c.drop(DropTooBig)
+					e.answerTooBig(frame, lim-ethHeaderLen, tb)
+					return
+				}
 				out[s] = append(out[s], Message{Buf: pkt, N: len(pkt), Addr: vtep})
 			}
 			return
@@ -494,6 +507,21 @@ func (e *Engine) route(pkt []byte, tb *txBatch) {
 	if isARP && arp.op == arpRequest && e.cfg.Neigh != nil && dst.IsMulticast() {
 		e.c.add(ARPFlooded, 1)
 	}
+}
+
+// pathLimit returns the longest frame whose datagram fits the measured
+// path MTU towards vtep, when that is smaller than what the underlay MTU
+// allows; 0 otherwise (unknown, or no smaller).
+func (e *Engine) pathLimit(vtep netip.Addr) int {
+	pm := e.cfg.PathMTUs.Get(vtep)
+	if pm <= 0 {
+		return 0
+	}
+	lim := max(pm-VXLANOverhead(e.cfg.Local)+ethHeaderLen, ethHeaderLen)
+	if e.maxFrame > 0 && lim >= e.maxFrame {
+		return 0
+	}
+	return lim
 }
 
 // answerTooBig appends to tb's replies the too-big answer to frame saying

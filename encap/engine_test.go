@@ -230,8 +230,12 @@ func TestEngineHotPathAllocs(t *testing.T) {
 	snoop := make(chan Sighting, 1)
 	var pinned Pinned
 	pinned.Store(map[VNIAddr]struct{}{{testVNI, netip.MustParseAddr("10.42.0.7")}: {}})
+	var pathMTUs PathMTUs
+	pathMTUs.Set(map[netip.Addr]int{vtepB.Addr(): 1300}) // smaller than UnderlayMTU: the limit to macB
+	pmtu := make(chan PMTUReport, 1)
 	e, err := NewEngine(EngineConfig{VNI: testVNI, MAC: macA, Local: vtepA.Addr(), Port: 4789, Learning: true, Neigh: neigh, Snoop: snoop,
-		Filter: NewFilter([]netip.Prefix{netip.MustParsePrefix("198.18.1.0/24")}), BUM: NewBucket(1000, 1000), Pinned: &pinned, UnderlayMTU: 1400},
+		Filter: NewFilter([]netip.Prefix{netip.MustParsePrefix("198.18.1.0/24")}), BUM: NewBucket(1000, 1000), Pinned: &pinned, UnderlayMTU: 1400,
+		PathMTUs: &pathMTUs, PMTU: pmtu},
 		dev, conn, []Transport{conn, conn}, table)
 	if err != nil {
 		t.Fatal(err)
@@ -271,10 +275,17 @@ func TestEngineHotPathAllocs(t *testing.T) {
 	rx := vxlanDatagram(goodHeader(testVNI), ethFrame(macA, macB, 1000))
 	m := Message{Buf: rx, N: len(rx), Addr: vtepB}
 	stranger := Message{Buf: rx, N: len(rx), Addr: netip.MustParseAddrPort("198.18.2.1:4789")}
+	probe := make([]byte, HeaderLen+500)
+	PutHeader(probe, testVNI)
+	PutPMTUFrame(probe[HeaderLen:], macA, macB, PMTUMessage{Kind: PMTUProbe, Size: 536, Nonce: 1})
+	pm := Message{Buf: probe, N: len(probe), Addr: vtepB}
 	if allocs := testing.AllocsPerRun(1000, func() {
 		e.own.checkedBatch = false // a new batch: the filter is checked again
 		if e.own.accept(&m) != 0 {
 			t.Fatal("good datagram rejected")
+		}
+		if e.own.accept(&pm) != -1 { // reported (or the channel is full), not delivered
+			t.Fatal("a path MTU probe delivered")
 		}
 		if e.own.accept(&stranger) != -1 {
 			t.Fatal("a stranger's datagram accepted")

@@ -32,6 +32,8 @@ const (
 	ProbesSent                      // liveness probes written into the TAP
 	ProbeAnswers                    // answers to them, read from the TAP
 	TooBig                          // ICMP too-big errors written into the TAP
+	PMTUProbes                      // path MTU probes received from members
+	PMTUAcks                        // acks to our path MTU probes received
 
 	NumCounters
 )
@@ -58,6 +60,8 @@ var counterDescs = [NumCounters]Desc{
 	ProbesSent:       {"probes_sent", "Liveness probes (ARP requests) written into the TAP to silent endpoints."},
 	ProbeAnswers:     {"probe_answers", "Answers to liveness probes read from the TAP."},
 	TooBig:           {"too_big", "ICMP errors (IPv4 fragmentation needed, IPv6 packet too big) written into the TAP to senders of frames too big for the underlay path (see drops too_big)."},
+	PMTUProbes:       {"pmtu_probes", "Path MTU probes received from members (answered by the agent, never written to the TAP)."},
+	PMTUAcks:         {"pmtu_acks", "Acks to this agent's path MTU probes received from members."},
 }
 
 // Desc returns the counter's declaration.

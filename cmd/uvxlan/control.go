@@ -166,7 +166,7 @@ func (s *controlServer) Serve(n *node.Node) error {
 		ms := n.Members()
 		rows := make([]memberOut, len(ms))
 		for i, m := range ms {
-			rows[i] = memberOut{m, encrypted}
+			rows[i] = memberOut{m, encrypted, n.PathMTU(m.VTEP.Addr())}
 		}
 		writeJSON(w, rows)
 	})
@@ -388,6 +388,9 @@ func neighRows(ns []fdb.Neigh, vni fdb.VNI) []neighRow {
 type memberOut struct {
 	gossip.Member
 	Encrypted bool `json:"encrypted"`
+	// PathMTU is the path MTU measured towards its VTEP; 0: unknown
+	// (itself, or not measured yet).
+	PathMTU int `json:"path_mtu"`
 }
 
 // memberRow is one cluster member (`uvxlan members --json`).
@@ -401,6 +404,7 @@ type memberRow struct {
 	MAC       fdb.MAC        `json:"mac"`
 	Entries   int            `json:"entries"` // entries it owns that this node holds
 	Self      bool           `json:"self"`
+	PathMTU   int            `json:"path_mtu"` // measured path MTU to its VTEP; 0: unknown
 	// The keys pinned to it: TAP MACs, TAP addresses (see gossip/pinned.go).
 	PinnedMACs  []fdb.MAC           `json:"pinned_macs"`
 	PinnedAddrs []gossip.PinnedAddr `json:"pinned_addresses"`

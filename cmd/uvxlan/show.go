@@ -90,7 +90,7 @@ func printNeigh(w io.Writer, rows []neighRow) error {
 
 func printMembers(w io.Writer, rows []memberRow) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tADDRESS\tVTEP\tSTATE\tVNIS\tENTRIES")
+	fmt.Fprintln(tw, "NAME\tADDRESS\tVTEP\tSTATE\tVNIS\tENTRIES\tPMTU")
 	for _, r := range rows {
 		name := r.Name
 		if r.Self {
@@ -100,7 +100,11 @@ func printMembers(w io.Writer, rows []memberRow) error {
 		for i, v := range r.VNIs {
 			vnis[i] = fmt.Sprint(v)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", name, r.Address, r.VTEP, r.State, strings.Join(vnis, ","), r.Entries)
+		pmtu := "-" // unknown: itself, or not measured yet
+		if r.PathMTU > 0 {
+			pmtu = fmt.Sprint(r.PathMTU)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", name, r.Address, r.VTEP, r.State, strings.Join(vnis, ","), r.Entries, pmtu)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/uvxlan/uvxlan/encap"
 	"github.com/uvxlan/uvxlan/testenv"
@@ -81,5 +83,67 @@ func TestTooBig(t *testing.T) {
 		bps/1e9, after.Get(encap.TooBig)-before.Get(encap.TooBig), drop(after, "too_big")-drop(before, "too_big"))
 	if after.Get(encap.TooBig) == before.Get(encap.TooBig) {
 		t.Errorf("h1: too_big did not rise during the TCP transfer")
+	}
+}
+
+// TestPathMTU: the same black hole as TestTooBig (hosts at 1500, switch
+// ports at 1400), but the agents are not told: no --underlay-mtu. Joined
+// by gossip, they measure each other's path MTU with padded probes; h1
+// shows h2's (members: path_mtu between 1380 and 1400) and answers a
+// 1400-byte DF ping, which fits its TAP (1450) but not the path, with
+// "fragmentation needed"; a ping sized for the measured path crosses.
+func TestPathMTU(t *testing.T) {
+	tb := testenv.NewForTest(t, testenv.Config{Hosts: 2})
+	ctx := context.Background()
+	for _, h := range tb.Hosts() {
+		if out, err := exec.CommandContext(ctx, "ip", "-n", tb.UnderlayNetns(), "link", "set", h.Name, "mtu", "1400").CombinedOutput(); err != nil {
+			t.Fatalf("switch port %s mtu 1400: %v\n%s", h.Name, err, out)
+		}
+	}
+	agents := startGossipCluster(t, tb)
+	h1, h2 := agents[0], agents[1]
+	start := time.Now()
+	pmtu := 0
+	eventuallyT(t, 15*time.Second, "h1 measures h2's path MTU", func() bool {
+		for _, m := range h1.members(t) {
+			if m.Name == h2.host.Name {
+				pmtu = m.PathMTU
+			}
+		}
+		return pmtu != 0
+	})
+	t.Logf("h1 measured h2's path MTU: %d, after %s", pmtu, time.Since(start).Round(time.Millisecond))
+	if pmtu < 1380 || pmtu > 1400 {
+		t.Fatalf("h2's path MTU on h1 = %d, want 1380..1400 (the switch ports' MTU)", pmtu)
+	}
+	out := runCLI(t, "members", "--control", h1.control)
+	t.Logf("uvxlan members on h1:\n%s", out)
+	if !strings.Contains(out, "PMTU") || !strings.Contains(out, fmt.Sprint(pmtu)) {
+		t.Errorf("uvxlan members shows no PMTU column with %d", pmtu)
+	}
+	st := h2.stats(t)
+	t.Logf("h2: pmtu_probes %d; h1: pmtu_acks %d", st.Get(encap.PMTUProbes), h1.stats(t).Get(encap.PMTUAcks))
+
+	dst := h2.overlay.String()
+	eventuallyT(t, 10*time.Second, "h1 reaches h2 through the overlay", func() bool {
+		out, err := h1.host.Run(ctx, "ping", "-c", "1", "-W", "1", dst)
+		return err == nil && strings.Contains(out, " 1 received")
+	})
+	before := h1.stats(t)
+	want := pmtu - encap.VXLANOverhead(h1.host.Underlay)
+	out, err := h1.host.Run(ctx, "ping", "-M", "do", "-s", "1372", "-c", "3", "-i", "0.3", "-W", "1", dst)
+	t.Logf("ping -M do -s 1372 %s:\n%s", dst, out)
+	if err == nil || (!strings.Contains(out, fmt.Sprintf("mtu = %d", want)) && !strings.Contains(out, fmt.Sprintf("mtu=%d", want))) {
+		t.Fatalf("the 1400-byte DF ping was not answered with mtu %d (err %v)", want, err)
+	}
+	after := h1.stats(t)
+	if tooBig := after.Get(encap.TooBig) - before.Get(encap.TooBig); tooBig == 0 {
+		t.Errorf("h1: too_big did not rise")
+	}
+	small := want - 28
+	out, err = h1.host.Run(ctx, "ping", "-M", "do", "-s", fmt.Sprint(small), "-c", "3", "-i", "0.3", "-W", "2", dst)
+	t.Logf("ping -M do -s %d %s:\n%s", small, dst, out)
+	if err != nil || !strings.Contains(out, " 3 received") {
+		t.Fatalf("a %d-byte ping did not cross: %v", want, err)
 	}
 }

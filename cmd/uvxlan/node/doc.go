@@ -1,9 +1,10 @@
 // Package node is one uvxlan agent: its segments (one overlay each: a VNI,
 // its TAP and engines), the shared underlay sockets and their
 // demultiplexers, the tables, the gossip member, the endpoints behind each
-// TAP, and routed mode's host networking. New builds a node from a
+// TAP, the path MTU measured to each member (pmtu.go), and routed mode's
+// host networking. New builds a node from a
 // validated Config, Run runs it, Close releases it; the read API (Status,
-// Entries, Neighbors, Members, Leases, Stats) is what the control socket and
+// Entries, Neighbors, Members, PathMTU, Leases, Stats) is what the control socket and
 // the metrics of package main are adapters over.
 //
 // What each part writes into the tables:

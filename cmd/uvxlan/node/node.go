@@ -52,6 +52,10 @@ type Node struct {
 	// for warnings.
 	pinOwners atomic.Pointer[map[gossip.PinnedAddr]string]
 	lifecycle lifecycleCounters // probes and conflicts (probes.go)
+	// pathMTUs are the measured path MTUs of the members' VTEPs, which
+	// pmtu measures and the engines read (pmtu.go).
+	pathMTUs encap.PathMTUs
+	pmtu     *pmtuProber
 
 	mu      sync.Mutex
 	running bool
@@ -184,6 +188,7 @@ func New(cfg Config) (_ *Node, err error) {
 	if cfg.Inherit != nil {
 		n.preload(cfg.Inherit)
 	}
+	n.pmtu = newPMTUProber(n)
 	if err := n.buildEngines(rxs, srcs); err != nil {
 		return nil, err
 	}
@@ -308,6 +313,8 @@ func (n *Node) buildEngines(rxs []*encap.UDPConn, srcs []*encap.UDPConn) error {
 				Heard:       &n.heard,
 				ProbeMAC:    probeMAC(s.mac),
 				UnderlayMTU: n.cfg.UnderlayMTU,
+				PathMTUs:    &n.pathMTUs,
+				PMTU:        n.pmtu.events,
 				Logger:      n.log,
 			}, d, nil, mine, n.table)
 			if err != nil {
@@ -434,6 +441,10 @@ func (n *Node) Run(ctx context.Context) error {
 	})
 	wg.Add(1)
 	go func() { defer wg.Done(); n.watchSilence(ctx) }()
+	if !n.cfg.GossipOff {
+		wg.Add(1)
+		go func() { defer wg.Done(); n.pmtu.run(ctx) }()
+	}
 	if n.leases != nil {
 		spawn(func() error { return n.keepLease(ctx) })
 		wg.Add(1)

@@ -157,6 +157,11 @@ func (n *Node) Neighbors() []fdb.Neigh { return n.neigh.Entries() }
 // Members returns the gossip cluster as this node sees it.
 func (n *Node) Members() []gossip.Member { return n.gossip.Members() }
 
+// PathMTU returns the path MTU measured towards a member's VTEP (the
+// largest IP datagram its probes showed to cross, see pmtu.go), or 0 when
+// it is unknown.
+func (n *Node) PathMTU(vtep netip.Addr) int { return n.pmtu.get(vtep) }
+
 // Leases returns the subnet leases of the cluster; empty outside routed
 // mode.
 func (n *Node) Leases() []lease.Lease {
