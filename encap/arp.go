@@ -75,37 +75,30 @@ func (a arpPacket) announcement() bool {
 // the asker) from MAC src to the endpoint at dst, asking for ip, and
 // returns the frame's length. A host holding ip answers to src.
 func putARPProbe(b []byte, dst, src fdb.MAC, ip netip.Addr) int {
-	copy(b[0:6], dst[:])
-	copy(b[6:12], src[:])
-	binary.BigEndian.PutUint16(b[12:14], etherTypeARP)
-	a := b[ethHeaderLen:]
-	binary.BigEndian.PutUint16(a[0:2], 1)
-	binary.BigEndian.PutUint16(a[2:4], 0x0800)
-	a[4], a[5] = 6, 4
-	binary.BigEndian.PutUint16(a[6:8], arpRequest)
-	copy(a[8:14], src[:])
-	clear(a[14:24]) // sender address 0.0.0.0, target MAC unknown
-	t := ip.As4()
-	copy(a[24:28], t[:])
-	return arpFrameLen
+	return putARP(b, dst, arpRequest, src, netip.IPv4Unspecified(), fdb.MAC{}, ip)
 }
 
 // putARPReply writes into b (at least arpFrameLen bytes) the reply to req
 // saying that req.targetIP is at mac, and returns the frame's length.
 func putARPReply(b []byte, req arpPacket, mac fdb.MAC) int {
-	copy(b[0:6], req.senderMAC[:])
-	copy(b[6:12], mac[:])
+	return putARP(b, req.senderMAC, arpReply, mac, req.targetIP, req.senderMAC, req.senderIP)
+}
+
+// putARP writes into b (at least arpFrameLen bytes) an Ethernet/IPv4 ARP
+// packet from the sender's MAC to dst, and returns the frame's length.
+func putARP(b []byte, dst fdb.MAC, op uint16, smac fdb.MAC, sip netip.Addr, tmac fdb.MAC, tip netip.Addr) int {
+	copy(b[0:6], dst[:])
+	copy(b[6:12], smac[:])
 	binary.BigEndian.PutUint16(b[12:14], etherTypeARP)
 	a := b[ethHeaderLen:]
 	binary.BigEndian.PutUint16(a[0:2], 1)
 	binary.BigEndian.PutUint16(a[2:4], 0x0800)
 	a[4], a[5] = 6, 4
-	binary.BigEndian.PutUint16(a[6:8], arpReply)
-	copy(a[8:14], mac[:])
-	t := req.targetIP.As4()
-	copy(a[14:18], t[:])
-	copy(a[18:24], req.senderMAC[:])
-	s := req.senderIP.As4()
-	copy(a[24:28], s[:])
+	binary.BigEndian.PutUint16(a[6:8], op)
+	copy(a[8:14], smac[:])
+	s, t := sip.As4(), tip.As4()
+	copy(a[14:18], s[:])
+	copy(a[18:24], tmac[:])
+	copy(a[24:28], t[:])
 	return arpFrameLen
 }

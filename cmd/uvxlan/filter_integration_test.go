@@ -170,39 +170,6 @@ func percentile(sorted []time.Duration, p int) time.Duration {
 	return sorted[min(len(sorted)*p/100, len(sorted)-1)]
 }
 
-// addEndpoint puts a namespace <prefix>-ep behind h's TAP dev (a container
-// on a bridge brx with the TAP; its interface is ep1) with address addr/24
-// and returns its name.
-func addEndpoint(t *testing.T, tb *testenv.Testbed, h *testenv.Host, dev string, addr netip.Addr) (netns string) {
-	t.Helper()
-	netns = tb.Prefix() + "-ep"
-	if out, err := exec.Command("ip", "netns", "add", netns).CombinedOutput(); err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", netns).Run() })
-	for _, args := range [][]string{
-		{"link", "add", "brx", "type", "bridge"},
-		{"link", "set", dev, "master", "brx"},
-		{"link", "add", "ep0", "type", "veth", "peer", "name", "ep1", "netns", netns},
-		{"link", "set", "ep0", "master", "brx"},
-		{"link", "set", "brx", "up"},
-		{"link", "set", "ep0", "up"},
-	} {
-		if out, err := h.Run(context.Background(), "ip", args...); err != nil {
-			t.Fatalf("%v\n%s", err, out)
-		}
-	}
-	for _, args := range [][]string{
-		{"addr", "add", netip.PrefixFrom(addr, 24).String(), "dev", "ep1"},
-		{"link", "set", "ep1", "up"},
-	} {
-		if out, err := exec.Command("ip", append([]string{"-n", netns}, args...)...).CombinedOutput(); err != nil {
-			t.Fatalf("%v\n%s", err, out)
-		}
-	}
-	return netns
-}
-
 // broadcastStorm sends broadcast frames from iface in netns through a raw
 // socket, as fast as it can, for d, and returns how many it sent.
 func broadcastStorm(netns, iface string, d time.Duration) (int, error) {
@@ -290,7 +257,7 @@ func TestBroadcastStorm(t *testing.T) {
 			drop(after, "bum_rate_limited") - drop(before, "bum_rate_limited")
 	}
 	setup := func(as []*agent) string {
-		epNS := addEndpoint(t, tb, h1, "uvx0", netip.MustParseAddr("10.42.0.51"))
+		epNS := endpointBehind(t, tb, h1, netip.MustParseAddr("10.42.0.51"), fdb.MAC{})
 		// The endpoint reaches h2 (bridge ports up, the overlay works).
 		if err := testenv.Eventually(ctx, 10*time.Second, func() bool {
 			return exec.Command("ip", "netns", "exec", epNS, "ping", "-c", "1", "-W", "1", as[1].overlay.String()).Run() == nil

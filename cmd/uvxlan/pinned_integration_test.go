@@ -30,8 +30,8 @@ import (
 var forgedMAC = fdb.MAC{0x02, 0x66, 0, 0, 0, 0x01}
 
 // endpointBehind puts a namespace (an endpoint, as a container) on a bridge
-// with h's TAP uvx0, with addr/24 and MAC mac on its interface ep1, and
-// returns the namespace's name.
+// with h's TAP uvx0, with addr/24 and MAC mac (zero: the kernel's) on its
+// interface ep1, and returns the namespace's name.
 func endpointBehind(t *testing.T, tb *testenv.Testbed, h *testenv.Host, addr netip.Addr, mac fdb.MAC) string {
 	t.Helper()
 	ns := tb.Prefix() + "-ep" + h.Name
@@ -51,11 +51,14 @@ func endpointBehind(t *testing.T, tb *testenv.Testbed, h *testenv.Host, addr net
 			t.Fatalf("%v\n%s", err, out)
 		}
 	}
-	for _, args := range [][]string{
-		{"link", "set", "ep1", "address", mac.String()},
-		{"addr", "add", netip.PrefixFrom(addr, 24).String(), "dev", "ep1"},
-		{"link", "set", "ep1", "up"},
-	} {
+	var setup [][]string
+	if !mac.IsZero() {
+		setup = append(setup, []string{"link", "set", "ep1", "address", mac.String()})
+	}
+	for _, args := range append(setup,
+		[]string{"addr", "add", netip.PrefixFrom(addr, 24).String(), "dev", "ep1"},
+		[]string{"link", "set", "ep1", "up"},
+	) {
 		if out, err := exec.Command("ip", append([]string{"-n", ns}, args...)...).CombinedOutput(); err != nil {
 			t.Fatalf("%v\n%s", err, out)
 		}
