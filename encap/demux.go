@@ -294,5 +294,8 @@ func (e *Engine) deliver(frames [][]byte) (closed bool) {
 	}
 	e.c.add(RxPackets, uint64(w))
 	e.c.add(RxBytes, bytes)
-	return err != nil && isClosed(err)
+	if err != nil && isClosed(err) {
+		return true
+	}
+	return e.pollTAP()
 }

@@ -56,6 +56,7 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/tap"
@@ -134,8 +135,12 @@ type EngineConfig struct {
 	PMTU chan<- PMTUReport
 	// Heard, when set, records when VXLAN last arrived from the sources it
 	// watches (see heard.go); the engines of a node share one.
-	Heard  *Heard
-	Logger *slog.Logger
+	Heard *Heard
+	// BusyPoll, when above 0, makes the transmit loop busy-poll its TAP
+	// for up to this long after it finds it empty, before it parks (the
+	// receiving sockets have their own setting: UDPConn.SetBusyPoll).
+	BusyPoll time.Duration
+	Logger   *slog.Logger
 }
 
 // Sighting is an endpoint seen behind this node's TAP: a MAC, and with IP
@@ -172,6 +177,12 @@ type Engine struct {
 	// tapMu serialises TAP writes: the receive loops (demultiplexers)
 	// write frames, the transmit loop writes ARP and ND answers.
 	tapMu sync.Mutex
+	// txMu serialises the transmit path (TAP reads, tx, the senders'
+	// WriteBatch) between the transmit loop and pollTAP, when the device
+	// is a tap.Poller (poller); tx is its scratch.
+	txMu   sync.Mutex
+	poller tap.Poller
+	tx     *txState
 }
 
 // NewEngine builds an engine. senders send to the underlay, the sender for
@@ -208,6 +219,8 @@ func NewEngine(cfg EngineConfig, dev tap.Device, rx Transport, senders []Transpo
 	if rx != nil {
 		e.own = newDemux(rx, []*Engine{e})
 	}
+	e.poller, _ = dev.(tap.Poller)
+	e.tx = e.newTxState()
 	return e, nil
 }
 
@@ -310,52 +323,125 @@ func (b *txBatch) reset() {
 	b.seenOK, b.nowOK, b.tooBigNowOK = false, false, false
 }
 
-// transmitLoop reads frames from the TAP and sends them to the underlay.
-func (e *Engine) transmitLoop() error {
+// txState is the transmit path's scratch, allocated once and used under
+// Engine.txMu: by the transmit loop, and by the receive loop when it reads
+// the TAP right after writing to it (Engine.pollTAP).
+type txState struct {
+	bufs  [][]byte
+	sizes []int
+	tb    *txBatch
+}
+
+func (e *Engine) newTxState() *txState {
 	batch := e.dev.BatchSize()
 	frameCap := Headroom + e.dev.MTU() + ethHeaderLen + 4 // + a VLAN tag
-	bufs := make([][]byte, batch)
-	for i := range bufs {
-		bufs[i] = make([]byte, frameCap)
+	st := &txState{bufs: make([][]byte, batch), sizes: make([]int, batch), tb: e.newTxBatch(batch)}
+	for i := range st.bufs {
+		st.bufs[i] = make([]byte, frameCap)
 	}
-	sizes := make([]int, batch)
-	tb := e.newTxBatch(batch)
+	return st
+}
 
-	for {
-		n, err := e.dev.Read(bufs, sizes, Headroom)
-		if err != nil {
-			if isClosed(err) {
-				return nil
-			}
-			return err
-		}
-		tb.reset()
-		for i := 0; i < n; i++ {
-			e.route(bufs[i][:Headroom+sizes[i]], tb)
-		}
-		for i, msgs := range tb.out {
-			if len(msgs) == 0 {
-				continue
-			}
-			sent, err := e.senders[i].WriteBatch(msgs)
-			for _, m := range msgs[:sent] {
-				e.c.add(TxPackets, 1)
-				e.c.add(TxBytes, uint64(m.N-HeaderLen))
-			}
+// transmitLoop reads frames from the TAP and sends them to the underlay.
+// On a device that can poll (tap.Poller) it waits for the TAP without
+// holding txMu, so that the receive loop may read it meanwhile (pollTAP);
+// otherwise it blocks in Read.
+func (e *Engine) transmitLoop() error {
+	if e.poller == nil {
+		for {
+			n, err := e.dev.Read(e.tx.bufs, e.tx.sizes, Headroom)
 			if err != nil {
 				if isClosed(err) {
 					return nil
 				}
-				tooBig := e.refused(i, msgs, tb)
-				e.c.drops[DropSendError].Add(uint64(len(msgs) - sent - tooBig))
+				return err
 			}
-		}
-		if len(tb.replies) > 0 {
-			if _, err := e.writeTAP(tb.replies, 0); err != nil && isClosed(err) {
+			if e.send(n) {
 				return nil
 			}
 		}
 	}
+	var spinUntil int64 // the busy-poll's deadline, 0 when not spinning
+	for {
+		e.txMu.Lock()
+		n, drained, err := e.poller.TryRead(e.tx.bufs, e.tx.sizes, Headroom)
+		closed := e.send(n)
+		e.txMu.Unlock()
+		if closed || err != nil && isClosed(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			spinUntil = 0
+		}
+		if drained && !spinWait(int64(e.cfg.BusyPoll), &spinUntil) {
+			spinUntil = 0
+			if err := e.poller.WaitRead(); err != nil {
+				if isClosed(err) {
+					return nil
+				}
+				return err
+			}
+		}
+	}
+}
+
+// pollTAP reads what the TAP holds and sends it, when the transmit path is
+// free: the receive loop calls it right after writing frames to the TAP,
+// because the kernel answers some of them (pings, TCP ACKs) before the
+// write returns. Sending the answer from here saves waking the transmit
+// loop, one of the four thread wake-ups of a round trip. At most one batch:
+// the transmit loop, woken anyway, takes the rest.
+func (e *Engine) pollTAP() (closed bool) {
+	if e.poller == nil || !e.txMu.TryLock() {
+		return false
+	}
+	defer e.txMu.Unlock()
+	n, _, err := e.poller.TryRead(e.tx.bufs, e.tx.sizes, Headroom)
+	if n > 0 {
+		e.c.add(TAPPolled, uint64(n))
+	}
+	return e.send(n) || err != nil && isClosed(err)
+}
+
+// send routes the n frames in e.tx.bufs (read at Headroom) and sends them,
+// and writes the replies they call for into the TAP. It reports whether a
+// socket or the TAP turned out closed. Called under txMu (or from the only
+// transmit goroutine, without a poller).
+func (e *Engine) send(n int) (closed bool) {
+	if n == 0 {
+		return false
+	}
+	tb := e.tx.tb
+	tb.reset()
+	for i := 0; i < n; i++ {
+		e.route(e.tx.bufs[i][:Headroom+e.tx.sizes[i]], tb)
+	}
+	for i, msgs := range tb.out {
+		if len(msgs) == 0 {
+			continue
+		}
+		sent, err := e.senders[i].WriteBatch(msgs)
+		for _, m := range msgs[:sent] {
+			e.c.add(TxPackets, 1)
+			e.c.add(TxBytes, uint64(m.N-HeaderLen))
+		}
+		if err != nil {
+			if isClosed(err) {
+				return true
+			}
+			tooBig := e.refused(i, msgs, tb)
+			e.c.drops[DropSendError].Add(uint64(len(msgs) - sent - tooBig))
+		}
+	}
+	if len(tb.replies) > 0 {
+		if _, err := e.writeTAP(tb.replies, 0); err != nil && isClosed(err) {
+			return true
+		}
+	}
+	return false
 }
 
 // writeTAP writes frames (at offset) to the TAP under tapMu and returns how

@@ -33,8 +33,10 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -112,6 +114,10 @@ type UDPConn struct {
 	// off when the kernel refuses a send).
 	gso atomic.Bool
 	gro bool // UDP_GRO is on: received messages may carry a segment size
+	// busy is the busy-poll budget (SetBusyPoll); spinUntil is the
+	// current ReadBatch's deadline (0: not yet spinning).
+	busy      atomic.Int64
+	spinUntil int64
 	// recvFn and sendFn are c.recv and c.send, bound once: passing a
 	// method value to RawConn.Read would allocate on every call.
 	recvFn, sendFn func(fd uintptr) bool
@@ -354,6 +360,7 @@ func (c *UDPConn) ReadBatch(msgs []Message) (int, error) {
 			h.SetControllen(len(r.cmsgs[i]))
 		}
 	}
+	c.spinUntil = 0
 	err := c.rc.Read(c.recvFn)
 	r.release()
 	if err != nil {
@@ -391,12 +398,44 @@ func (c *UDPConn) recv(fd uintptr) bool {
 		case unix.EINTR:
 			continue
 		case unix.EAGAIN:
+			if c.spin() {
+				continue
+			}
 			return false
 		default:
 			r.done, r.errno = 0, errno
 			return true
 		}
 	}
+}
+
+// SetBusyPoll makes ReadBatch busy-poll: on an empty socket it retries for
+// up to d (yielding the processor between tries) before it parks in the
+// poller. It trades CPU for the latency of a wake-up; 0 turns it off.
+func (c *UDPConn) SetBusyPoll(d time.Duration) { c.busy.Store(int64(max(d, 0))) }
+
+// spin reports whether an empty receive should be retried: the busy-poll
+// budget of this ReadBatch is not spent yet.
+func (c *UDPConn) spin() bool {
+	return spinWait(c.busy.Load(), &c.spinUntil)
+}
+
+// spinWait is one step of a busy-poll of budget ns: it starts the deadline
+// (*until) on the first call, yields the processor, and reports whether the
+// deadline is still ahead.
+func spinWait(budget int64, until *int64) bool {
+	if budget <= 0 {
+		return false
+	}
+	now := time.Now().UnixNano()
+	if *until == 0 {
+		*until = now + budget
+	}
+	if now >= *until {
+		return false
+	}
+	runtime.Gosched()
+	return true
 }
 
 // WriteBatch sends msgs[i].Buf[:msgs[i].N] to msgs[i].Addr for every i,

@@ -424,6 +424,19 @@ func TestUDPAllocs(t *testing.T) {
 	if allocs != 0 {
 		t.Errorf("WriteBatch+ReadBatch of %d datagrams: %v allocs per run, want 0", batch, allocs)
 	}
+
+	// With busy-polling on, ReadBatch still gets every datagram and
+	// allocates nothing.
+	rx.SetBusyPoll(200 * time.Microsecond)
+	allocs = testing.AllocsPerRun(100, func() {
+		if sent, err := tx.WriteBatch(out); sent != batch || err != nil {
+			t.Fatalf("WriteBatch: got (%d, %v), want (%d, nil)", sent, err, batch)
+		}
+		readAll(t, rx, in)
+	})
+	if allocs != 0 {
+		t.Errorf("busy-polling: %v allocs per run, want 0", allocs)
+	}
 }
 
 // BenchmarkUDPLoopback measures one WriteBatch and the ReadBatch calls that

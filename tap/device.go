@@ -42,3 +42,21 @@ type Device interface {
 	// Close releases the device; a blocked Read or Write returns an error.
 	Close() error
 }
+
+// Poller is a Device whose Read can be split in two: a TryRead that never
+// blocks and a WaitRead that blocks without reading. A caller that
+// serialises its reads with a lock of its own can then read from more than
+// one goroutine (say, right after writing to the device, when a reply is
+// likely queued) without holding the lock while it waits.
+type Poller interface {
+	// TryRead reads like Device.Read but returns at once, with n == 0
+	// when no frame is ready. drained reports that the device was found
+	// empty (a wait is due); false means the buffers ran out first. It
+	// must not run concurrently with another TryRead or Read.
+	TryRead(bufs [][]byte, sizes []int, offset int) (n int, drained bool, err error)
+
+	// WaitRead blocks until the device may have frames to read; it may
+	// return without any (spuriously). It returns an error once the
+	// device is closed. One goroutine at a time may wait.
+	WaitRead() error
+}

@@ -92,6 +92,13 @@ type TAP struct {
 	rOff  int
 	rN    int
 	rErr  error
+	// rDrained: the last read system call found the TAP empty (EAGAIN).
+	rDrained bool
+	// tryRd and waitRd are TryRead's and WaitRead's callbacks; waited is
+	// WaitRead's state (see there).
+	tryRd  func(fd uintptr)
+	waitRd func(fd uintptr) bool
+	waited bool
 
 	wr    func(fd uintptr) bool
 	wBufs [][]byte
@@ -114,7 +121,10 @@ type TAP struct {
 	drops   atomic.Uint64         // super-frames that could not be split
 }
 
-var _ Device = (*TAP)(nil)
+var (
+	_ Device = (*TAP)(nil)
+	_ Poller = (*TAP)(nil)
+)
 
 // Open creates (or attaches to) the TAP named cfg.Name, sets its MAC, MTU and
 // addresses, and brings it up. cfg.Queues must be 0 or 1.
@@ -237,6 +247,8 @@ func (t *TAP) init(f *os.File) error {
 		return fmt.Errorf("tap: %s: descriptor is not non-blocking (flags %#x, %v, %v)", t.name, flags, cerr, err)
 	}
 	t.rd = t.readFd
+	t.tryRd = func(fd uintptr) { t.readFd(fd) }
+	t.waitRd = t.waitFd
 	t.wr = t.writeFd
 	return nil
 }
@@ -381,6 +393,44 @@ func (t *TAP) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 	return n, rerr
 }
 
+// TryRead implements Poller: Read's drain without the wait. It goes through
+// the descriptor's Control, not its Read, so that it does not queue behind a
+// WaitRead parked in the poller.
+func (t *TAP) TryRead(bufs [][]byte, sizes []int, offset int) (n int, drained bool, err error) {
+	if len(bufs) > t.batch {
+		bufs = bufs[:t.batch]
+	}
+	t.rBufs, t.rSize, t.rOff, t.rN, t.rErr, t.rDrained = bufs, sizes, offset, 0, nil, false
+	cerr := t.rc.Control(t.tryRd)
+	n, err, drained = t.rN, t.rErr, t.rDrained
+	t.rBufs, t.rSize = nil, nil
+	if cerr != nil {
+		return n, true, t.wrapErr("read", cerr)
+	}
+	return n, drained, err
+}
+
+// WaitRead implements Poller: it parks the goroutine in the Go poller until
+// the TAP signals readability (or at once, when it did since the last
+// wait), reading nothing.
+func (t *TAP) WaitRead() error {
+	t.waited = false
+	if err := t.rc.Read(t.waitRd); err != nil {
+		return t.wrapErr("read", err)
+	}
+	return nil
+}
+
+// waitFd is WaitRead's RawConn callback: "not ready" the first time, so
+// that the poller waits once, and "done" after.
+func (t *TAP) waitFd(uintptr) bool {
+	if t.waited {
+		return true
+	}
+	t.waited = true
+	return false
+}
+
 // readFd is the RawConn callback of Read: it returns false (wait for
 // readiness) only when nothing has been read yet.
 func (t *TAP) readFd(fd uintptr) bool {
@@ -393,6 +443,7 @@ func (t *TAP) readFd(fd uintptr) bool {
 		case err == unix.EINTR:
 			continue
 		case err == unix.EAGAIN:
+			t.rDrained = true
 			return t.rN > 0
 		case err != nil:
 			t.rErr = fmt.Errorf("tap: read %s: %w", t.name, err)
@@ -415,6 +466,7 @@ func (t *TAP) readVnet(fd uintptr) bool {
 			case err == unix.EINTR:
 				continue
 			case err == unix.EAGAIN:
+				t.rDrained = true
 				return t.rN > 0
 			case err != nil:
 				t.rErr = fmt.Errorf("tap: read %s: %w", t.name, err)

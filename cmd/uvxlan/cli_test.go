@@ -90,6 +90,8 @@ func TestBadFlagsExit2(t *testing.T) {
 		{"queues too many", []string{"--queues", "65"}, nil, "--queues"},
 		{"queues without offload", []string{"--queues", "2", "--offload=false"}, nil, "--queues"},
 		{"probe-interval negative", []string{"--probe-interval", "-1s"}, nil, "--probe-interval"},
+		{"busy-poll too long", []string{"--busy-poll", "5ms"}, nil, "--busy-poll"},
+		{"busy-poll negative", []string{"--busy-poll", "-1us"}, nil, "--busy-poll"},
 		{"probe-retries zero", []string{"--probe-retries", "0"}, nil, "--probe-retries"},
 		{"state-dir a file", []string{"--state-dir", "/dev/null"}, nil, "--state-dir"},
 		{"state-dir not creatable", []string{"--state-dir", "/proc/uvxlan-state"}, nil, "--state-dir"},

@@ -186,6 +186,10 @@ func configFromCLI(c *cli.Context) (runConfig, error) {
 	if cfg.MaxEndpoints < 1 || cfg.MaxEndpoints > node.MaxMaxEndpoints {
 		return cfg, badFlag("max-endpoints", strconv.Itoa(cfg.MaxEndpoints), "must be between 1 and %d", node.MaxMaxEndpoints)
 	}
+	cfg.BusyPoll = c.Duration("busy-poll")
+	if cfg.BusyPoll < 0 || cfg.BusyPoll > node.MaxBusyPoll {
+		return cfg, badFlag("busy-poll", cfg.BusyPoll.String(), "must be between 0 (off) and %s, such as 50us", node.MaxBusyPoll)
+	}
 	cfg.Queues = c.Int("queues")
 	if cfg.Queues < 1 || cfg.Queues > maxQueues {
 		return cfg, badFlag("queues", strconv.Itoa(cfg.Queues), "must be between 1 and %d", maxQueues)

@@ -56,6 +56,10 @@ type Config struct {
 	Learning bool
 	Offload  bool // TAP offloads (virtio-net header, TSO, GRO)
 	Queues   int  // TAP queues per segment and UDP sockets, each with its loops
+	// BusyPoll: the forwarding loops spin for up to this long on an empty
+	// TAP or socket before they park (--busy-poll; 0: off). At most
+	// MaxBusyPoll.
+	BusyPoll time.Duration
 	Ageing   time.Duration
 	FDBMax   int
 	// MaxEndpoints caps the endpoint MACs, and the IP bindings, behind the
@@ -267,3 +271,7 @@ func (c *Config) GossipMode() string {
 // MinUnderlayMTU is the smallest underlay MTU that carries an IPv4 packet of
 // 68 bytes (RFC 791's minimum) in VXLAN from local: 118, or 138 over IPv6.
 func MinUnderlayMTU(local netip.Addr) int { return 68 + encap.VXLANOverhead(local) }
+
+// MaxBusyPoll bounds Config.BusyPoll: each loop spends at most this much CPU
+// per wake-up spinning.
+const MaxBusyPoll = time.Millisecond

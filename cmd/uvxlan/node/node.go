@@ -192,6 +192,9 @@ func New(cfg Config) (_ *Node, err error) {
 	if err := n.buildEngines(rxs, srcs); err != nil {
 		return nil, err
 	}
+	for _, rx := range rxs {
+		rx.SetBusyPoll(cfg.BusyPoll)
+	}
 	n.rxs, n.srcs = rxs, srcs
 	return n, nil
 }
@@ -315,6 +318,7 @@ func (n *Node) buildEngines(rxs []*encap.UDPConn, srcs []*encap.UDPConn) error {
 				UnderlayMTU: n.cfg.UnderlayMTU,
 				PathMTUs:    &n.pathMTUs,
 				PMTU:        n.pmtu.events,
+				BusyPoll:    n.cfg.BusyPoll,
 				Logger:      n.log,
 			}, d, nil, mine, n.table)
 			if err != nil {
