@@ -112,6 +112,10 @@ const (
 	// with EMSGSIZE. IPv4 ones with DF set and IPv6 ones are answered
 	// with an ICMP error (counter TooBig) unless rate-limited.
 	DropTooBig
+	// DropTAPQueue counts frames the kernel dropped on their way from the
+	// host into the TAP because its queue to the agent was full (the
+	// TAP's tx_dropped); the node adds them to its segment's snapshot.
+	DropTAPQueue
 
 	NumDropReasons
 )
@@ -132,6 +136,7 @@ var dropDescs = [NumDropReasons]Desc{
 	DropSendError:    {"send_error", "Datagrams the underlay socket refused."},
 	DropTAPSplit:     {"tap_split_error", "Super-frames from the TAP that could not be split into segments."},
 	DropPinnedAddr:   {"pinned_address", "ARP and ND packets from behind the TAP claiming an address pinned to another node (its TAP address)."},
+	DropTAPQueue:     {"tap_queue_full", "Frames the kernel dropped on their way from the host into the TAP (its tx_dropped since the agent opened it): they came faster than the agent read them, and a Linux TAP drops rather than make the sender wait."},
 	DropTooBig:       {"too_big", "Frames from the TAP too big for the underlay path (--underlay-mtu, or refused by the socket); the sender is told with an ICMP error (counter too_big) unless rate-limited."},
 }
 

@@ -119,6 +119,7 @@ type TAP struct {
 	hdr     [VirtioNetHdrLen]byte // the header of the frame being written
 	iovs    []unix.Iovec          // a frame being written: header, parts
 	drops   atomic.Uint64         // super-frames that could not be split
+	kdrops0 uint64                // the kernel's tx_dropped of the device when opened
 }
 
 var (
@@ -374,6 +375,9 @@ func (t *TAP) setup(cfg Config) error {
 	}
 	t.mac = link.Attrs().HardwareAddr
 	t.mtu = link.Attrs().MTU
+	if st := link.Attrs().Statistics; st != nil {
+		t.kdrops0 = st.TxDropped
+	}
 	return nil
 }
 
@@ -497,6 +501,23 @@ func (t *TAP) readVnet(fd uintptr) bool {
 // OffloadDrops counts the frames read with a virtio-net header that could
 // not be split (malformed, or more segments than a batch).
 func (t *TAP) OffloadDrops() uint64 { return t.drops.Load() }
+
+// QueueDrops returns how many frames the kernel dropped on their way from
+// the host into the TAP since it was opened: the device's tx_dropped, which
+// counts mostly frames that found the queue to this process full (frames
+// came faster than they were read; Linux's TAP drops them rather than make
+// the sender wait). The count is the device's, shared by its queues.
+func (t *TAP) QueueDrops() (uint64, error) {
+	link, err := netlink.LinkByName(t.name)
+	if err != nil {
+		return 0, fmt.Errorf("tap: %s statistics: %w", t.name, err)
+	}
+	st := link.Attrs().Statistics
+	if st == nil || st.TxDropped < t.kdrops0 {
+		return 0, nil
+	}
+	return st.TxDropped - t.kdrops0, nil
+}
 
 // Offloads describes the offloads in force, for logs: "" without Offload.
 func (t *TAP) Offloads() string {

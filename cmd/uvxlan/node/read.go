@@ -211,6 +211,9 @@ func (n *Node) Stats() Stats {
 		for _, d := range s.devs {
 			ss.Stats.Drops[encap.DropTAPSplit] += d.OffloadDrops()
 		}
+		if q, err := s.devs[0].QueueDrops(); err == nil { // the device's, for all queues
+			ss.Stats.Drops[encap.DropTAPQueue] = q
+		}
 		st.Segments = append(st.Segments, ss)
 		st.Total = st.Total.Add(ss.Stats)
 	}
