@@ -329,13 +329,17 @@ func (b *txBatch) reset() {
 type txState struct {
 	bufs  [][]byte
 	sizes []int
+	// tails[i], when not nil, is the payload of frame i, left where the
+	// TAP read it (tap.Poller's TryRead): bufs[i] holds the headers, and
+	// the datagram is sent from both without copying the payload.
+	tails [][]byte
 	tb    *txBatch
 }
 
 func (e *Engine) newTxState() *txState {
 	batch := e.dev.BatchSize()
 	frameCap := Headroom + e.dev.MTU() + ethHeaderLen + 4 // + a VLAN tag
-	st := &txState{bufs: make([][]byte, batch), sizes: make([]int, batch), tb: e.newTxBatch(batch)}
+	st := &txState{bufs: make([][]byte, batch), sizes: make([]int, batch), tails: make([][]byte, batch), tb: e.newTxBatch(batch)}
 	for i := range st.bufs {
 		st.bufs[i] = make([]byte, frameCap)
 	}
@@ -350,6 +354,7 @@ func (e *Engine) transmitLoop() error {
 	if e.poller == nil {
 		for {
 			n, err := e.dev.Read(e.tx.bufs, e.tx.sizes, Headroom)
+			clear(e.tx.tails[:n])
 			if err != nil {
 				if isClosed(err) {
 					return nil
@@ -364,7 +369,7 @@ func (e *Engine) transmitLoop() error {
 	var spinUntil int64 // the busy-poll's deadline, 0 when not spinning
 	for {
 		e.txMu.Lock()
-		n, drained, err := e.poller.TryRead(e.tx.bufs, e.tx.sizes, Headroom)
+		n, drained, err := e.poller.TryRead(e.tx.bufs, e.tx.sizes, e.tx.tails, Headroom)
 		closed := e.send(n)
 		e.txMu.Unlock()
 		if closed || err != nil && isClosed(err) {
@@ -399,7 +404,7 @@ func (e *Engine) pollTAP() (closed bool) {
 		return false
 	}
 	defer e.txMu.Unlock()
-	n, _, err := e.poller.TryRead(e.tx.bufs, e.tx.sizes, Headroom)
+	n, _, err := e.poller.TryRead(e.tx.bufs, e.tx.sizes, e.tx.tails, Headroom)
 	if n > 0 {
 		e.c.add(TAPPolled, uint64(n))
 	}
@@ -417,7 +422,7 @@ func (e *Engine) send(n int) (closed bool) {
 	tb := e.tx.tb
 	tb.reset()
 	for i := 0; i < n; i++ {
-		e.route(e.tx.bufs[i][:Headroom+e.tx.sizes[i]], tb)
+		e.route(e.tx.bufs[i][:Headroom+e.tx.sizes[i]], e.tx.tails[i], tb)
 	}
 	for i, msgs := range tb.out {
 		if len(msgs) == 0 {
@@ -426,7 +431,7 @@ func (e *Engine) send(n int) (closed bool) {
 		sent, err := e.senders[i].WriteBatch(msgs)
 		for _, m := range msgs[:sent] {
 			e.c.add(TxPackets, 1)
-			e.c.add(TxBytes, uint64(m.N-HeaderLen))
+			e.c.add(TxBytes, uint64(m.Len()-HeaderLen))
 		}
 		if err != nil {
 			if isClosed(err) {
@@ -458,11 +463,14 @@ func (e *Engine) writeTAP(frames [][]byte, offset int) (int, error) {
 	return w, err
 }
 
-// route handles one frame (pkt[Headroom:]) read from the TAP: it snoops it,
-// answers it if it is a suppressible ARP request or Neighbor Solicitation,
-// or encapsulates it in place and appends the datagrams to send to tb.
-func (e *Engine) route(pkt []byte, tb *txBatch) {
+// route handles one frame (pkt[Headroom:], followed by tail) read from the
+// TAP: it snoops it, answers it if it is a suppressible ARP request or
+// Neighbor Solicitation, or encapsulates it in place and appends the
+// datagrams to send to tb. A frame with a tail is a segment of a TCP or UDP
+// super-frame: pkt holds its headers, which is all route looks at.
+func (e *Engine) route(pkt, tail []byte, tb *txBatch) {
 	frame := pkt[Headroom:]
+	frameLen := len(frame) + len(tail)
 	if len(frame) < ethHeaderLen {
 		e.c.drop(DropTxShortFrame)
 		return
@@ -538,7 +546,7 @@ func (e *Engine) route(pkt []byte, tb *txBatch) {
 	// told, when it is a packet that can be told (IPv4 with DF, IPv6:
 	// see toobig.go); other ones go as before (the kernel fragments the
 	// datagram where its own MTU says so).
-	if e.maxFrame > 0 && len(frame) > e.maxFrame && tooBigFamily(frame) != 0 {
+	if e.maxFrame > 0 && frameLen > e.maxFrame && tooBigFamily(frame) != 0 {
 		e.c.drop(DropTooBig)
 		e.answerTooBig(frame, e.maxFrame-ethHeaderLen, tb)
 		return
@@ -553,12 +561,12 @@ func (e *Engine) route(pkt []byte, tb *txBatch) {
 	if !dst.IsMulticast() {
 		if vtep, ok := e.fdb.Lookup(e.cfg.VNI, dst); ok {
 			if vtep.Addr() != e.cfg.Local {
-				if lim := e.pathLimit(vtep.Addr()); lim > 0 && len(frame) > lim && tooBigFamily(frame) != 0 {
+				if lim := e.pathLimit(vtep.Addr()); lim > 0 && frameLen > lim && tooBigFamily(frame) != 0 {
 					e.c.drop(DropTooBig)
 					e.answerTooBig(frame, lim-ethHeaderLen, tb)
 					return
 				}
-				out[s] = append(out[s], Message{Buf: pkt, N: len(pkt), Addr: vtep})
+				out[s] = append(out[s], Message{Buf: pkt, N: len(pkt), Tail: tail, Addr: vtep})
 			}
 			return
 		}
@@ -582,7 +590,7 @@ func (e *Engine) route(pkt []byte, tb *txBatch) {
 		if vtep.Addr() == e.cfg.Local {
 			continue
 		}
-		out[s] = append(out[s], Message{Buf: pkt, N: len(pkt), Addr: vtep})
+		out[s] = append(out[s], Message{Buf: pkt, N: len(pkt), Tail: tail, Addr: vtep})
 		sent = true
 	}
 	if !sent {

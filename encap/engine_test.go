@@ -255,16 +255,16 @@ func TestEngineHotPathAllocs(t *testing.T) {
 	tb := e.newTxBatch(10)
 	if allocs := testing.AllocsPerRun(1000, func() {
 		tb.reset()
-		e.route(uni, tb)
-		e.route(flood, tb)
-		e.route(arp, tb)
-		e.route(unknownSrc, tb) // a sighting, reported or dropped
-		e.route(garp, tb)       // claims a pinned address: dropped
-		e.route(ns, tb)         // answered
-		e.route(dad, tb)        // flooded
-		e.route(na, tb)         // snooped and flooded
-		e.route(big, tb)        // too big: answered
-		e.route(big6, tb)       // too big: answered
+		e.route(uni, nil, tb)
+		e.route(flood, nil, tb)
+		e.route(arp, nil, tb)
+		e.route(unknownSrc, nil, tb) // a sighting, reported or dropped
+		e.route(garp, nil, tb)       // claims a pinned address: dropped
+		e.route(ns, nil, tb)         // answered
+		e.route(dad, nil, tb)        // flooded
+		e.route(na, nil, tb)         // snooped and flooded
+		e.route(big, nil, tb)        // too big: answered
+		e.route(big6, nil, tb)       // too big: answered
 		if len(tb.replies) != 4 {
 			t.Fatalf("%d replies, want 4 (ARP, NA, 2 too-big)", len(tb.replies))
 		}
@@ -427,7 +427,7 @@ func TestEngineNDSnoop(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
 			tb.reset()
-			e.route(append(make([]byte, Headroom), tc.frame...), tb)
+			e.route(append(make([]byte, Headroom), tc.frame...), nil, tb)
 			var got []Sighting
 			for len(snoop) > 0 {
 				got = append(got, <-snoop)
@@ -443,7 +443,7 @@ func TestEngineNDSnoop(t *testing.T) {
 	// Once the node records a binding, it is no longer reported.
 	neigh.Set(fdb.Neigh{VNI: testVNI, IP: ipC, MAC: macC, Origin: fdb.OriginLocal})
 	tb.reset()
-	e.route(append(make([]byte, Headroom), gopacketNS(t, macC, ipC, ip6A)...), tb)
+	e.route(append(make([]byte, Headroom), gopacketNS(t, macC, ipC, ip6A)...), nil, tb)
 	if len(snoop) != 0 {
 		t.Errorf("known binding reported again: %+v", <-snoop)
 	}
@@ -464,7 +464,7 @@ func TestEngineSnoop(t *testing.T) {
 		t.Fatal(err)
 	}
 	tb := e.newTxBatch(4)
-	route := func(frame []byte) { tb.reset(); e.route(append(make([]byte, Headroom), frame...), tb) }
+	route := func(frame []byte) { tb.reset(); e.route(append(make([]byte, Headroom), frame...), nil, tb) }
 	route(ethFrame(bcast, macA, 20)) // our own MAC, known: nothing
 	ip := netip.MustParseAddr("10.42.0.3")
 	route(gopacketARP(t, 1, macC, ip, fdb.MAC{}, netip.MustParseAddr("10.42.0.1")))
@@ -498,7 +498,7 @@ func BenchmarkEngineRoute(b *testing.B) {
 	b.SetBytes(int64(len(pkt) - Headroom))
 	for b.Loop() {
 		tb.reset()
-		e.route(pkt, tb)
+		e.route(pkt, nil, tb)
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pkts/s")
 }

@@ -129,7 +129,7 @@ func (c *fakeConn) WriteBatch(msgs []Message) (int, error) {
 	sent, err := 0, error(nil)
 	for i := range msgs {
 		m := &msgs[i]
-		m.TooBig = c.pathMTU > 0 && 20+8+m.N > c.pathMTU
+		m.TooBig = c.pathMTU > 0 && 20+8+m.Len() > c.pathMTU
 		if m.TooBig {
 			err = syscall.EMSGSIZE
 			continue
@@ -139,7 +139,7 @@ func (c *fakeConn) WriteBatch(msgs []Message) (int, error) {
 		dst := c.net.conns[m.Addr]
 		c.net.mu.Unlock()
 		if dst != nil {
-			dst.in <- datagram{b: append([]byte(nil), m.Buf[:m.N]...), from: c.addr}
+			dst.in <- datagram{b: append(append([]byte(nil), m.Buf[:m.N]...), m.Tail...), from: c.addr}
 		}
 	}
 	return sent, err

@@ -306,7 +306,7 @@ func BenchmarkEngineRouteStorm(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		tb.reset()
-		e.route(pkt, tb)
+		e.route(pkt, nil, tb)
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pkts/s")
 }

@@ -57,7 +57,7 @@ func TestEnginePinnedAddress(t *testing.T) {
 	for _, tt := range tests {
 		before := e.Stats().Drops[DropPinnedAddr]
 		tb := e.newTxBatch(4)
-		e.route(append(make([]byte, Headroom), tt.frame...), tb)
+		e.route(append(make([]byte, Headroom), tt.frame...), nil, tb)
 		var got []Sighting
 		for len(snoop) > 0 {
 			got = append(got, <-snoop)

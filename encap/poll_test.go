@@ -46,7 +46,7 @@ func (d *pollDev) Write(bufs [][]byte, offset int) (int, error) {
 	return n, err
 }
 
-func (d *pollDev) TryRead(bufs [][]byte, sizes []int, offset int) (int, bool, error) {
+func (d *pollDev) TryRead(bufs [][]byte, sizes []int, tails [][]byte, offset int) (int, bool, error) {
 	select {
 	case <-d.closed:
 		return 0, true, os.ErrClosed
@@ -56,7 +56,10 @@ func (d *pollDev) TryRead(bufs [][]byte, sizes []int, offset int) (int, bool, er
 	for n < len(bufs) {
 		select {
 		case f := <-d.in:
-			sizes[n] = copy(bufs[n][offset:], f)
+			// The first 14 bytes as headers, the rest as a tail, as a
+			// TAP returns the segments of a super-frame.
+			sizes[n] = copy(bufs[n][offset:], f[:min(len(f), 14)])
+			tails[n] = f[sizes[n]:]
 			n++
 		default:
 			return n, true, nil

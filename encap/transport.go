@@ -9,10 +9,14 @@ import (
 //
 // For ReadBatch, Buf is the caller's buffer to fill (its full length is
 // offered to the kernel); on return N holds the datagram length and Addr its
-// source. For WriteBatch, Buf[:N] is sent to Addr.
+// source. For WriteBatch, Buf[:N] followed by Tail is sent to Addr.
 type Message struct {
-	Buf  []byte
-	N    int
+	Buf []byte
+	N   int
+	// Tail, for WriteBatch, is the rest of the datagram after Buf[:N]:
+	// a payload sent from where it lies (gathered by the kernel, not
+	// copied here), behind headers built in Buf. ReadBatch ignores it.
+	Tail []byte
 	Addr netip.AddrPort
 	// Seg, set by ReadBatch on a socket with UDP GRO, is the size of the
 	// datagrams the kernel coalesced into Buf[:N]: every Seg bytes start a
@@ -34,7 +38,8 @@ type Transport interface {
 	// to len(msgs) messages and returns how many it filled.
 	ReadBatch(msgs []Message) (int, error)
 
-	// WriteBatch sends msgs[i].Buf[:msgs[i].N] to msgs[i].Addr for every i,
+	// WriteBatch sends msgs[i].Buf[:msgs[i].N] and msgs[i].Tail, as one
+	// datagram, to msgs[i].Addr for every i,
 	// using as few system calls as it can. It tries every message: one that
 	// the kernel refuses (unreachable, refused, too big) is skipped and the
 	// rest are still sent. It returns how many were sent and the first
@@ -77,3 +82,7 @@ func (s *sharedSender) WriteBatch(msgs []Message) (int, error) {
 	defer s.mu.Unlock()
 	return s.Transport.WriteBatch(msgs)
 }
+
+// Len is the length of the datagram WriteBatch sends for m: Buf[:N] and
+// Tail.
+func (m *Message) Len() int { return m.N + len(m.Tail) }

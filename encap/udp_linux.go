@@ -146,7 +146,7 @@ type mmsgBatch struct {
 func newMmsgBatch(n int) mmsgBatch {
 	b := mmsgBatch{
 		hdrs:  make([]unix.Mmsghdr, n),
-		iovs:  make([]unix.Iovec, n),
+		iovs:  make([]unix.Iovec, 2*n), // send: two per message with a Tail
 		names: make([]unix.RawSockaddrInet6, n),
 		cmsgs: make([][]byte, n),
 		cnt:   make([]int, n),
@@ -472,18 +472,24 @@ func (c *UDPConn) WriteBatch(msgs []Message) (int, error) {
 			}
 			// With GSO, the group: the messages after m to the same
 			// destination with m's length, and one shorter one to end it.
-			k := 1
+			// Each message takes one iovec, two with a Tail.
+			k, used, mlen := 1, iovecs(m), m.Len()
+			if iov+used > len(w.iovs) {
+				break
+			}
 			if gso {
-				total := m.N
-				for k < len(msgs) && k < maxGSOSegments && iov+k < len(w.iovs) {
+				total := mlen
+				for k < len(msgs) && k < maxGSOSegments && iov+used+iovecs(&msgs[k]) <= len(w.iovs) {
 					next := &msgs[k]
-					if next.Addr != m.Addr || next.N > m.N || next.N == 0 || total+next.N > maxGSOBytes {
+					nlen := next.Len()
+					if next.Addr != m.Addr || nlen > mlen || nlen == 0 || total+nlen > maxGSOBytes {
 						break
 					}
-					total += next.N
+					total += nlen
+					used += iovecs(next)
 					next.TooBig = false
 					k++
-					if next.N < m.N {
+					if nlen < mlen {
 						break
 					}
 				}
@@ -491,12 +497,18 @@ func (c *UDPConn) WriteBatch(msgs []Message) (int, error) {
 			h := &w.hdrs[w.n].Hdr
 			h.Namelen = namelen
 			h.Iov = &w.iovs[iov]
-			h.SetIovlen(k)
+			h.SetIovlen(used)
+			at := iov
 			for j := range k {
-				setIovec(&w.iovs[iov+j], msgs[j].Buf[:msgs[j].N])
+				setIovec(&w.iovs[at], msgs[j].Buf[:msgs[j].N])
+				at++
+				if len(msgs[j].Tail) > 0 {
+					setIovec(&w.iovs[at], msgs[j].Tail)
+					at++
+				}
 			}
 			if k > 1 {
-				putSegment(w.cmsgs[w.n], uint16(m.N))
+				putSegment(w.cmsgs[w.n], uint16(mlen))
 				h.Control = &w.cmsgs[w.n][0]
 				h.SetControllen(unix.CmsgSpace(2))
 			} else {
@@ -505,7 +517,7 @@ func (c *UDPConn) WriteBatch(msgs []Message) (int, error) {
 			}
 			w.cnt[w.n] = k
 			w.first[w.n] = len(w.win) - len(msgs)
-			iov += k
+			iov += used
 			w.n++
 			msgs = msgs[k:]
 		}
@@ -545,10 +557,12 @@ func groSegment(b []byte) int {
 // the kernel says EMSGSIZE.
 func sendEach(fd uintptr, hdr *unix.Msghdr, msgs []Message) (int, unix.Errno) {
 	msg := unix.Msghdr{Name: hdr.Name, Namelen: hdr.Namelen}
-	msg.SetIovlen(1)
 	sent, first := 0, unix.Errno(0)
+	at := 0 // the iovec of msgs[j] in hdr's
 	for j := range msgs {
-		msg.Iov = (*unix.Iovec)(unsafe.Add(unsafe.Pointer(hdr.Iov), uintptr(j)*unsafe.Sizeof(unix.Iovec{})))
+		msg.Iov = (*unix.Iovec)(unsafe.Add(unsafe.Pointer(hdr.Iov), uintptr(at)*unsafe.Sizeof(unix.Iovec{})))
+		msg.SetIovlen(iovecs(&msgs[j]))
+		at += iovecs(&msgs[j])
 		for {
 			_, _, errno := unix.RawSyscall(unix.SYS_SENDMSG, fd, uintptr(unsafe.Pointer(&msg)), 0)
 			if errno == unix.EINTR {
@@ -564,6 +578,14 @@ func sendEach(fd uintptr, hdr *unix.Msghdr, msgs []Message) (int, unix.Errno) {
 		}
 	}
 	return sent, first
+}
+
+// iovecs is how many iovecs WriteBatch gives m: one, and one for its Tail.
+func iovecs(m *Message) int {
+	if len(m.Tail) > 0 {
+		return 2
+	}
+	return 1
 }
 
 // putSegment sets the segment size of a UDP_SEGMENT control message.

@@ -469,16 +469,18 @@ func BenchmarkUDPLoopback(b *testing.B) {
 // Runs of equal-sized datagrams to one destination go out as UDP GSO
 // super-datagrams; the receiver still gets every datagram as it was sent,
 // also across groups, batches, destinations and a shorter last datagram.
+// With tails, the datagrams are sent in two parts (headers in Buf, payload
+// in Tail, gathered by the kernel), some of them whole, and arrive alike.
 func TestUDPWriteBatchGSO(t *testing.T) {
-	for _, noGSO := range []bool{false, true} {
-		t.Run(fmt.Sprintf("NoGSO=%v", noGSO), func(t *testing.T) {
-			tx := listen(t, "127.0.0.1:0", encap.UDPOptions{NoGSO: noGSO})
+	for _, tc := range []struct{ noGSO, tails bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
+		t.Run(fmt.Sprintf("NoGSO=%v/tails=%v", tc.noGSO, tc.tails), func(t *testing.T) {
+			tx := listen(t, "127.0.0.1:0", encap.UDPOptions{NoGSO: tc.noGSO})
 			rx1 := listen(t, "127.0.0.1:0", encap.UDPOptions{})
 			rx2 := listen(t, "127.0.0.2:0", encap.UDPOptions{})
 			watchdog(t, rx1)
 			watchdog(t, rx2)
-			if tx.GSO() == noGSO {
-				t.Logf("GSO() = %v with NoGSO %v (a kernel without UDP_SEGMENT?)", tx.GSO(), noGSO)
+			if tx.GSO() == tc.noGSO {
+				t.Logf("GSO() = %v with NoGSO %v (a kernel without UDP_SEGMENT?)", tx.GSO(), tc.noGSO)
 			}
 			var out, to1, to2 []encap.Message
 			add := func(dst *encap.UDPConn, n, size int) {
@@ -488,12 +490,15 @@ func TestUDPWriteBatchGSO(t *testing.T) {
 						b[j] = byte(len(out) + j)
 					}
 					m := encap.Message{Buf: b, N: size, Addr: dst.LocalAddr()}
-					out = append(out, m)
 					if dst == rx1 {
 						to1 = append(to1, m)
 					} else {
 						to2 = append(to2, m)
 					}
+					if tc.tails && size > 60 && len(out)%5 != 0 {
+						m.N, m.Tail = 58, b[58:]
+					}
+					out = append(out, m)
 				}
 			}
 			add(rx1, 150, 1000) // more than a group (64) and a batch

@@ -53,7 +53,13 @@ type Poller interface {
 	// when no frame is ready. drained reports that the device was found
 	// empty (a wait is due); false means the buffers ran out first. It
 	// must not run concurrently with another TryRead or Read.
-	TryRead(bufs [][]byte, sizes []int, offset int) (n int, drained bool, err error)
+	//
+	// tails, when not nil (and as long as bufs), lets the device return a
+	// frame in two parts without copying the second: bufs[i][offset:]
+	// holds sizes[i] bytes (the headers) and tails[i] the rest (a
+	// payload, in the device's own memory, valid until the next read), or
+	// nil for a frame read whole.
+	TryRead(bufs [][]byte, sizes []int, tails [][]byte, offset int) (n int, drained bool, err error)
 
 	// WaitRead blocks until the device may have frames to read; it may
 	// return without any (spuriously). It returns an error once the

@@ -113,6 +113,24 @@ func CompleteChecksum(frame []byte, hdr VirtioNetHdr) error {
 // in and outs must not overlap. GSOSplit does not allocate and is safe for
 // concurrent use with distinct buffers.
 func GSOSplit(in []byte, hdr VirtioNetHdr, outs [][]byte, sizes []int, outOffset int) (int, error) {
+	return gsoSplit(in, hdr, outs, sizes, nil, outOffset)
+}
+
+// GSOSplitTails is GSOSplit without copying the payload of a GSO
+// super-frame: segment i's headers go to outs[i][outOffset:] (sizes[i] is
+// their length) and its payload stays in in, as tails[i]; the segment on
+// the wire is the headers followed by the tail, and its checksums cover
+// both. A GSONone frame is copied whole, as GSOSplit does, with tails[0]
+// nil. tails must be as long as outs; the tails are slices of in, valid as
+// long as in is.
+func GSOSplitTails(in []byte, hdr VirtioNetHdr, outs [][]byte, sizes []int, tails [][]byte, outOffset int) (int, error) {
+	if len(tails) < len(outs) {
+		return 0, ErrTooManySegments
+	}
+	return gsoSplit(in, hdr, outs, sizes, tails, outOffset)
+}
+
+func gsoSplit(in []byte, hdr VirtioNetHdr, outs [][]byte, sizes []int, tails [][]byte, outOffset int) (int, error) {
 	if outOffset < 0 {
 		return 0, io.ErrShortBuffer
 	}
@@ -132,6 +150,9 @@ func GSOSplit(in []byte, hdr VirtioNetHdr, outs [][]byte, sizes []int, outOffset
 			return 0, err
 		}
 		sizes[0] = len(in)
+		if tails != nil {
+			tails[0] = nil
+		}
 		return 1, nil
 	}
 
@@ -213,8 +234,11 @@ func GSOSplit(in []byte, hdr VirtioNetHdr, outs [][]byte, sizes []int, outOffset
 		return 0, ErrTooManySegments
 	}
 	for i := range nseg {
-		segLen := min(gso, payload-i*gso)
-		if len(outs[i])-outOffset < hdrLen+segLen {
+		need := hdrLen
+		if tails == nil {
+			need += min(gso, payload-i*gso)
+		}
+		if len(outs[i])-outOffset < need {
 			return 0, io.ErrShortBuffer
 		}
 	}
@@ -236,9 +260,16 @@ func GSOSplit(in []byte, hdr VirtioNetHdr, outs [][]byte, sizes []int, outOffset
 	for i := range nseg {
 		start := hdrLen + i*gso
 		segLen := min(gso, len(in)-start)
-		out := outs[i][outOffset : outOffset+hdrLen+segLen]
+		var out, tail []byte
+		if tails == nil {
+			out = outs[i][outOffset : outOffset+hdrLen+segLen]
+			copy(out[hdrLen:], in[start:start+segLen])
+		} else {
+			out = outs[i][outOffset : outOffset+hdrLen]
+			tail = in[start : start+segLen]
+			tails[i] = tail
+		}
 		copy(out, in[:hdrLen])
-		copy(out[hdrLen:], in[start:start+segLen])
 
 		l4Len := l4HL + segLen
 		if v4 {
@@ -263,7 +294,9 @@ func GSOSplit(in []byte, hdr VirtioNetHdr, outs [][]byte, sizes []int, outOffset
 			binary.BigEndian.PutUint16(out[l4Off+4:], uint16(l4Len))
 		}
 		out[l4Off+csumOff], out[l4Off+csumOff+1] = 0, 0
-		c := ^FoldChecksum(Checksum(out[l4Off:], sum0+uint64(l4Len)))
+		// The L4 header is of even length (TCP: a multiple of 4; UDP:
+		// 8), so the tail's words line up after it.
+		c := ^FoldChecksum(Checksum(tail, Checksum(out[l4Off:], sum0+uint64(l4Len))))
 		if c == 0 && !tcp {
 			c = 0xffff // 0 means "no checksum" in UDP
 		}

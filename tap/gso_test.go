@@ -521,6 +521,8 @@ func FuzzGSOSplit(f *testing.F) {
 	// Found by fuzzing: a checksum field at an odd offset.
 	f.Add(bytes.Repeat([]byte("0"), 153), FlagNeedsCsum, GSONone, uint16(0), uint16(0), uint16(54), uint16(97))
 	outs, sizes := gsoOuts(256, 66000)
+	heads, hsizes := gsoOuts(256, 200)
+	tails := make([][]byte, 256)
 	const off = 50
 	f.Fuzz(func(t *testing.T, in []byte, flags, gsoType uint8, hdrLen, gsoSize, csumStart, csumOffset uint16) {
 		h := VirtioNetHdr{Flags: flags, GSOType: gsoType, HdrLen: hdrLen, GSOSize: gsoSize, CsumStart: csumStart, CsumOffset: csumOffset}
@@ -528,6 +530,23 @@ func FuzzGSOSplit(f *testing.F) {
 		n, err := GSOSplit(in, h, outs, sizes, off)
 		if !bytes.Equal(in, orig) {
 			t.Fatal("GSOSplit modified its input")
+		}
+		// GSOSplitTails gives the same frames, each as headers and a tail
+		// (a GSONone frame is copied whole into a buffer of its own size).
+		if gsoType != GSONone {
+			tn, terr := GSOSplitTails(in, h, heads, hsizes, tails, off)
+			if !bytes.Equal(in, orig) {
+				t.Fatal("GSOSplitTails modified its input")
+			}
+			if (terr == nil) != (err == nil) || tn != n {
+				t.Fatalf("GSOSplitTails = %d, %v; GSOSplit = %d, %v", tn, terr, n, err)
+			}
+			for i := range min(n, tn) {
+				got := append(bytes.Clone(heads[i][off:off+hsizes[i]]), tails[i]...)
+				if !bytes.Equal(got, outs[i][off:off+sizes[i]]) {
+					t.Fatalf("segment %d: headers and tail differ from GSOSplit's frame", i)
+				}
+			}
 		}
 		if err != nil {
 			if n != 0 {

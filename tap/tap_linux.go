@@ -108,9 +108,17 @@ type TAP struct {
 
 	// Offload (see Config.Offload).
 	vnet    bool
-	offload int    // the TUN_F_* flags the kernel accepted
-	sbuf    []byte // a super-frame read from the TAP, with its virtio header
-	pending int    // bytes of sbuf waiting to be split; 0: none
+	offload int // the TUN_F_* flags the kernel accepted
+	// sbufs hold super-frames read from the TAP, with their virtio
+	// headers: sbufs[sCur] is the one being read or split. A Read that
+	// copies segments out uses sbufs[0] only; a TryRead that returns
+	// segment payloads as tails (slices of these buffers) moves on to the
+	// next buffer after each super-frame, and ends its batch when they are
+	// all in use.
+	sbufs   [][]byte
+	sCur    int
+	pending int      // bytes of sbufs[sCur] waiting to be split; 0: none
+	rTails  [][]byte // TryRead's tails; nil: copy the segments
 	gro     *GRO
 	gFrames [][]byte   // Write's frames, for GRO
 	gOut    []GROFrame // frames being written; nil between Writes
@@ -229,7 +237,10 @@ func OpenQueues(cfg Config) ([]*TAP, error) {
 func (t *TAP) init(f *os.File) error {
 	t.file = f
 	if t.vnet {
-		t.sbuf = make([]byte, VirtioNetHdrLen+maxSuperFrame)
+		t.sbufs = make([][]byte, superBufs)
+		for i := range t.sbufs {
+			t.sbufs[i] = make([]byte, VirtioNetHdrLen+maxSuperFrame)
+		}
 		t.gro = NewGRO(t.batch)
 		t.gro.SetUDP(t.offload&unix.TUN_F_USO4 != 0)
 		t.gFrames = make([][]byte, t.batch)
@@ -253,6 +264,10 @@ func (t *TAP) init(f *os.File) error {
 	t.wr = t.writeFd
 	return nil
 }
+
+// superBufs is how many super-frames one TryRead with tails may hold in its
+// batch (see TAP.sbufs): 4 × 64 KB, a batch's worth of segments and more.
+const superBufs = 4
 
 // maxSuperFrame is the largest frame a TAP with TSO hands over: a 64 KB IP
 // packet and its Ethernet header (with a VLAN tag).
@@ -387,7 +402,8 @@ func (t *TAP) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 	if len(bufs) > t.batch {
 		bufs = bufs[:t.batch]
 	}
-	t.rBufs, t.rSize, t.rOff, t.rN, t.rErr = bufs, sizes, offset, 0, nil
+	t.rBufs, t.rSize, t.rOff, t.rN, t.rErr, t.rTails = bufs, sizes, offset, 0, nil, nil
+	t.startBatch()
 	err := t.rc.Read(t.rd)
 	n, rerr := t.rN, t.rErr
 	t.rBufs, t.rSize = nil, nil
@@ -400,14 +416,23 @@ func (t *TAP) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 // TryRead implements Poller: Read's drain without the wait. It goes through
 // the descriptor's Control, not its Read, so that it does not queue behind a
 // WaitRead parked in the poller.
-func (t *TAP) TryRead(bufs [][]byte, sizes []int, offset int) (n int, drained bool, err error) {
+//
+// With tails (as long as bufs), the segments of a super-frame are returned
+// without copying their payloads: bufs[i] gets the headers and tails[i] the
+// payload (see GSOSplitTails); tails[i] is nil for a frame read whole. The
+// tails stay valid until the next TryRead or Read.
+func (t *TAP) TryRead(bufs [][]byte, sizes []int, tails [][]byte, offset int) (n int, drained bool, err error) {
 	if len(bufs) > t.batch {
 		bufs = bufs[:t.batch]
 	}
-	t.rBufs, t.rSize, t.rOff, t.rN, t.rErr, t.rDrained = bufs, sizes, offset, 0, nil, false
+	if tails != nil && len(tails) < len(bufs) {
+		return 0, false, fmt.Errorf("tap: read %s: %d tails for %d buffers", t.name, len(tails), len(bufs))
+	}
+	t.rBufs, t.rSize, t.rOff, t.rN, t.rErr, t.rDrained, t.rTails = bufs, sizes, offset, 0, nil, false, tails
+	t.startBatch()
 	cerr := t.rc.Control(t.tryRd)
 	n, err, drained = t.rN, t.rErr, t.rDrained
-	t.rBufs, t.rSize = nil, nil
+	t.rBufs, t.rSize, t.rTails = nil, nil, nil
 	if cerr != nil {
 		return n, true, t.wrapErr("read", cerr)
 	}
@@ -423,6 +448,15 @@ func (t *TAP) WaitRead() error {
 		return t.wrapErr("read", err)
 	}
 	return nil
+}
+
+// startBatch starts a read's batch in sbufs[0]: the previous batch's tails
+// are no longer in use, and a super-frame left pending moves to the front.
+func (t *TAP) startBatch() {
+	if t.sCur != 0 && t.pending > 0 {
+		t.sbufs[0], t.sbufs[t.sCur] = t.sbufs[t.sCur], t.sbufs[0]
+	}
+	t.sCur = 0
 }
 
 // waitFd is WaitRead's RawConn callback: "not ready" the first time, so
@@ -454,6 +488,9 @@ func (t *TAP) readFd(fd uintptr) bool {
 			return true
 		}
 		t.rSize[t.rN] = n
+		if t.rTails != nil {
+			t.rTails[t.rN] = nil
+		}
 		t.rN++
 	}
 	return true
@@ -464,8 +501,12 @@ func (t *TAP) readFd(fd uintptr) bool {
 // the buffers left waits in sbuf for the next Read.
 func (t *TAP) readVnet(fd uintptr) bool {
 	for t.rN < len(t.rBufs) {
+		if t.sCur == len(t.sbufs) {
+			return true // every buffer holds tails of this batch
+		}
+		sbuf := t.sbufs[t.sCur]
 		if t.pending == 0 {
-			n, err := rawRead(fd, t.sbuf)
+			n, err := rawRead(fd, sbuf)
 			switch {
 			case err == unix.EINTR:
 				continue
@@ -479,12 +520,20 @@ func (t *TAP) readVnet(fd uintptr) bool {
 			t.pending = n
 		}
 		var h VirtioNetHdr
-		if t.pending < VirtioNetHdrLen || h.Decode(t.sbuf) != nil {
+		if t.pending < VirtioNetHdrLen || h.Decode(sbuf) != nil {
 			t.pending = 0
 			t.drops.Add(1)
 			continue
 		}
-		n, err := GSOSplit(t.sbuf[VirtioNetHdrLen:t.pending], h, t.rBufs[t.rN:], t.rSize[t.rN:], t.rOff)
+		var (
+			n   int
+			err error
+		)
+		if t.rTails != nil {
+			n, err = GSOSplitTails(sbuf[VirtioNetHdrLen:t.pending], h, t.rBufs[t.rN:], t.rSize[t.rN:], t.rTails[t.rN:], t.rOff)
+		} else {
+			n, err = GSOSplit(sbuf[VirtioNetHdrLen:t.pending], h, t.rBufs[t.rN:], t.rSize[t.rN:], t.rOff)
+		}
 		if errors.Is(err, ErrTooManySegments) && t.rN > 0 {
 			return true // the rest next time
 		}
@@ -492,6 +541,9 @@ func (t *TAP) readVnet(fd uintptr) bool {
 		if err != nil {
 			t.drops.Add(1)
 			continue
+		}
+		if t.rTails != nil && h.GSOType != GSONone {
+			t.sCur++ // the tails point into sbuf: the next frame goes to the next one
 		}
 		t.rN += n
 	}

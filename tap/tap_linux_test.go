@@ -195,7 +195,7 @@ func TestTAPTryReadAfterWrite(t *testing.T) {
 	sizes := make([]int, 4)
 	drain := func() {
 		for {
-			n, drained, err := dev.TryRead(bufs, sizes, off)
+			n, drained, err := dev.TryRead(bufs, sizes, nil, off)
 			if err != nil {
 				return // closed
 			}
@@ -206,7 +206,7 @@ func TestTAPTryReadAfterWrite(t *testing.T) {
 	}
 	time.Sleep(300 * time.Millisecond) // IPv6 router solicitations and the like, from bringing it up
 	drain()
-	if n, drained, err := dev.TryRead(bufs, sizes, off); n != 0 || !drained || err != nil {
+	if n, drained, err := dev.TryRead(bufs, sizes, nil, off); n != 0 || !drained || err != nil {
 		t.Fatalf("TryRead on an empty TAP = %d, %v, %v; want 0, true, nil", n, drained, err)
 	}
 
@@ -217,7 +217,7 @@ func TestTAPTryReadAfterWrite(t *testing.T) {
 		if n, err := dev.Write([][]byte{req}, off); n != 1 || err != nil {
 			t.Fatalf("Write = %d, %v", n, err)
 		}
-		n, _, err := dev.TryRead(bufs, sizes, off)
+		n, _, err := dev.TryRead(bufs, sizes, nil, off)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -238,7 +238,7 @@ func TestTAPTryReadAfterWrite(t *testing.T) {
 	w := [][]byte{req}
 	if allocs := testing.AllocsPerRun(20, func() {
 		dev.Write(w, off)
-		dev.TryRead(bufs, sizes, off)
+		dev.TryRead(bufs, sizes, nil, off)
 		drain()
 	}); allocs != 0 {
 		t.Errorf("Write and TryRead: %v allocs per run, want 0", allocs)
