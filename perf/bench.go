@@ -125,7 +125,7 @@ func (t iperfTest) record(r iperfResult, wall time.Duration) TestRecord {
 	rec := TestRecord{Test: t.name, WallSeconds: wall.Seconds(), Seconds: r.Seconds, Bytes: r.Bytes, BitsPerSecond: r.BitsPerS}
 	if r.Protocol == "UDP" {
 		loss := r.LossPercent()
-		rec.PacketsSent, rec.PacketsDelivered, rec.PPS, rec.LossPercent = r.sent(), r.Received(), r.PPS(), &loss
+		rec.PacketsSent, rec.PacketsDelivered, rec.ReceiverLost, rec.PPS, rec.LossPercent = r.sent(), r.Received(), r.Lost, r.PPS(), &loss
 	}
 	return rec
 }

@@ -210,9 +210,12 @@ type TestRecord struct {
 	BitsPerSecond float64 `json:"bits_per_second,omitempty"`
 	// iperf3 UDP: datagrams sent (sender's count), delivered (receiver's
 	// count), their rate per second of the receiver's time, and the share
-	// of those sent that were not delivered.
+	// of those sent that were not delivered. ReceiverLost is the part of
+	// the loss the receiver saw (gaps in the sequence numbers); the rest was
+	// lost after the last datagram that arrived.
 	PacketsSent      int64    `json:"packets_sent,omitempty"`
 	PacketsDelivered int64    `json:"packets_delivered,omitempty"`
+	ReceiverLost     int64    `json:"receiver_lost_packets,omitempty"`
 	PPS              float64  `json:"pps,omitempty"`
 	LossPercent      *float64 `json:"loss_percent,omitempty"`
 	// ping: echo requests sent, replies, and RTT statistics in µs.
