@@ -9,7 +9,8 @@
 //  3. start one iperf3 server per overlay and test on h2, each on its own
 //     port, bound to h2's overlay address; wait until all listen;
 //  4. the machine's idle CPU rate, over cpuIdleTime with nothing running
-//     but the (idle) agents, from /proc/stat;
+//     but the (idle) agents, from /proc/stat (again after the rounds: the
+//     quieter of the two is subtracted from the CPU figures);
 //  5. per round, from h1: iperf3 TCP with 1 and 4 streams, UDP with 64-
 //     and 1400-byte payloads, then ping; each test over every overlay in
 //     turn, so that the figures compared are measured seconds apart;
@@ -158,7 +159,7 @@ type bench struct {
 	work   string // temporary directory: sockets, state, logs
 	h1, h2 *testenv.Host
 	agents []*testenv.Proc // uvxlan on h1, h2
-	idle   CPUIdle         // the machine's CPU use with no test running
+	idle   []CPUIdleSample // the machine's CPU use with no test running
 	step   int
 	steps  int
 	out    io.Writer
@@ -272,10 +273,9 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	if err := b.startServers(ctx, paths); err != nil {
 		return nil, err
 	}
-	if err := b.measureIdle(ctx); err != nil {
+	if err := b.measureIdle(ctx, "before"); err != nil {
 		return nil, err
 	}
-	rep.CPUIdle = &b.idle
 	if err := b.measure(ctx, paths, rep); err != nil {
 		return nil, err
 	}
@@ -472,8 +472,13 @@ func (b *bench) measure(ctx context.Context, paths []path, rep *Report) error {
 			}
 		}
 	}
+	if err := b.measureIdle(ctx, "after"); err != nil {
+		return err
+	}
+	rep.CPUIdle = quieter(b.idle)
 	for _, round := range rounds {
 		for i := range round {
+			round[i].CPU.subtractIdle(rep.CPUIdle)
 			round[i].setCPUFigures()
 		}
 	}
@@ -579,13 +584,10 @@ func (b *bench) measureOne(ctx context.Context, round int, p path, t int, res *O
 			res.CPU = &CPUCost{}
 		}
 		c, d := res.CPU, sys1.sub(sys0)
-		idleKernel, idleBusy := b.idle.KernelCPUs*wall.Seconds(), b.idle.BusyCPUs*wall.Seconds()
 		c.Bytes += delivered
 		c.WallSeconds += wall.Seconds()
-		c.KernelSeconds += d.Kernel().Seconds() - idleKernel
-		c.BusySeconds += d.Busy().Seconds() - idleBusy
-		c.IdleKernelSeconds += idleKernel
-		c.IdleBusySeconds += idleBusy
+		c.KernelSeconds += d.Kernel().Seconds() // the idle rate's share is subtracted after the rounds
+		c.BusySeconds += d.Busy().Seconds()
 		c.AgentsSeconds += agentsCPU
 	}
 	return nil
@@ -606,9 +608,9 @@ func readCPUTimes() (cpuTimes, error) {
 }
 
 // measureIdle measures the machine's CPU use over cpuIdleTime with no test
-// running (the agents idle, the iperf3 servers waiting): the rate the CPU
-// figures subtract.
-func (b *bench) measureIdle(ctx context.Context) error {
+// running (the agents idle, the iperf3 servers waiting), when ("before" or
+// "after" the rounds), and adds it to b.idle.
+func (b *bench) measureIdle(ctx context.Context, when string) error {
 	c0, err := readCPUTimes()
 	if err != nil {
 		return err
@@ -623,8 +625,9 @@ func (b *bench) measureIdle(ctx context.Context) error {
 	}
 	secs := time.Since(t0).Seconds()
 	d := c1.sub(c0)
-	b.idle = CPUIdle{Seconds: secs, KernelCPUs: d.Kernel().Seconds() / secs, BusyCPUs: d.Busy().Seconds() / secs}
-	b.say("idle CPU over %.1f s: %.2f CPUs in the kernel, %.2f busy (subtracted from the CPU figures)", secs, b.idle.KernelCPUs, b.idle.BusyCPUs)
+	s := CPUIdleSample{When: when, Seconds: secs, KernelCPUs: d.Kernel().Seconds() / secs, BusyCPUs: d.Busy().Seconds() / secs}
+	b.idle = append(b.idle, s)
+	b.say("idle CPU %s the tests, over %.1f s: %.2f CPUs in the kernel, %.2f busy", when, secs, s.KernelCPUs, s.BusyCPUs)
 	return nil
 }
 

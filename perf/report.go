@@ -5,6 +5,7 @@ package perf
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"io"
 	"math"
@@ -120,13 +121,50 @@ type FigureInfo struct {
 }
 
 // CPUIdle is the CPU time all CPUs spent with no test running, per second
-// of wall time (1 = one CPU busy all along).
+// of wall time (1 = one CPU busy all along): the quieter (fewer busy CPUs)
+// of Samples, measured before and after the rounds, which is what the CPU
+// figures subtract. Something else busy on the machine while it was
+// measured makes it larger; while the tests ran, their figures.
 type CPUIdle struct {
 	Seconds float64 `json:"seconds"` // how long it was measured
 	// KernelCPUs counts system+irq+softirq, BusyCPUs everything not idle
 	// (user+nice+system+irq+softirq), from /proc/stat.
+	KernelCPUs float64         `json:"kernel_cpus"`
+	BusyCPUs   float64         `json:"busy_cpus"`
+	Samples    []CPUIdleSample `json:"samples,omitempty"`
+}
+
+// CPUIdleSample is one measurement of the idle rate.
+type CPUIdleSample struct {
+	When       string  `json:"when"` // "before" or "after" the rounds
+	Seconds    float64 `json:"seconds"`
 	KernelCPUs float64 `json:"kernel_cpus"`
 	BusyCPUs   float64 `json:"busy_cpus"`
+}
+
+// busyIdle is the idle rate above which the table warns that the machine
+// was not idle: the CPU figures are then uncertain.
+const busyIdle = 0.2
+
+// quieter returns the CPUIdle of the sample with the fewest busy CPUs, nil
+// for none.
+func quieter(samples []CPUIdleSample) *CPUIdle {
+	if len(samples) == 0 {
+		return nil
+	}
+	q := slices.MinFunc(samples, func(a, b CPUIdleSample) int { return cmp.Compare(a.BusyCPUs, b.BusyCPUs) })
+	return &CPUIdle{Seconds: q.Seconds, KernelCPUs: q.KernelCPUs, BusyCPUs: q.BusyCPUs, Samples: samples}
+}
+
+// subtractIdle takes the idle rate's share of c's wall time off its
+// KernelSeconds and BusySeconds (measured gross), and records it.
+func (c *CPUCost) subtractIdle(idle *CPUIdle) {
+	if c == nil || idle == nil {
+		return
+	}
+	c.IdleKernelSeconds, c.IdleBusySeconds = idle.KernelCPUs*c.WallSeconds, idle.BusyCPUs*c.WallSeconds
+	c.KernelSeconds -= c.IdleKernelSeconds
+	c.BusySeconds -= c.IdleBusySeconds
 }
 
 // Machine describes where a report was measured.
@@ -366,7 +404,7 @@ const (
 const cpuMethod = "cpu_s_per_gb: CPU seconds per 10^9 payload bytes delivered by the iperf3 tests (ping left out). " +
 	"uvxlan: both agents' user+system time (utime+stime in /proc/PID/stat), read before and after each test. " +
 	"veth, kernel: system+irq+softirq of all CPUs (/proc/stat), where veth, the bridge, VXLAN devices and every socket run, " +
-	"before and after each test, minus the idle rate (cpu_idle) times the test's wall time; it includes iperf3's own kernel work, " +
+	"before and after each test, minus the idle rate (cpu_idle: the quieter of two measures with no test running, before and after the rounds) times the test's wall time; it includes iperf3's own kernel work, " +
 	"so it overstates what a VXLAN device alone costs, and the machine is shared, so anything else running counts too. " +
 	"machine_cpu_s_per_gb: user+nice+system+irq+softirq of all CPUs minus the idle rate, alike for every overlay."
 
@@ -668,7 +706,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 		}
 		idle := "the idle rate"
 		if r.CPUIdle != nil {
-			idle = fmt.Sprintf("the idle rate (%.2f CPUs in the kernel, %.2f busy, over %.0f s before the tests)", r.CPUIdle.KernelCPUs, r.CPUIdle.BusyCPUs, r.CPUIdle.Seconds)
+			idle = fmt.Sprintf("the idle rate (%.2f CPUs in the kernel, %.2f busy: the quieter of %d s with no test running before and after the tests)",
+				r.CPUIdle.KernelCPUs, r.CPUIdle.BusyCPUs, int(math.Round(r.CPUIdle.Seconds)))
 		}
 		if len(others) > 0 {
 			fmt.Fprintf(&notes, "  %s (kernel): system+irq+softirq of all CPUs, from /proc/stat, minus %s;\n"+
@@ -677,6 +716,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 		}
 		notes.WriteString("  whole machine: every busy CPU second (user+system+irq+softirq, /proc/stat) minus the idle rate, alike for every overlay.\n" +
 			"  The machine is shared: anything else running meanwhile counts too.\n")
+		if r.CPUIdle != nil && r.CPUIdle.BusyCPUs > busyIdle {
+			fmt.Fprintf(&notes, "  Warning: the machine was not idle with no test running (%.2f CPUs busy at the quieter measure): the CPU figures are uncertain.\n", r.CPUIdle.BusyCPUs)
+		}
 		for _, o := range r.Overlays {
 			if o.CPU != nil && o.CPU.Unmeasured != "" {
 				fmt.Fprintf(&notes, "%s cpu: %s.\n", o.Overlay, o.CPU.Unmeasured)

@@ -558,3 +558,40 @@ func TestMedian(t *testing.T) {
 		}
 	}
 }
+
+// The idle rate subtracted is the quieter of the measures; a busy one is
+// warned about.
+func TestCPUIdle(t *testing.T) {
+	if quieter(nil) != nil {
+		t.Error("quieter(nil): want nil")
+	}
+	samples := []CPUIdleSample{{When: "before", Seconds: 2, KernelCPUs: 0.3, BusyCPUs: 1.9}, {When: "after", Seconds: 2, KernelCPUs: 0.01, BusyCPUs: 0.02}}
+	q := quieter(samples)
+	if q.BusyCPUs != 0.02 || q.KernelCPUs != 0.01 || len(q.Samples) != 2 {
+		t.Errorf("quieter: want the after sample and both samples, got %+v", q)
+	}
+	c := &CPUCost{Bytes: 1e9, WallSeconds: 10, KernelSeconds: 3, BusySeconds: 5}
+	c.subtractIdle(q)
+	if !near(c.KernelSeconds, 2.9) || !near(c.BusySeconds, 4.8) || !near(c.IdleKernelSeconds, 0.1) || !near(c.IdleBusySeconds, 0.2) {
+		t.Errorf("subtractIdle: want 2.9 s kernel, 4.8 s busy (0.1 and 0.2 subtracted), got %+v", c)
+	}
+	var nilCost *CPUCost
+	nilCost.subtractIdle(q) // no CPU cost (ping only): nothing to do
+
+	r := sampleReport()
+	var b bytes.Buffer
+	if err := r.WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "Warning") {
+		t.Errorf("idle machine: no warning wanted:\n%s", b.String())
+	}
+	r.CPUIdle = quieter([]CPUIdleSample{{When: "before", Seconds: 2, BusyCPUs: 0.9}, {When: "after", Seconds: 2, BusyCPUs: 0.5}})
+	b.Reset()
+	if err := r.WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "Warning: the machine was not idle with no test running (0.50 CPUs busy") {
+		t.Errorf("busy machine: want a warning:\n%s", b.String())
+	}
+}

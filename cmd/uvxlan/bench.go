@@ -38,7 +38,8 @@ and p99 over 400 samples, and CPU seconds per GB delivered by the iperf3 tests:
 for uvxlan both agents' user+system time, for veth and kernel the kernel's
 system+irq+softirq time on all CPUs (/proc/stat; it includes iperf3's own
 kernel work), and for all the whole machine's busy time, both less the idle
-rate measured for 2 s before the tests; for uvxlan also the agents' CPU time
+rate (the quieter of 2 s with no test running before and after the tests);
+for uvxlan also the agents' CPU time
 and peak RSS. Prints a table with the uvxlan/kernel ratios, each row marked
 ↑ (higher is better: throughput) or ↓ (lower is better: RTT, CPU); --json
 prints an object with every figure of every round ("per_round", each test's

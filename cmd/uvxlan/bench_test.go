@@ -144,7 +144,7 @@ func TestBenchSmoke(t *testing.T) {
 			t.Errorf("ratio %s: want each of 2 rounds, got %+v", rt.Figure, rt.PerRound)
 		}
 	}
-	if len(rep.Figures) != 10 || rep.CPUMethod == "" || rep.CPUIdle == nil || !(rep.CPUIdle.Seconds > 0) || rep.CPUIdle.BusyCPUs < 0 {
+	if len(rep.Figures) != 10 || rep.CPUMethod == "" || rep.CPUIdle == nil || !(rep.CPUIdle.Seconds > 0) || rep.CPUIdle.BusyCPUs < 0 || len(rep.CPUIdle.Samples) != 2 {
 		t.Errorf("figures %+v, cpu_method %q, cpu_idle %+v", rep.Figures, rep.CPUMethod, rep.CPUIdle)
 	}
 	for _, f := range rep.Figures {
