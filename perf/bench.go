@@ -8,12 +8,16 @@
 //     10.42.0.i/24, static peers); wait until each answers ping;
 //  3. start one iperf3 server per overlay and test on h2, each on its own
 //     port, bound to h2's overlay address; wait until all listen;
-//  4. per round, from h1: iperf3 TCP with 1 and 4 streams, UDP with 64-
+//  4. the machine's idle CPU rate, over cpuIdleTime with nothing running
+//     but the (idle) agents, from /proc/stat (again after the rounds: the
+//     quieter of the two is subtracted from the CPU figures);
+//  5. per round, from h1: iperf3 TCP with 1 and 4 streams, UDP with 64-
 //     and 1400-byte payloads, then ping; each test over every overlay in
 //     turn, so that the figures compared are measured seconds apart;
-//     around uvxlan's tests, the agents' CPU time; at the end, their peak
-//     RSS;
-//  5. tear everything down (also on error or cancellation).
+//     around every iperf3 test the machine's CPU time (/proc/stat), around
+//     uvxlan's tests also the agents' (/proc/PID/stat); at the end, their
+//     peak RSS;
+//  6. tear everything down (also on error or cancellation).
 
 package perf
 
@@ -59,6 +63,8 @@ const (
 	iperfGrace = 20 * time.Second
 	// pingCount samples per overlay.
 	pingCount = 400
+	// cpuIdleTime is how long the idle CPU rate is measured.
+	cpuIdleTime = 2 * time.Second
 )
 
 func kernelAddr(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 99, 0, byte(i)}) }
@@ -115,6 +121,16 @@ type iperfTest struct {
 	set  func(*OverlayResult, iperfResult)
 }
 
+// record returns the raw record of an iperf3 run that took wall.
+func (t iperfTest) record(r iperfResult, wall time.Duration) TestRecord {
+	rec := TestRecord{Test: t.name, WallSeconds: wall.Seconds(), Seconds: r.Seconds, Bytes: r.Bytes, BitsPerSecond: r.BitsPerS}
+	if r.Protocol == "UDP" {
+		loss := r.LossPercent()
+		rec.PacketsSent, rec.PacketsDelivered, rec.ReceiverLost, rec.PPS, rec.LossPercent = r.sent(), r.Received(), r.Lost, r.PPS(), &loss
+	}
+	return rec
+}
+
 var iperfTests = []iperfTest{
 	{"tcp-1", nil, func(o *OverlayResult, r iperfResult) { o.TCP1Gbps = r.BitsPerS / 1e9 }},
 	{"tcp-4", []string{"-P", "4"}, func(o *OverlayResult, r iperfResult) { o.TCP4Gbps = r.BitsPerS / 1e9 }},
@@ -143,6 +159,7 @@ type bench struct {
 	work   string // temporary directory: sockets, state, logs
 	h1, h2 *testenv.Host
 	agents []*testenv.Proc // uvxlan on h1, h2
+	idle   []CPUIdleSample // the machine's CPU use with no test running
 	step   int
 	steps  int
 	out    io.Writer
@@ -206,6 +223,8 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		PingCount:          b.plan.pingCount,
 		PingIntervalMillis: float64(b.plan.pingInterval) / float64(time.Millisecond),
 		Rounds:             cfg.Rounds,
+		Figures:            figureInfos(),
+		CPUMethod:          cpuMethod,
 	}
 
 	b.work, err = os.MkdirTemp("", "uvxlan-bench-")
@@ -252,6 +271,9 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		paths = append(paths, p)
 	}
 	if err := b.startServers(ctx, paths); err != nil {
+		return nil, err
+	}
+	if err := b.measureIdle(ctx, "before"); err != nil {
 		return nil, err
 	}
 	if err := b.measure(ctx, paths, rep); err != nil {
@@ -430,9 +452,10 @@ func (b *bench) startServers(ctx context.Context, paths []path) error {
 }
 
 // measure runs every round: each test over every path in turn, then ping
-// over each, and fills rep's Overlays (and PerRound) with the figures. The
-// agents' CPU time is taken around each of uvxlan's tests, their peak RSS
-// at the end.
+// over each, and fills rep's PerRound with every round's figures and raw
+// records, and Overlays with their medians. The machine's CPU time is
+// taken around each iperf3 test, the agents' around each of uvxlan's tests,
+// their peak RSS at the end.
 func (b *bench) measure(ctx context.Context, paths []path, rep *Report) error {
 	rounds := make([][]OverlayResult, b.cfg.Rounds)
 	var agents AgentUsage
@@ -449,11 +472,18 @@ func (b *bench) measure(ctx context.Context, paths []path, rep *Report) error {
 			}
 		}
 	}
-	rep.Overlays = rounds[0]
-	if len(rounds) > 1 {
-		rep.PerRound = rounds
-		rep.summarize()
+	if err := b.measureIdle(ctx, "after"); err != nil {
+		return err
 	}
+	rep.CPUIdle = quieter(b.idle)
+	for _, round := range rounds {
+		for i := range round {
+			round[i].CPU.subtractIdle(rep.CPUIdle)
+			round[i].setCPUFigures()
+		}
+	}
+	rep.PerRound = rounds
+	rep.summarize()
 	if i := rep.index(UVXLAN); i >= 0 {
 		a := &agents
 		a.CPUPercent = 100 * a.CPUSeconds / a.WallSeconds
@@ -477,17 +507,24 @@ func (b *bench) measure(ctx context.Context, paths []path, rep *Report) error {
 }
 
 // measureOne runs test t (len(iperfTests): ping) of round over p and sets
-// its figures in res; for uvxlan it adds the agents' CPU time and the
-// test's wall time to agents.
+// its figures and raw record in res; around an iperf3 test it adds the
+// machine's CPU time (less the idle rate's), the bytes delivered and, for
+// uvxlan, the agents' CPU time to res.CPU; for uvxlan it adds the agents'
+// CPU time and the test's wall time to agents (ping included).
 func (b *bench) measureOne(ctx context.Context, round int, p path, t int, res *OverlayResult, rep *Report, agents *AgentUsage) error {
 	var cpu0 []time.Duration
+	sys0, err := readCPUTimes()
+	if err != nil {
+		return err
+	}
 	t0 := time.Now()
 	if p.overlay == UVXLAN {
-		var err error
 		if cpu0, err = b.agentCPU(); err != nil {
 			return err
 		}
 	}
+	var delivered int64 // by an iperf3 test
+	var rec TestRecord
 	if t < len(iperfTests) {
 		test := iperfTests[t]
 		b.begin(round, p.overlay, test.name)
@@ -500,33 +537,97 @@ func (b *bench) measureOne(ctx context.Context, round int, p path, t int, res *O
 			rep.Machine.Iperf3 = r.Version
 		}
 		test.set(res, r)
+		delivered = r.Bytes
+		rec = test.record(r, 0)
 		if r.Protocol == "UDP" {
-			b.end("%s received, %.1f%% lost", fmtPPS(r.PPS()), r.LossPercent())
+			b.end("%s delivered, %.1f%% lost (%d of %d sent)", fmtPPS(r.PPS()), r.LossPercent(), r.sent()-r.Received(), r.sent())
 		} else {
 			b.end("%s", fmtGbps(r.BitsPerS/1e9))
 		}
 	} else {
 		b.begin(round, p.overlay, "ping")
-		rtts, err := b.ping(ctx, p)
+		rtts, sent, err := b.ping(ctx, p)
 		if err != nil {
 			b.fail(ctx)
 			return fmt.Errorf("perf: %s ping: %w%s", p.overlay, err, b.agentLogsIf(p))
 		}
 		p50, p99 := percentile(rtts, 0.50), percentile(rtts, 0.99)
 		res.RTTP50Micros, res.RTTP99Micros, res.RTTSamples = micros(p50), micros(p99), len(rtts)
+		rec = TestRecord{Test: "ping", PingSent: sent, PingReplies: len(rtts),
+			RTTMinMicros: micros(slices.Min(rtts)), RTTP50Micros: res.RTTP50Micros, RTTP90Micros: micros(percentile(rtts, 0.90)),
+			RTTP99Micros: res.RTTP99Micros, RTTMaxMicros: micros(slices.Max(rtts))}
 		b.end("p50 %s, p99 %s (%d replies)", fmtMicros(res.RTTP50Micros), fmtMicros(res.RTTP99Micros), len(rtts))
 	}
+	wall := time.Since(t0)
+	var cpu1 []time.Duration
 	if p.overlay == UVXLAN {
-		wall := time.Since(t0)
-		cpu1, err := b.agentCPU()
-		if err != nil {
+		if cpu1, err = b.agentCPU(); err != nil {
 			return err
 		}
-		for i := range cpu1 {
-			agents.CPUSeconds += (cpu1[i] - cpu0[i]).Seconds()
-		}
+	}
+	sys1, err := readCPUTimes()
+	if err != nil {
+		return err
+	}
+	rec.WallSeconds = wall.Seconds()
+	res.Tests = append(res.Tests, rec)
+	var agentsCPU float64
+	for i := range cpu1 {
+		agentsCPU += (cpu1[i] - cpu0[i]).Seconds()
+	}
+	if p.overlay == UVXLAN {
+		agents.CPUSeconds += agentsCPU
 		agents.WallSeconds += wall.Seconds()
 	}
+	if t < len(iperfTests) {
+		if res.CPU == nil {
+			res.CPU = &CPUCost{}
+		}
+		c, d := res.CPU, sys1.sub(sys0)
+		c.Bytes += delivered
+		c.WallSeconds += wall.Seconds()
+		c.KernelSeconds += d.Kernel().Seconds() // the idle rate's share is subtracted after the rounds
+		c.BusySeconds += d.Busy().Seconds()
+		c.AgentsSeconds += agentsCPU
+	}
+	return nil
+}
+
+// readCPUTimes reads the machine's CPU times from /proc/stat (not
+// namespaced: all CPUs, every namespace).
+func readCPUTimes() (cpuTimes, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return cpuTimes{}, fmt.Errorf("perf: machine's CPU time: %w", err)
+	}
+	c, err := parseCPUStat(b)
+	if err != nil {
+		return cpuTimes{}, fmt.Errorf("perf: machine's CPU time: %w", err)
+	}
+	return c, nil
+}
+
+// measureIdle measures the machine's CPU use over cpuIdleTime with no test
+// running (the agents idle, the iperf3 servers waiting), when ("before" or
+// "after" the rounds), and adds it to b.idle.
+func (b *bench) measureIdle(ctx context.Context, when string) error {
+	c0, err := readCPUTimes()
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	if err := sleep(ctx, cpuIdleTime); err != nil {
+		return err
+	}
+	c1, err := readCPUTimes()
+	if err != nil {
+		return err
+	}
+	secs := time.Since(t0).Seconds()
+	d := c1.sub(c0)
+	s := CPUIdleSample{When: when, Seconds: secs, KernelCPUs: d.Kernel().Seconds() / secs, BusyCPUs: d.Busy().Seconds() / secs}
+	b.idle = append(b.idle, s)
+	b.say("idle CPU %s the tests, over %.1f s: %.2f CPUs in the kernel, %.2f busy", when, secs, s.KernelCPUs, s.BusyCPUs)
 	return nil
 }
 
@@ -600,8 +701,8 @@ func (b *bench) iperf(ctx context.Context, p path, t int, extra []string) (iperf
 }
 
 // ping sends the plan's echo requests over p from h1 and returns the RTT of
-// every reply.
-func (b *bench) ping(ctx context.Context, p path) ([]time.Duration, error) {
+// every reply and how many requests were sent.
+func (b *bench) ping(ctx context.Context, p path) ([]time.Duration, int, error) {
 	interval := strconv.FormatFloat(b.plan.pingInterval.Seconds(), 'f', -1, 64)
 	timeout := time.Duration(b.plan.pingCount)*b.plan.pingInterval + 15*time.Second
 	pctx, cancel := context.WithTimeout(ctx, timeout)
@@ -609,16 +710,16 @@ func (b *bench) ping(ctx context.Context, p path) ([]time.Duration, error) {
 	args := []string{"-n", "-i", interval, "-c", strconv.Itoa(b.plan.pingCount), "-W", "1", p.dst.String()}
 	out, runErr := b.h1.Run(pctx, "ping", args...) // exits 1 when a reply is missing: judged below
 	if ctx.Err() != nil {
-		return nil, ctx.Err()
+		return nil, 0, ctx.Err()
 	}
 	res, err := parsePing(out)
 	if err != nil {
-		return nil, fmt.Errorf("ping %s: %w (%v)", strings.Join(args, " "), err, runErr)
+		return nil, 0, fmt.Errorf("ping %s: %w (%v)", strings.Join(args, " "), err, runErr)
 	}
 	if len(res.RTTs) == 0 {
-		return nil, fmt.Errorf("ping %s: no reply to %d requests", strings.Join(args, " "), res.Sent)
+		return nil, 0, fmt.Errorf("ping %s: no reply to %d requests", strings.Join(args, " "), res.Sent)
 	}
-	return res.RTTs, nil
+	return res.RTTs, res.Sent, nil
 }
 
 func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }

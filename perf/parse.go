@@ -1,5 +1,5 @@
 // Parsers for what the benchmark reads: iperf3 -J reports, ping output,
-// ss listings and /proc/<pid>/{stat,status}; and the percentile.
+// ss listings, /proc/stat and /proc/<pid>/{stat,status}; and the percentile.
 
 package perf
 
@@ -24,15 +24,24 @@ type iperfResult struct {
 	Seconds  float64 // receiver's measuring time
 	Bytes    int64   // received
 	BitsPerS float64 // received bits per second
-	// UDP only: Packets is the datagrams the sender numbered, Lost those the
-	// receiver never saw.
-	Packets, Lost int64
+	// UDP only: Packets is the highest sequence number the receiver saw,
+	// Lost the datagrams below it that it never saw (iperf3's receiver
+	// counts), Sent the datagrams the sender sent (end.sum_sent; 0 when the
+	// report lacks it). Datagrams sent after the last one that arrived are
+	// in Sent but not in Packets: a receiver cannot see that tail go.
+	Packets, Lost, Sent int64
 }
 
-// Received returns the datagrams that arrived (UDP).
+// Received returns the datagrams that arrived (UDP): delivered, receiver
+// side.
 func (r iperfResult) Received() int64 { return max(0, r.Packets-r.Lost) }
 
-// PPS returns the received datagrams per second (UDP).
+// sent returns the datagrams sent (UDP): the sender's count when the report
+// has it, else the receiver's highest sequence number.
+func (r iperfResult) sent() int64 { return max(r.Sent, r.Packets) }
+
+// PPS returns the received (delivered) datagrams per second over the
+// receiver's measuring time (UDP); never the sender's rate.
 func (r iperfResult) PPS() float64 {
 	if r.Seconds <= 0 {
 		return 0
@@ -40,12 +49,14 @@ func (r iperfResult) PPS() float64 {
 	return float64(r.Received()) / r.Seconds
 }
 
-// LossPercent returns the share of datagrams lost (UDP), 0 to 100.
+// LossPercent returns the share of datagrams sent that were not delivered
+// (UDP), 0 to 100: lost in the middle or at the tail of the run.
 func (r iperfResult) LossPercent() float64 {
-	if r.Packets <= 0 {
+	sent := r.sent()
+	if sent <= 0 {
 		return 0
 	}
-	return 100 * float64(r.Lost) / float64(r.Packets)
+	return 100 * float64(sent-r.Received()) / float64(sent)
 }
 
 type iperfSum struct {
@@ -66,6 +77,7 @@ type iperfReport struct {
 	} `json:"start"`
 	End struct {
 		SumReceived *iperfSum `json:"sum_received"`
+		SumSent     *iperfSum `json:"sum_sent"`
 		Sum         *iperfSum `json:"sum"`
 	} `json:"end"`
 	Error string `json:"error"`
@@ -77,7 +89,8 @@ var errIperfConnect = errors.New("iperf3: unable to connect to server")
 
 // parseIperf reads the JSON report of an iperf3 client (-J). The figures are
 // the receiver's: end.sum_received, or, for UDP from iperf3 versions
-// without it, end.sum (which carries the receiver's loss count). A report
+// without it, end.sum (which carries the receiver's loss count); for UDP
+// also the sender's count of datagrams, from end.sum_sent. A report
 // with an "error" is an error; errIperfConnect when the server did not
 // answer.
 func parseIperf(b []byte) (iperfResult, error) {
@@ -105,6 +118,9 @@ func parseIperf(b []byte) (iperfResult, error) {
 	}
 	res.Seconds, res.Bytes, res.BitsPerS = sum.Seconds, sum.Bytes, sum.BitsPerSecond
 	res.Packets, res.Lost = sum.Packets, sum.LostPackets
+	if res.Protocol == "UDP" && rep.End.SumSent != nil {
+		res.Sent = rep.End.SumSent.Packets
+	}
 	if res.Seconds <= 0 {
 		return res, errors.New("iperf3 report: receiver measured for 0 seconds")
 	}
@@ -218,4 +234,48 @@ func parseListening(out string) map[string]bool {
 		}
 	}
 	return set
+}
+
+// cpuTimes is the first line of /proc/stat: the time all CPUs together
+// spent in each state since boot.
+type cpuTimes struct {
+	User, Nice, System, Idle, IOWait, IRQ, SoftIRQ, Steal time.Duration
+}
+
+// Kernel returns the time spent in the kernel for anyone: system calls and
+// kernel threads (system), hard and soft interrupts (irq, softirq), which is
+// where the kernel's network stack, veth, the bridge and VXLAN devices run.
+func (c cpuTimes) Kernel() time.Duration { return c.System + c.IRQ + c.SoftIRQ }
+
+// Busy returns the time not idle: user, nice and Kernel (steal, the time a
+// hypervisor gave to others, is not ours).
+func (c cpuTimes) Busy() time.Duration { return c.User + c.Nice + c.Kernel() }
+
+// sub returns c - o, state by state.
+func (c cpuTimes) sub(o cpuTimes) cpuTimes {
+	return cpuTimes{c.User - o.User, c.Nice - o.Nice, c.System - o.System, c.Idle - o.Idle,
+		c.IOWait - o.IOWait, c.IRQ - o.IRQ, c.SoftIRQ - o.SoftIRQ, c.Steal - o.Steal}
+}
+
+// parseCPUStat reads /proc/stat and returns its "cpu" line (all CPUs
+// together), in USER_HZ ticks turned into durations. Kernels before 2.6.11
+// lack steal: it is then 0.
+func parseCPUStat(b []byte) (cpuTimes, error) {
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 8 || f[0] != "cpu" {
+		return cpuTimes{}, fmt.Errorf("/proc/stat: want \"cpu user nice system idle iowait irq softirq ...\" first, got %q", line)
+	}
+	var v [8]time.Duration
+	for i := range v {
+		if i+1 >= len(f) {
+			break
+		}
+		n, err := strconv.ParseUint(f[i+1], 10, 64)
+		if err != nil {
+			return cpuTimes{}, fmt.Errorf("/proc/stat: field %d: %w", i+1, err)
+		}
+		v[i] = time.Duration(n) * time.Second / clockTicks
+	}
+	return cpuTimes{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]}, nil
 }

@@ -13,8 +13,9 @@ import (
 )
 
 // The files in testdata are real outputs: iperf3 3.12 and iputils ping
-// 20221126 between two namespaces of a testbed, ss from iproute2, and
-// /proc/<pid>/{stat,status} of a running `uvxlan bench gossip`.
+// 20221126 between two namespaces of a testbed, ss from iproute2,
+// /proc/<pid>/{stat,status} of a running `uvxlan bench gossip`, and
+// /proc/stat (proc-stat-all.txt) of the 2-vCPU test machine.
 
 func readTestdata(t *testing.T, name string) []byte {
 	t.Helper()
@@ -46,13 +47,13 @@ func TestParseIperf(t *testing.T) {
 		{
 			desc: "udp, 64 bytes: receiver's packets and losses", file: "iperf3-udp-64.json",
 			want: iperfResult{Version: "iperf 3.12", Protocol: "UDP", Streams: 1, Seconds: 1.000092,
-				Bytes: 10847424, BitsPerS: 86771409.0303692, Packets: 169760, Lost: 269},
+				Bytes: 10847424, BitsPerS: 86771409.0303692, Packets: 169760, Lost: 269, Sent: 169760},
 			pps: (169760 - 269) / 1.000092, loss: 100 * 269.0 / 169760,
 		},
 		{
 			desc: "udp, 1400 bytes", file: "iperf3-udp-1400.json",
 			want: iperfResult{Version: "iperf 3.12", Protocol: "UDP", Streams: 1, Seconds: 1.000235,
-				Bytes: 215763800, BitsPerS: 1725704859.3580508, Packets: 155000, Lost: 883},
+				Bytes: 215763800, BitsPerS: 1725704859.3580508, Packets: 155000, Lost: 883, Sent: 155000},
 			pps: (155000 - 883) / 1.000235, loss: 100 * 883.0 / 155000,
 		},
 	}
@@ -69,6 +70,70 @@ func TestParseIperf(t *testing.T) {
 				t.Errorf("pps, loss: want %v, %v, got %v, %v", tt.pps, tt.loss, got.PPS(), got.LossPercent())
 			}
 		})
+	}
+}
+
+// The rate is the receiver's (delivered datagrams over its measuring time),
+// never the sender's; datagrams sent after the last one that arrived (which
+// the receiver cannot count as lost) are lost all the same.
+func TestParseIperfUDPDelivered(t *testing.T) {
+	var doc map[string]any
+	if err := json.Unmarshal(readTestdata(t, "iperf3-udp-64.json"), &doc); err != nil {
+		t.Fatal(err)
+	}
+	end := doc["end"].(map[string]any)
+	sent := end["sum_sent"].(map[string]any)
+	sent["packets"] = 200000.0 // 30240 more than the receiver's highest sequence number
+	sent["seconds"] = 0.5      // a sender's rate twice the receiver's: not used
+	b, _ := json.Marshal(doc)
+	got, err := parseIperf(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	delivered := int64(169760 - 269)
+	if got.Sent != 200000 || got.Received() != delivered || got.Bytes != delivered*64 {
+		t.Errorf("want 200000 sent, %d delivered (%d bytes), got %+v", delivered, delivered*64, got)
+	}
+	if want := float64(delivered) / 1.000092; !near(got.PPS(), want) {
+		t.Errorf("PPS: want the receiver's %v, got %v", want, got.PPS())
+	}
+	if want := 100 * float64(200000-delivered) / 200000; !near(got.LossPercent(), want) {
+		t.Errorf("loss: want %v%% (the tail included), got %v%%", want, got.LossPercent())
+	}
+}
+
+func TestParseCPUStat(t *testing.T) {
+	got, err := parseCPUStat(readTestdata(t, "proc-stat-all.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// cpu  196399 0 205029 1166687 1068 0 67907 75 0 0
+	tick := 10 * time.Millisecond
+	want := cpuTimes{User: 196399 * tick, System: 205029 * tick, Idle: 1166687 * tick, IOWait: 1068 * tick, SoftIRQ: 67907 * tick, Steal: 75 * tick}
+	if got != want {
+		t.Fatalf("want %+v, got %+v", want, got)
+	}
+	if k := got.Kernel(); k != (205029+67907)*tick {
+		t.Errorf("Kernel(): want system+irq+softirq, got %v", k)
+	}
+	if b := got.Busy(); b != (196399+205029+67907)*tick {
+		t.Errorf("Busy(): want user+nice+system+irq+softirq, got %v", b)
+	}
+	later := want
+	later.System += 3 * tick
+	later.SoftIRQ += 5 * tick
+	later.User += 2 * tick
+	if d := later.sub(want); d.Kernel() != 8*tick || d.Busy() != 10*tick || d.Idle != 0 {
+		t.Errorf("sub: want 80 ms of kernel, 100 ms busy, got %+v", d)
+	}
+	for _, bad := range []string{"", "intr 1 2 3\ncpu 1 2 3 4 5 6 7\n", "cpu 1 2 3\n", "cpu 1 2 x 4 5 6 7\n"} {
+		if _, err := parseCPUStat([]byte(bad)); err == nil {
+			t.Errorf("parseCPUStat(%q): want an error, got nil", bad)
+		}
+	}
+	// Without steal (before Linux 2.6.11): 0.
+	if c, err := parseCPUStat([]byte("cpu 1 2 3 4 5 6 7\n")); err != nil || c.Steal != 0 || c.SoftIRQ != 7*tick {
+		t.Errorf("seven fields: got %+v, %v", c, err)
 	}
 }
 

@@ -5,6 +5,7 @@ package perf
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"io"
 	"math"
@@ -85,17 +86,85 @@ type Report struct {
 	PingIntervalMillis float64 `json:"ping_interval_ms"`
 	// Rounds is how many times every test ran (Config.Rounds).
 	Rounds int `json:"rounds"`
-	// Overlays holds each overlay's figures: with one round, as measured;
-	// with more, the median of each figure over the rounds (RTTSamples
-	// then counts the replies of all rounds).
+	// Figures describes every figure of an OverlayResult: its JSON key,
+	// unit and which way is better.
+	Figures []FigureInfo `json:"figures"`
+	// Overlays holds each overlay's figures: the median of each figure
+	// over the rounds (with one round, as measured; RTTSamples counts the
+	// replies of all rounds, CPU sums the rounds). The raw records of each
+	// test (Tests) are in PerRound only.
 	Overlays []OverlayResult `json:"overlays"`
-	// PerRound holds every round's figures, in the order of Overlays,
-	// when there was more than one round (without the agents' usage,
-	// which is for all rounds together).
+	// PerRound holds every round's figures as measured, in the order of
+	// Overlays, with each test's raw record (Tests); also for one round.
+	// The agents' usage is in Overlays only: it is for all rounds together.
 	PerRound [][]OverlayResult `json:"per_round,omitempty"`
 	// Ratios are uvxlan/kernel for each figure; empty unless both were
 	// measured.
 	Ratios []Ratio `json:"ratios"`
+	// CPUIdle is the machine's CPU use with no test running, measured
+	// before the first round and subtracted from the CPU figures; CPUMethod
+	// says in words what the CPU figures count.
+	CPUIdle   *CPUIdle `json:"cpu_idle,omitempty"`
+	CPUMethod string   `json:"cpu_method,omitempty"`
+}
+
+// FigureInfo describes one figure of OverlayResult.
+type FigureInfo struct {
+	Key   string `json:"key"` // its OverlayResult JSON key: "tcp1_gbps", ...
+	Label string `json:"label"`
+	Unit  string `json:"unit"`
+	// Better is "higher" or "lower": which way a figure, and its
+	// uvxlan/kernel ratio, is better.
+	Better string `json:"better"`
+	// Ratio tells whether Ratios compares it between uvxlan and kernel.
+	Ratio bool `json:"ratio"`
+}
+
+// CPUIdle is the CPU time all CPUs spent with no test running, per second
+// of wall time (1 = one CPU busy all along): the quieter (fewer busy CPUs)
+// of Samples, measured before and after the rounds, which is what the CPU
+// figures subtract. Something else busy on the machine while it was
+// measured makes it larger; while the tests ran, their figures.
+type CPUIdle struct {
+	Seconds float64 `json:"seconds"` // how long it was measured
+	// KernelCPUs counts system+irq+softirq, BusyCPUs everything not idle
+	// (user+nice+system+irq+softirq), from /proc/stat.
+	KernelCPUs float64         `json:"kernel_cpus"`
+	BusyCPUs   float64         `json:"busy_cpus"`
+	Samples    []CPUIdleSample `json:"samples,omitempty"`
+}
+
+// CPUIdleSample is one measurement of the idle rate.
+type CPUIdleSample struct {
+	When       string  `json:"when"` // "before" or "after" the rounds
+	Seconds    float64 `json:"seconds"`
+	KernelCPUs float64 `json:"kernel_cpus"`
+	BusyCPUs   float64 `json:"busy_cpus"`
+}
+
+// busyIdle is the idle rate above which the table warns that the machine
+// was not idle: the CPU figures are then uncertain.
+const busyIdle = 0.2
+
+// quieter returns the CPUIdle of the sample with the fewest busy CPUs, nil
+// for none.
+func quieter(samples []CPUIdleSample) *CPUIdle {
+	if len(samples) == 0 {
+		return nil
+	}
+	q := slices.MinFunc(samples, func(a, b CPUIdleSample) int { return cmp.Compare(a.BusyCPUs, b.BusyCPUs) })
+	return &CPUIdle{Seconds: q.Seconds, KernelCPUs: q.KernelCPUs, BusyCPUs: q.BusyCPUs, Samples: samples}
+}
+
+// subtractIdle takes the idle rate's share of c's wall time off its
+// KernelSeconds and BusySeconds (measured gross), and records it.
+func (c *CPUCost) subtractIdle(idle *CPUIdle) {
+	if c == nil || idle == nil {
+		return
+	}
+	c.IdleKernelSeconds, c.IdleBusySeconds = idle.KernelCPUs*c.WallSeconds, idle.BusyCPUs*c.WallSeconds
+	c.KernelSeconds -= c.IdleKernelSeconds
+	c.BusySeconds -= c.IdleBusySeconds
 }
 
 // Machine describes where a report was measured.
@@ -117,9 +186,9 @@ type OverlayResult struct {
 	// Gbit/s received.
 	TCP1Gbps float64 `json:"tcp1_gbps"`
 	TCP4Gbps float64 `json:"tcp4_gbps"`
-	// UDP datagrams per second received, with 64-byte and 1400-byte
-	// payloads, the sender unthrottled (iperf3 -u -b 0); and the share of
-	// datagrams sent that never arrived.
+	// UDP datagrams per second delivered (counted by the receiver), with
+	// 64-byte and 1400-byte payloads, the sender unthrottled (iperf3 -u
+	// -b 0); and the share of datagrams sent that were never delivered.
 	UDP64PPS           float64 `json:"udp64_pps"`
 	UDP64LossPercent   float64 `json:"udp64_loss_percent"`
 	UDP1400PPS         float64 `json:"udp1400_pps"`
@@ -128,8 +197,73 @@ type OverlayResult struct {
 	RTTP50Micros float64 `json:"rtt_p50_us"`
 	RTTP99Micros float64 `json:"rtt_p99_us"`
 	RTTSamples   int     `json:"rtt_samples"`
+	// CPUPerGB is CPU seconds per 10^9 payload bytes delivered by the
+	// iperf3 tests: for uvxlan both agents' user+system time, for the
+	// others the kernel's time on all CPUs (system+irq+softirq) minus the
+	// idle rate; 0 when it could not be measured (CPU.Unmeasured says
+	// why). MachineCPUPerGB counts every busy CPU second minus the idle
+	// rate, for every overlay alike. CPU holds what they are made of.
+	CPUPerGB        float64  `json:"cpu_s_per_gb"`
+	MachineCPUPerGB float64  `json:"machine_cpu_s_per_gb"`
+	CPU             *CPUCost `json:"cpu,omitempty"`
 	// Agents is set for uvxlan only.
 	Agents *AgentUsage `json:"agents,omitempty"`
+	// Tests are the raw records of each test, in PerRound only.
+	Tests []TestRecord `json:"tests,omitempty"`
+}
+
+// CPUCost is the CPU time an overlay's iperf3 tests took (not ping), and
+// the bytes they delivered: of one round, or, in Report.Overlays, of all
+// rounds together.
+type CPUCost struct {
+	// Bytes is the payload delivered (received by iperf3) by the tests,
+	// which lasted WallSeconds.
+	Bytes       int64   `json:"bytes"`
+	WallSeconds float64 `json:"wall_seconds"`
+	// KernelSeconds (system+irq+softirq) and BusySeconds (user+nice+
+	// system+irq+softirq) are of all CPUs, from /proc/stat, with the idle
+	// rate times WallSeconds already subtracted: IdleKernelSeconds and
+	// IdleBusySeconds.
+	KernelSeconds     float64 `json:"kernel_seconds"`
+	BusySeconds       float64 `json:"busy_seconds"`
+	IdleKernelSeconds float64 `json:"idle_kernel_seconds"`
+	IdleBusySeconds   float64 `json:"idle_busy_seconds"`
+	// AgentsSeconds is both uvxlan agents' user+system time (uvxlan only).
+	AgentsSeconds float64 `json:"agents_seconds,omitempty"`
+	// Measured names what CPUPerGB counts: "agents" (uvxlan) or "kernel"
+	// (system+irq+softirq); Unmeasured says why it is 0, when it is.
+	Measured   string `json:"measured"`
+	Unmeasured string `json:"unmeasured,omitempty"`
+}
+
+// TestRecord is one test's raw figures, receiver side, as iperf3 or ping
+// reported them.
+type TestRecord struct {
+	Test        string  `json:"test"`         // "tcp-1", "tcp-4", "udp-64", "udp-1400" or "ping"
+	WallSeconds float64 `json:"wall_seconds"` // the client's run, start to end
+	// iperf3: the receiver's measuring time, payload bytes received and
+	// its rate.
+	Seconds       float64 `json:"seconds,omitempty"`
+	Bytes         int64   `json:"bytes,omitempty"`
+	BitsPerSecond float64 `json:"bits_per_second,omitempty"`
+	// iperf3 UDP: datagrams sent (sender's count), delivered (receiver's
+	// count), their rate per second of the receiver's time, and the share
+	// of those sent that were not delivered. ReceiverLost is the part of
+	// the loss the receiver saw (gaps in the sequence numbers); the rest was
+	// lost after the last datagram that arrived.
+	PacketsSent      int64    `json:"packets_sent,omitempty"`
+	PacketsDelivered int64    `json:"packets_delivered,omitempty"`
+	ReceiverLost     int64    `json:"receiver_lost_packets,omitempty"`
+	PPS              float64  `json:"pps,omitempty"`
+	LossPercent      *float64 `json:"loss_percent,omitempty"`
+	// ping: echo requests sent, replies, and RTT statistics in µs.
+	PingSent     int     `json:"ping_sent,omitempty"`
+	PingReplies  int     `json:"ping_replies,omitempty"`
+	RTTMinMicros float64 `json:"rtt_min_us,omitempty"`
+	RTTP50Micros float64 `json:"rtt_p50_us,omitempty"`
+	RTTP90Micros float64 `json:"rtt_p90_us,omitempty"`
+	RTTP99Micros float64 `json:"rtt_p99_us,omitempty"`
+	RTTMaxMicros float64 `json:"rtt_max_us,omitempty"`
 }
 
 // AgentUsage is what the two uvxlan agents consumed while their overlay
@@ -162,34 +296,182 @@ type Ratio struct {
 	RatioMin float64 `json:"ratio_min,omitempty"`
 	RatioMax float64 `json:"ratio_max,omitempty"`
 	// HigherIsBetter tells how to read Ratio: for throughput above 1 is
-	// better than the kernel, for latency below 1.
-	HigherIsBetter bool `json:"higher_is_better"`
+	// better than the kernel, for latency and CPU cost below 1. Better
+	// says the same in a word: "higher" or "lower".
+	HigherIsBetter bool   `json:"higher_is_better"`
+	Better         string `json:"better"`
 	// DeltaMicros is UVXLAN - Kernel, for latencies only.
 	DeltaMicros *float64 `json:"delta_us,omitempty"`
+	// KernelLossPercent and UVXLANLossPercent are the shares of datagrams
+	// lost beside a UDP figure (medians over the rounds).
+	KernelLossPercent *float64 `json:"kernel_loss_percent,omitempty"`
+	UVXLANLossPercent *float64 `json:"uvxlan_loss_percent,omitempty"`
+	// Note says what is compared when the two figures are not measured
+	// alike (CPU), or why there is no ratio.
+	Note string `json:"note,omitempty"`
+	// PerRound has each round's figures and ratio, first round first.
+	PerRound []RatioRound `json:"per_round,omitempty"`
 }
 
-// figure describes one row of the report.
+// RatioRound is one round's comparison of a figure.
+type RatioRound struct {
+	Kernel            float64  `json:"kernel"`
+	UVXLAN            float64  `json:"uvxlan"`
+	Ratio             float64  `json:"ratio"` // 0 without a kernel figure
+	DeltaMicros       *float64 `json:"delta_us,omitempty"`
+	KernelLossPercent *float64 `json:"kernel_loss_percent,omitempty"`
+	UVXLANLossPercent *float64 `json:"uvxlan_loss_percent,omitempty"`
+}
+
+// figure describes one figure of OverlayResult, and its row of the table.
 type figure struct {
-	key, label string
-	higher     bool // higher is better
-	ratio      bool // compared between uvxlan and kernel
-	delta      bool // show uvxlan - kernel (latencies, µs)
-	format     func(float64) string
+	key, label, unit string
+	higher           bool // higher is better
+	ratio            bool // compared between uvxlan and kernel
+	delta            bool // show uvxlan - kernel (latencies, µs)
+	format           func(float64) string
 	// field points at the figure in r.
 	field func(r *OverlayResult) *float64
+	// loss points at the loss beside a UDP figure (nil for others); a
+	// loss figure itself has no row, it is shown beside its figure.
+	loss   func(r *OverlayResult) *float64
+	isLoss bool
+	// cpu marks the CPU figures, which may be unmeasured (CPU.Unmeasured).
+	cpu bool
 }
 
 func (f figure) get(r *OverlayResult) float64 { return *f.field(r) }
 
+// better returns "higher" or "lower".
+func (f figure) better() string { return betterWord(f.higher) }
+
+func betterWord(higher bool) string {
+	if higher {
+		return "higher"
+	}
+	return "lower"
+}
+
+// arrow marks a table row: which way is better.
+func arrow(higher bool) string {
+	if higher {
+		return "↑ higher"
+	}
+	return "↓ lower"
+}
+
 var figures = []figure{
-	{"tcp1_gbps", "tcp, 1 stream", true, true, false, fmtGbps, func(r *OverlayResult) *float64 { return &r.TCP1Gbps }},
-	{"tcp4_gbps", "tcp, 4 streams", true, true, false, fmtGbps, func(r *OverlayResult) *float64 { return &r.TCP4Gbps }},
-	{"udp64_pps", "udp 64 B, received", true, true, false, fmtPPS, func(r *OverlayResult) *float64 { return &r.UDP64PPS }},
-	{"udp64_loss_percent", "udp 64 B, lost", false, false, false, fmtPercent, func(r *OverlayResult) *float64 { return &r.UDP64LossPercent }},
-	{"udp1400_pps", "udp 1400 B, received", true, true, false, fmtPPS, func(r *OverlayResult) *float64 { return &r.UDP1400PPS }},
-	{"udp1400_loss_percent", "udp 1400 B, lost", false, false, false, fmtPercent, func(r *OverlayResult) *float64 { return &r.UDP1400LossPercent }},
-	{"rtt_p50_us", "rtt p50", false, true, true, fmtMicros, func(r *OverlayResult) *float64 { return &r.RTTP50Micros }},
-	{"rtt_p99_us", "rtt p99", false, true, true, fmtMicros, func(r *OverlayResult) *float64 { return &r.RTTP99Micros }},
+	{key: "tcp1_gbps", label: "tcp, 1 stream", unit: "Gbit/s", higher: true, ratio: true, format: fmtGbps,
+		field: func(r *OverlayResult) *float64 { return &r.TCP1Gbps }},
+	{key: "tcp4_gbps", label: "tcp, 4 streams", unit: "Gbit/s", higher: true, ratio: true, format: fmtGbps,
+		field: func(r *OverlayResult) *float64 { return &r.TCP4Gbps }},
+	{key: "udp64_pps", label: "udp 64 B, delivered", unit: "packets/s", higher: true, ratio: true, format: fmtPPS,
+		field: func(r *OverlayResult) *float64 { return &r.UDP64PPS },
+		loss:  func(r *OverlayResult) *float64 { return &r.UDP64LossPercent }},
+	{key: "udp64_loss_percent", label: "udp 64 B, lost", unit: "%", format: fmtPercent, isLoss: true,
+		field: func(r *OverlayResult) *float64 { return &r.UDP64LossPercent }},
+	{key: "udp1400_pps", label: "udp 1400 B, delivered", unit: "packets/s", higher: true, ratio: true, format: fmtPPS,
+		field: func(r *OverlayResult) *float64 { return &r.UDP1400PPS },
+		loss:  func(r *OverlayResult) *float64 { return &r.UDP1400LossPercent }},
+	{key: "udp1400_loss_percent", label: "udp 1400 B, lost", unit: "%", format: fmtPercent, isLoss: true,
+		field: func(r *OverlayResult) *float64 { return &r.UDP1400LossPercent }},
+	{key: "rtt_p50_us", label: "rtt p50", unit: "µs", ratio: true, delta: true, format: fmtMicros,
+		field: func(r *OverlayResult) *float64 { return &r.RTTP50Micros }},
+	{key: "rtt_p99_us", label: "rtt p99", unit: "µs", ratio: true, delta: true, format: fmtMicros,
+		field: func(r *OverlayResult) *float64 { return &r.RTTP99Micros }},
+	{key: "cpu_s_per_gb", label: "cpu per GB delivered", unit: "CPU s/GB", ratio: true, format: fmtCPUPerGB, cpu: true,
+		field: func(r *OverlayResult) *float64 { return &r.CPUPerGB }},
+	{key: "machine_cpu_s_per_gb", label: "cpu per GB, whole machine", unit: "CPU s/GB", ratio: true, format: fmtCPUPerGB, cpu: true,
+		field: func(r *OverlayResult) *float64 { return &r.MachineCPUPerGB }},
+}
+
+// figureInfos describes figures for Report.Figures.
+func figureInfos() []FigureInfo {
+	out := make([]FigureInfo, len(figures))
+	for i, f := range figures {
+		out[i] = FigureInfo{Key: f.key, Label: f.label, Unit: f.unit, Better: f.better(), Ratio: f.ratio}
+	}
+	return out
+}
+
+// cpuNote is Ratio.Note for the CPU figures.
+const (
+	cpuNote        = "uvxlan: both agents' user+system CPU time (/proc/PID/stat); kernel: the kernel's system+irq+softirq time on all CPUs (/proc/stat) minus the idle rate, which includes iperf3's own socket and TCP/UDP work and so overstates the VXLAN device's own cost"
+	machineCPUNote = "both: every busy CPU second on the machine (/proc/stat user+nice+system+irq+softirq) minus the idle rate: iperf3, the kernel and, for uvxlan, the agents"
+)
+
+// cpuMethod is Report.CPUMethod.
+const cpuMethod = "cpu_s_per_gb: CPU seconds per 10^9 payload bytes delivered by the iperf3 tests (ping left out). " +
+	"uvxlan: both agents' user+system time (utime+stime in /proc/PID/stat), read before and after each test. " +
+	"veth, kernel: system+irq+softirq of all CPUs (/proc/stat), where veth, the bridge, VXLAN devices and every socket run, " +
+	"before and after each test, minus the idle rate (cpu_idle: the quieter of two measures with no test running, before and after the rounds) times the test's wall time; it includes iperf3's own kernel work, " +
+	"so it overstates what a VXLAN device alone costs, and the machine is shared, so anything else running counts too. " +
+	"machine_cpu_s_per_gb: user+nice+system+irq+softirq of all CPUs minus the idle rate, alike for every overlay."
+
+// setCPUFigures sets CPUPerGB and MachineCPUPerGB from CPU, or leaves them
+// 0 and says why in CPU.Unmeasured.
+func (o *OverlayResult) setCPUFigures() {
+	c := o.CPU
+	if c == nil {
+		return
+	}
+	o.CPUPerGB, o.MachineCPUPerGB, c.Unmeasured = 0, 0, ""
+	if c.Bytes <= 0 {
+		c.Unmeasured = "no bytes delivered"
+		return
+	}
+	gb := float64(c.Bytes) / 1e9
+	if c.BusySeconds > 0 {
+		o.MachineCPUPerGB = c.BusySeconds / gb
+	}
+	switch {
+	case o.Overlay == UVXLAN:
+		c.Measured = "agents"
+		if c.AgentsSeconds > 0 {
+			o.CPUPerGB = c.AgentsSeconds / gb
+		} else {
+			c.Unmeasured = "the agents' CPU time did not grow during the tests (/proc/PID/stat counts in 10 ms ticks)"
+		}
+	default:
+		c.Measured = "kernel"
+		if c.KernelSeconds > 0 {
+			o.CPUPerGB = c.KernelSeconds / gb
+		} else {
+			c.Unmeasured = fmt.Sprintf("the kernel's CPU time during the tests (%.2f s) did not exceed the idle rate's (%.2f s): too little to tell from the rest of the machine",
+				c.KernelSeconds+c.IdleKernelSeconds, c.IdleKernelSeconds)
+		}
+	}
+	if o.MachineCPUPerGB == 0 && c.Unmeasured == "" {
+		c.Unmeasured = "the machine's busy time during the tests did not exceed the idle rate's"
+	}
+}
+
+// add sums c and d (for several rounds); nil is none.
+func (c *CPUCost) add(d *CPUCost) *CPUCost {
+	if d == nil {
+		return c
+	}
+	if c == nil {
+		n := *d
+		return &n
+	}
+	n := *c
+	n.Bytes += d.Bytes
+	n.WallSeconds += d.WallSeconds
+	n.KernelSeconds += d.KernelSeconds
+	n.BusySeconds += d.BusySeconds
+	n.IdleKernelSeconds += d.IdleKernelSeconds
+	n.IdleBusySeconds += d.IdleBusySeconds
+	n.AgentsSeconds += d.AgentsSeconds
+	if n.Unmeasured == "" {
+		n.Unmeasured = d.Unmeasured
+	}
+	return &n
+}
+
+// unmeasured tells whether figure f of o is absent for a stated reason.
+func (f figure) unmeasured(o *OverlayResult) bool {
+	return f.cpu && o.CPU != nil && o.CPU.Unmeasured != "" && !(f.get(o) > 0)
 }
 
 // Result returns the figures of overlay o, or nil when it was not measured.
@@ -207,7 +489,8 @@ func (r *Report) index(o Overlay) int {
 }
 
 // summarize sets Overlays from PerRound: per overlay, the median of each
-// figure over the rounds.
+// figure over the rounds, the RTT samples and CPU costs summed, no raw
+// test records.
 func (r *Report) summarize() {
 	if len(r.PerRound) == 0 {
 		return
@@ -215,8 +498,11 @@ func (r *Report) summarize() {
 	sum := slices.Clone(r.PerRound[0])
 	for i := range sum {
 		sum[i].RTTSamples = 0
+		sum[i].CPU = nil
+		sum[i].Tests = nil
 		for _, round := range r.PerRound {
 			sum[i].RTTSamples += round[i].RTTSamples
+			sum[i].CPU = sum[i].CPU.add(round[i].CPU)
 		}
 		for _, f := range figures {
 			vs := make([]float64, len(r.PerRound))
@@ -230,7 +516,7 @@ func (r *Report) summarize() {
 }
 
 // computeRatios fills Ratios when both kernel and uvxlan were measured:
-// from each round of PerRound, or from Overlays when there is one round.
+// from each round of PerRound, or from Overlays when there are no rounds.
 func (r *Report) computeRatios() {
 	r.Ratios = nil
 	ki, ui := r.index(Kernel), r.index(UVXLAN)
@@ -240,34 +526,62 @@ func (r *Report) computeRatios() {
 	k, u := &r.Overlays[ki], &r.Overlays[ui]
 	type pair struct{ k, u *OverlayResult }
 	rounds := []pair{{k, u}}
-	if len(r.PerRound) > 1 {
+	if len(r.PerRound) > 0 {
 		rounds = rounds[:0]
 		for _, round := range r.PerRound {
 			rounds = append(rounds, pair{&round[ki], &round[ui]})
 		}
 	}
+	ptr := func(v float64) *float64 { return &v }
 	for _, f := range figures {
 		if !f.ratio {
 			continue
 		}
-		rt := Ratio{Figure: f.key, Label: f.label, Kernel: f.get(k), UVXLAN: f.get(u), HigherIsBetter: f.higher}
+		rt := Ratio{Figure: f.key, Label: f.label, Kernel: f.get(k), UVXLAN: f.get(u), HigherIsBetter: f.higher, Better: f.better()}
+		if f.loss != nil {
+			rt.KernelLossPercent, rt.UVXLANLossPercent = ptr(*f.loss(k)), ptr(*f.loss(u))
+		}
+		switch f.key {
+		case "cpu_s_per_gb":
+			rt.Note = cpuNote
+		case "machine_cpu_s_per_gb":
+			rt.Note = machineCPUNote
+		}
 		var ratios, deltas []float64
 		for _, p := range rounds {
 			kv, uv := f.get(p.k), f.get(p.u)
+			rr := RatioRound{Kernel: kv, UVXLAN: uv}
 			if kv > 0 {
-				ratios = append(ratios, uv/kv)
+				rr.Ratio = uv / kv
+				ratios = append(ratios, rr.Ratio)
 			}
 			deltas = append(deltas, uv-kv)
+			if f.delta {
+				rr.DeltaMicros = ptr(uv - kv)
+			}
+			if f.loss != nil {
+				rr.KernelLossPercent, rr.UVXLANLossPercent = ptr(*f.loss(p.k)), ptr(*f.loss(p.u))
+			}
+			if len(r.PerRound) > 0 {
+				rt.PerRound = append(rt.PerRound, rr)
+			}
 		}
 		if len(ratios) == len(rounds) { // a round without a kernel figure leaves the ratio out
 			rt.Ratio = median(ratios)
 			if len(rounds) > 1 {
 				rt.RatioMin, rt.RatioMax = slices.Min(ratios), slices.Max(ratios)
 			}
+		} else if f.cpu {
+			for _, p := range rounds {
+				for _, o := range []*OverlayResult{p.k, p.u} {
+					if f.unmeasured(o) {
+						rt.Note = fmt.Sprintf("no ratio: %s's figure is unmeasured: %s", o.Overlay, o.CPU.Unmeasured)
+					}
+				}
+			}
 		}
 		if f.delta {
-			d := median(deltas)
-			rt.DeltaMicros = &d
+			rt.DeltaMicros = ptr(median(deltas))
 		}
 		r.Ratios = append(r.Ratios, rt)
 	}
@@ -288,12 +602,14 @@ func median(vs []float64) float64 {
 }
 
 // Missing lists the figures that are absent (zero) from the report, as
-// "overlay figure"; a complete report has none. Losses may be zero.
+// "overlay figure"; a complete report has none. Losses may be zero, and a
+// CPU figure unmeasured for a stated reason (CPU.Unmeasured) is not missing,
+// nor is its ratio.
 func (r *Report) Missing() []string {
 	var miss []string
 	for _, o := range r.Overlays {
 		for _, f := range figures {
-			if f.key == "udp64_loss_percent" || f.key == "udp1400_loss_percent" {
+			if f.isLoss || f.unmeasured(&o) {
 				continue
 			}
 			if v := f.get(&o); !(v > 0) {
@@ -307,7 +623,7 @@ func (r *Report) Missing() []string {
 		}
 	}
 	for _, rt := range r.Ratios {
-		if !(rt.Ratio > 0) {
+		if !(rt.Ratio > 0) && !strings.HasPrefix(rt.Note, "no ratio:") {
 			miss = append(miss, "ratio "+rt.Figure)
 		}
 	}
@@ -315,15 +631,16 @@ func (r *Report) Missing() []string {
 }
 
 // WriteTable writes the report as an aligned table: one row per figure,
-// one column per overlay, then uvxlan/kernel and, for latencies, the
-// difference in µs.
+// which way it is better, one column per overlay, then uvxlan/kernel and,
+// for latencies, the difference in µs, for UDP the losses; then notes on
+// how to read it and what the CPU figures count.
 func (r *Report) WriteTable(w io.Writer) error {
 	tw := newTable(w)
 	ratios := map[string]Ratio{}
 	for _, rt := range r.Ratios {
 		ratios[rt.Figure] = rt
 	}
-	head := []string{"figure"}
+	head := []string{"figure", "better"}
 	for _, o := range r.Overlays {
 		head = append(head, string(o.Overlay))
 	}
@@ -331,10 +648,16 @@ func (r *Report) WriteTable(w io.Writer) error {
 		head = append(head, "uvxlan/kernel", "Δ vs kernel")
 	}
 	fmt.Fprintln(tw, strings.Join(head, "\t"))
+	hasCPU := false
 	for _, f := range figures {
-		row := []string{f.label}
+		if f.isLoss {
+			continue // beside its figure
+		}
+		row := []string{f.label, arrow(f.higher)}
 		for i := range r.Overlays {
-			row = append(row, f.format(f.get(&r.Overlays[i])))
+			o := &r.Overlays[i]
+			row = append(row, r.cell(f, o))
+			hasCPU = hasCPU || (f.cpu && o.CPU != nil)
 		}
 		if len(r.Ratios) > 0 {
 			rt, ok := ratios[f.key]
@@ -343,6 +666,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 				row = append(row, "", "")
 			case rt.DeltaMicros != nil:
 				row = append(row, fmtRatio(rt), fmt.Sprintf("%+.0f µs", *rt.DeltaMicros))
+			case rt.UVXLANLossPercent != nil && rt.KernelLossPercent != nil:
+				row = append(row, fmtRatio(rt), "lost "+r.lossRange(f, UVXLAN)+" vs "+r.lossRange(f, Kernel))
 			default:
 				row = append(row, fmtRatio(rt), "")
 			}
@@ -351,7 +676,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	if u := r.Result(UVXLAN); u != nil && u.Agents != nil {
 		a := u.Agents
-		cpu, rss := []string{"agents' cpu (both)"}, []string{"agents' peak rss (max)"}
+		cpu, rss := []string{"agents' cpu (both)", arrow(false)}, []string{"agents' peak rss (max)", arrow(false)}
 		for _, o := range r.Overlays {
 			if o.Overlay == UVXLAN {
 				cpu = append(cpu, fmt.Sprintf("%.2f s, %.0f%% of a core", a.CPUSeconds, a.CPUPercent))
@@ -366,14 +691,81 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	var notes strings.Builder
+	notes.WriteString("\n↑ higher is better (throughput), ↓ lower is better (RTT, loss, CPU): a uvxlan/kernel ratio above 1 puts uvxlan ahead on ↑ rows and behind on ↓ rows.\n")
+	notes.WriteString("udp: datagrams delivered per second, counted by the receiver; lost: of the datagrams iperf3 sent, the share never delivered.\n")
+	if hasCPU {
+		notes.WriteString("cpu per GB: CPU seconds per 10⁹ payload bytes delivered by the iperf3 tests (ping left out).\n")
+		var others []string
+		for _, o := range r.Overlays {
+			if o.Overlay == UVXLAN {
+				notes.WriteString("  uvxlan (agents): both agents' user+system time, from /proc/PID/stat.\n")
+			} else if o.CPU != nil {
+				others = append(others, string(o.Overlay))
+			}
+		}
+		idle := "the idle rate"
+		if r.CPUIdle != nil {
+			idle = fmt.Sprintf("the idle rate (%.2f CPUs in the kernel, %.2f busy: the quieter of %d s with no test running before and after the tests)",
+				r.CPUIdle.KernelCPUs, r.CPUIdle.BusyCPUs, int(math.Round(r.CPUIdle.Seconds)))
+		}
+		if len(others) > 0 {
+			fmt.Fprintf(&notes, "  %s (kernel): system+irq+softirq of all CPUs, from /proc/stat, minus %s;\n"+
+				"    this includes iperf3's own socket and TCP/UDP work, so it overstates what a VXLAN device alone costs.\n",
+				strings.Join(others, ", "), idle)
+		}
+		notes.WriteString("  whole machine: every busy CPU second (user+system+irq+softirq, /proc/stat) minus the idle rate, alike for every overlay.\n" +
+			"  The machine is shared: anything else running meanwhile counts too.\n")
+		if r.CPUIdle != nil && r.CPUIdle.BusyCPUs > busyIdle {
+			fmt.Fprintf(&notes, "  Warning: the machine was not idle with no test running (%.2f CPUs busy at the quieter measure): the CPU figures are uncertain.\n", r.CPUIdle.BusyCPUs)
+		}
+		for _, o := range r.Overlays {
+			if o.CPU != nil && o.CPU.Unmeasured != "" {
+				fmt.Fprintf(&notes, "%s cpu: %s.\n", o.Overlay, o.CPU.Unmeasured)
+			}
+		}
+	}
 	rounds := ""
 	if r.Rounds > 1 {
-		rounds = fmt.Sprintf("; %d rounds: medians, and the ratios' range over the rounds", r.Rounds)
+		rounds = fmt.Sprintf("; %d rounds: medians, and the ratios' and losses' range over the rounds", r.Rounds)
 	}
-	_, err := fmt.Fprintf(w, "\n%s; iperf3 %d s per test, ping %d × %.0f ms%s; budget %s, took %s\n",
+	fmt.Fprintf(&notes, "%s; iperf3 %d s per test, ping %d × %.0f ms%s; budget %s, took %s\n",
 		r.Machine, r.IperfSeconds, r.PingCount, r.PingIntervalMillis, rounds,
 		time.Duration(r.DurationSeconds*float64(time.Second)), time.Duration(r.ElapsedSeconds*float64(time.Second)).Round(100*time.Millisecond))
+	_, err := io.WriteString(w, notes.String())
 	return err
+}
+
+// cell renders figure f of o for the table: UDP with its loss beside, CPU
+// with what it counts.
+func (r *Report) cell(f figure, o *OverlayResult) string {
+	v := f.get(o)
+	switch {
+	case f.loss != nil:
+		return fmt.Sprintf("%s, %s lost", f.format(v), fmtPercent(*f.loss(o)))
+	case f.cpu && f.unmeasured(o):
+		return "unmeasured"
+	case f.cpu && f.key == "cpu_s_per_gb" && o.CPU != nil:
+		return fmt.Sprintf("%s (%s)", f.format(v), o.CPU.Measured)
+	case f.cpu && o.CPU == nil && v == 0:
+		return "-"
+	}
+	return f.format(v)
+}
+
+// lossRange renders overlay o's loss beside UDP figure f: the median, and
+// with more than one round its range.
+func (r *Report) lossRange(f figure, o Overlay) string {
+	i := r.index(o)
+	s := fmtPercent(*f.loss(&r.Overlays[i]))
+	if len(r.PerRound) > 1 {
+		var vs []float64
+		for _, round := range r.PerRound {
+			vs = append(vs, *f.loss(&round[i]))
+		}
+		s += fmt.Sprintf(" (%.1f–%.1f)", slices.Min(vs), slices.Max(vs))
+	}
+	return s
 }
 
 // String renders the machine facts on one line.
@@ -408,6 +800,8 @@ func fmtPPS(v float64) string {
 
 func fmtPercent(v float64) string { return fmt.Sprintf("%.1f %%", v) }
 
+func fmtCPUPerGB(v float64) string { return fmt.Sprintf("%.2f s/GB", v) }
+
 func fmtMicros(v float64) string {
 	if v < 10 {
 		return fmt.Sprintf("%.1f µs", v)
@@ -431,8 +825,8 @@ func machine() Machine {
 // and twice as slow are bars of the same length. Green bars are figures
 // where uvxlan does better than the kernel, orange ones where it does
 // worse; with more than one round, a whisker spans the ratio's range over
-// the rounds. It fails when the report has no ratios (kernel or uvxlan not
-// measured).
+// the rounds; a UDP figure has its losses beneath its label. It fails when
+// the report has no ratios (kernel or uvxlan not measured).
 func (r *Report) WriteSVG(w io.Writer) error {
 	if len(r.Ratios) == 0 {
 		return fmt.Errorf("perf: no uvxlan/kernel ratios to draw: both overlays must be measured")
@@ -479,6 +873,10 @@ func (r *Report) WriteSVG(w io.Writer) error {
 		}
 		fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="end">%s <tspan fill="#888" font-size="11">(%s)</tspan></text>`+"\n",
 			left-8, y+barH-5, xmlEscape(rt.Label), hint)
+		if rt.UVXLANLossPercent != nil && rt.KernelLossPercent != nil { // a UDP figure: its losses beneath
+			fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="end" fill="#888" font-size="10">lost: uvxlan %s, kernel %s</text>`+"\n",
+				left-8, y+barH+9, fmtPercent(*rt.UVXLANLossPercent), fmtPercent(*rt.KernelLossPercent))
+		}
 		if !(rt.Ratio > 0) {
 			continue
 		}

@@ -12,38 +12,72 @@ import (
 	"time"
 )
 
-// sampleReport is a complete report with round numbers.
+// sampleReport is a complete report of one round, with round numbers, as
+// Run makes it.
 func sampleReport() *Report {
 	r := &Report{
 		Machine:         Machine{CPUs: 2, Arch: "amd64", Kernel: "6.1.0<test>", GoVersion: "go1.26", Iperf3: "iperf 3.12"},
 		Started:         time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
-		DurationSeconds: 60, ElapsedSeconds: 64.2, IperfSeconds: 4, PingCount: 400, PingIntervalMillis: 2,
-		Overlays: []OverlayResult{
+		DurationSeconds: 60, ElapsedSeconds: 64.2, IperfSeconds: 4, PingCount: 400, PingIntervalMillis: 2, Rounds: 1,
+		Figures: figureInfos(), CPUMethod: cpuMethod, CPUIdle: &CPUIdle{Seconds: 2, KernelCPUs: 0.02, BusyCPUs: 0.05},
+		PerRound: [][]OverlayResult{{
 			{Overlay: Veth, Target: "198.18.0.2", MTU: 1500, TCP1Gbps: 20, TCP4Gbps: 30, UDP64PPS: 400e3, UDP1400PPS: 300e3,
-				RTTP50Micros: 9, RTTP99Micros: 20, RTTSamples: 400},
+				RTTP50Micros: 9, RTTP99Micros: 20, RTTSamples: 400,
+				CPU:   &CPUCost{Bytes: 20e9, WallSeconds: 16, KernelSeconds: 8, BusySeconds: 12},
+				Tests: []TestRecord{{Test: "tcp-1", WallSeconds: 4.1, Seconds: 4, Bytes: 10e9, BitsPerSecond: 20e9}}},
 			{Overlay: Kernel, Target: "10.99.0.2", MTU: 1450, TCP1Gbps: 4, TCP4Gbps: 5, UDP64PPS: 200e3, UDP64LossPercent: 1, UDP1400PPS: 150e3,
-				RTTP50Micros: 20, RTTP99Micros: 50, RTTSamples: 400},
+				RTTP50Micros: 20, RTTP99Micros: 50, RTTSamples: 400,
+				CPU: &CPUCost{Bytes: 10e9, WallSeconds: 16, KernelSeconds: 6, BusySeconds: 9}},
 			{Overlay: UVXLAN, Target: "10.42.0.2", MTU: 1450, TCP1Gbps: 1, TCP4Gbps: 2.5, UDP64PPS: 1.5e6, UDP64LossPercent: 50, UDP1400PPS: 75e3,
 				RTTP50Micros: 100, RTTP99Micros: 250, RTTSamples: 399,
-				Agents: &AgentUsage{CPUSeconds: 12, WallSeconds: 20, CPUPercent: 60, PeakRSSBytes: 20 << 20, PeakRSSBytesEach: []uint64{19 << 20, 20 << 20}}},
-		},
+				CPU: &CPUCost{Bytes: 5e9, WallSeconds: 16, KernelSeconds: 3, BusySeconds: 7.5, AgentsSeconds: 6}},
+		}},
 	}
+	for i := range r.PerRound[0] {
+		r.PerRound[0][i].setCPUFigures()
+	}
+	r.summarize()
+	r.Overlays[2].Agents = &AgentUsage{CPUSeconds: 12, WallSeconds: 20, CPUPercent: 60, PeakRSSBytes: 20 << 20, PeakRSSBytesEach: []uint64{19 << 20, 20 << 20}}
 	r.computeRatios()
 	return r
 }
 
 func TestRatios(t *testing.T) {
 	r := sampleReport()
-	want := map[string]float64{"tcp1_gbps": 0.25, "tcp4_gbps": 0.5, "udp64_pps": 7.5, "udp1400_pps": 0.5, "rtt_p50_us": 5, "rtt_p99_us": 5}
+	// CPU per GB: uvxlan 6 s of agents / 5 GB = 1.2, kernel 6 s of
+	// kernel time / 10 GB = 0.6; the whole machine: 7.5/5 = 1.5 and 9/10.
+	want := map[string]float64{"tcp1_gbps": 0.25, "tcp4_gbps": 0.5, "udp64_pps": 7.5, "udp1400_pps": 0.5, "rtt_p50_us": 5, "rtt_p99_us": 5,
+		"cpu_s_per_gb": 2, "machine_cpu_s_per_gb": 1.5 / 0.9}
 	var got []string
 	for _, rt := range r.Ratios {
 		got = append(got, rt.Figure)
 		if w, ok := want[rt.Figure]; !ok || !near(rt.Ratio, w) {
 			t.Errorf("%s: want ratio %v, got %v", rt.Figure, w, rt.Ratio)
 		}
-		if strings.HasPrefix(rt.Figure, "rtt") == rt.HigherIsBetter {
+		lower := strings.HasPrefix(rt.Figure, "rtt") || strings.Contains(rt.Figure, "cpu")
+		if lower == rt.HigherIsBetter {
 			t.Errorf("%s: higher is better = %v", rt.Figure, rt.HigherIsBetter)
 		}
+		if want := map[bool]string{true: "lower", false: "higher"}[lower]; rt.Better != want {
+			t.Errorf("%s: better = %q, want %q", rt.Figure, rt.Better, want)
+		}
+		udp := strings.HasPrefix(rt.Figure, "udp")
+		if udp != (rt.KernelLossPercent != nil && rt.UVXLANLossPercent != nil) {
+			t.Errorf("%s: losses %v, %v: want them for UDP figures only", rt.Figure, rt.KernelLossPercent, rt.UVXLANLossPercent)
+		}
+		if strings.Contains(rt.Figure, "cpu") && rt.Note == "" {
+			t.Errorf("%s: no note on what is compared", rt.Figure)
+		}
+		if len(rt.PerRound) != 1 || rt.RatioMin != 0 || rt.RatioMax != 0 {
+			t.Errorf("%s: one round: want one per-round entry and no range, got %+v", rt.Figure, rt)
+		}
+	}
+	u64 := r.Ratios[slices.IndexFunc(r.Ratios, func(rt Ratio) bool { return rt.Figure == "udp64_pps" })]
+	if *u64.UVXLANLossPercent != 50 || *u64.KernelLossPercent != 1 || *u64.PerRound[0].UVXLANLossPercent != 50 {
+		t.Errorf("udp 64: want losses 50 %% (uvxlan) and 1 %% (kernel), got %+v", u64)
+	}
+	if u, k := r.Result(UVXLAN), r.Result(Kernel); u.CPU.Measured != "agents" || k.CPU.Measured != "kernel" || !near(u.CPUPerGB, 1.2) || !near(k.MachineCPUPerGB, 0.9) {
+		t.Errorf("cpu figures: uvxlan %v (%+v), kernel %v (%+v)", u.CPUPerGB, u.CPU, k.MachineCPUPerGB, k.CPU)
 	}
 	if len(got) != len(want) {
 		t.Errorf("want ratios for %d figures, got %v", len(want), got)
@@ -70,6 +104,7 @@ func TestRatios(t *testing.T) {
 func TestMissing(t *testing.T) {
 	r := sampleReport()
 	r.Overlays[1].TCP4Gbps = 0
+	r.PerRound[0][1].TCP4Gbps = 0
 	r.Overlays[2].Agents.CPUSeconds = 0
 	r.computeRatios()
 	got := r.Missing()
@@ -87,12 +122,15 @@ func TestWriteTable(t *testing.T) {
 	out := b.String()
 	lines := strings.Split(out, "\n")
 	for _, want := range []string{
-		"figure", "veth", "kernel", "uvxlan", "uvxlan/kernel", "Δ vs kernel",
+		"figure", "better", "veth", "kernel", "uvxlan", "uvxlan/kernel", "Δ vs kernel",
 		"20.00 Gbit/s", "4.00 Gbit/s", "0.25", // tcp 1
-		"1.50 Mpkt/s", "200.0 kpkt/s", "7.50", // udp 64
-		"50.0 %",                             // udp 64 loss
+		"udp 64 B, delivered", "1.50 Mpkt/s, 50.0 % lost", "200.0 kpkt/s, 1.0 % lost", "7.50", "lost 50.0 % vs 1.0 %", // udp 64
 		"9.0 µs", "100 µs", "+80 µs", "5.00", // rtt p50
+		"1.20 s/GB (agents)", "0.60 s/GB (kernel)", "0.40 s/GB (kernel)", "2.00", // cpu per GB
+		"1.50 s/GB", "0.90 s/GB", "1.67", // whole machine
 		"12.00 s, 60% of a core", "20.0 MiB",
+		"↑ higher is better", "↓ lower is better", "counted by the receiver",
+		"both agents' user+system", "system+irq+softirq", "0.02 CPUs", "overstates",
 		"iperf3 4 s per test, ping 400 × 2 ms", "budget 1m0s",
 	} {
 		if !strings.Contains(out, want) {
@@ -102,11 +140,21 @@ func TestWriteTable(t *testing.T) {
 	if len(lines) < 11 {
 		t.Fatalf("want a header and at least 10 rows, got:\n%s", out)
 	}
+	// Every row says which way is better: throughput up, the rest down.
+	for _, l := range lines[1:11] {
+		up := strings.HasPrefix(l, "tcp") || strings.HasPrefix(l, "udp")
+		if want := map[bool]string{true: "↑ higher", false: "↓ lower"}[up]; !strings.Contains(l, want) {
+			t.Errorf("row %q: want %q", l, want)
+		}
+	}
+	if strings.Contains(out, "udp 64 B, lost") {
+		t.Errorf("losses stand beside their figures, not in rows of their own:\n%s", out)
+	}
 	// Columns line up, counted in runes (µ and Δ are one each): the kernel
 	// column starts where its header does.
 	runeIndex := func(s, sub string) int { return len([]rune(s[:max(0, strings.Index(s, sub))])) }
 	col := runeIndex(lines[0], "kernel")
-	for _, row := range []struct{ line, cell string }{{lines[1], "4.00 Gbit/s"}, {lines[7], "20 µs"}} {
+	for _, row := range []struct{ line, cell string }{{lines[1], "4.00 Gbit/s"}, {lines[5], "20 µs"}} {
 		if got := runeIndex(row.line, row.cell); got != col {
 			t.Errorf("%q starts at column %d, its header at %d:\n%s", row.cell, got, col, out)
 		}
@@ -127,8 +175,8 @@ func TestWriteTableSubset(t *testing.T) {
 		t.Fatal(err)
 	}
 	head, _, _ := strings.Cut(b.String(), "\n")
-	if strings.Join(strings.Fields(head), " ") != "figure veth" {
-		t.Errorf("veth only: want header \"figure veth\", got %q", head)
+	if strings.Join(strings.Fields(head), " ") != "figure better veth" {
+		t.Errorf("veth only: want header \"figure better veth\", got %q", head)
 	}
 	if strings.Contains(b.String(), "agents'") {
 		t.Errorf("veth only: no agent rows wanted:\n%s", b.String())
@@ -202,7 +250,8 @@ func TestWriteSVG(t *testing.T) {
 		t.Error("no vertical 1.0 line")
 	}
 	text := chars.String()
-	for _, want := range []string{"uvxlan / kernel VXLAN", "tcp, 1 stream", "0.25", "7.50", "5.00", "6.1.0<test>", "higher is better", "lower is better"} {
+	for _, want := range []string{"uvxlan / kernel VXLAN", "tcp, 1 stream", "0.25", "7.50", "5.00", "6.1.0<test>", "higher is better", "lower is better",
+		"lost: uvxlan 50.0 %, kernel 1.0 %", "cpu per GB delivered"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("SVG text lacks %q", want)
 		}
@@ -218,12 +267,54 @@ func TestReportJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	var doc struct {
-		Machine  map[string]any   `json:"machine"`
-		Overlays []map[string]any `json:"overlays"`
-		Ratios   []map[string]any `json:"ratios"`
+		Machine   map[string]any     `json:"machine"`
+		Figures   []map[string]any   `json:"figures"`
+		Overlays  []map[string]any   `json:"overlays"`
+		PerRound  [][]map[string]any `json:"per_round"`
+		Ratios    []map[string]any   `json:"ratios"`
+		CPUIdle   map[string]any     `json:"cpu_idle"`
+		CPUMethod string             `json:"cpu_method"`
 	}
 	if err := json.Unmarshal(b, &doc); err != nil {
 		t.Fatal(err)
+	}
+	better := map[string]any{}
+	for _, f := range doc.Figures {
+		better[f["key"].(string)] = f["better"]
+	}
+	for k, want := range map[string]string{"tcp1_gbps": "higher", "udp64_pps": "higher", "udp64_loss_percent": "lower",
+		"rtt_p99_us": "lower", "cpu_s_per_gb": "lower", "machine_cpu_s_per_gb": "lower"} {
+		if better[k] != want {
+			t.Errorf("figures: %s better %v, want %q", k, better[k], want)
+		}
+	}
+	if len(doc.Figures) != len(figures) {
+		t.Errorf("want %d figures described, got %d", len(figures), len(doc.Figures))
+	}
+	if doc.CPUMethod == "" || doc.CPUIdle["kernel_cpus"] != 0.02 {
+		t.Errorf("cpu_method %q, cpu_idle %v", doc.CPUMethod, doc.CPUIdle)
+	}
+	// Every round's raw figures, also with one round.
+	if len(doc.PerRound) != 1 || len(doc.PerRound[0]) != 3 {
+		t.Fatalf("per_round: want 1 round of 3 overlays, got %v", doc.PerRound)
+	}
+	if tests, ok := doc.PerRound[0][0]["tests"].([]any); !ok || len(tests) != 1 || tests[0].(map[string]any)["bytes"] != 1e10 {
+		t.Errorf("per_round veth tests: %v", doc.PerRound[0][0]["tests"])
+	}
+	if _, ok := doc.Overlays[0]["tests"]; ok {
+		t.Error("overlays (the medians) carry raw test records")
+	}
+	for _, rt := range doc.Ratios {
+		for _, k := range []string{"figure", "ratio", "higher_is_better", "better", "kernel", "uvxlan", "per_round"} {
+			if _, ok := rt[k]; !ok {
+				t.Errorf("ratio %v lacks %q", rt["figure"], k)
+			}
+		}
+		_, kl := rt["kernel_loss_percent"]
+		_, ul := rt["uvxlan_loss_percent"]
+		if udp := strings.HasPrefix(rt["figure"].(string), "udp"); kl != udp || ul != udp {
+			t.Errorf("ratio %v: kernel_loss_percent %v, uvxlan_loss_percent %v", rt["figure"], kl, ul)
+		}
 	}
 	for _, k := range []string{"cpus", "kernel", "go_version"} {
 		if _, ok := doc.Machine[k]; !ok {
@@ -231,7 +322,8 @@ func TestReportJSON(t *testing.T) {
 		}
 	}
 	for _, o := range doc.Overlays {
-		for _, k := range []string{"tcp1_gbps", "tcp4_gbps", "udp64_pps", "udp1400_pps", "rtt_p50_us", "rtt_p99_us"} {
+		for _, k := range []string{"tcp1_gbps", "tcp4_gbps", "udp64_pps", "udp64_loss_percent", "udp1400_pps", "udp1400_loss_percent",
+			"rtt_p50_us", "rtt_p99_us", "cpu_s_per_gb", "machine_cpu_s_per_gb", "cpu"} {
 			if _, ok := o[k]; !ok {
 				t.Errorf("%v lacks %q", o["overlay"], k)
 			}
@@ -243,8 +335,8 @@ func TestReportJSON(t *testing.T) {
 	if _, ok := doc.Overlays[0]["agents"]; ok {
 		t.Error("veth has agents")
 	}
-	if len(doc.Ratios) != 6 {
-		t.Errorf("want 6 ratios, got %d", len(doc.Ratios))
+	if len(doc.Ratios) != 8 {
+		t.Errorf("want 8 ratios, got %d", len(doc.Ratios))
 	}
 }
 
@@ -266,19 +358,25 @@ func TestGossipWriteTable(t *testing.T) {
 // roundsReport is a 3-round report of kernel and uvxlan whose per-round
 // ratios differ from the ratios of the medians.
 func roundsReport() *Report {
-	round := func(ktcp, utcp, krtt, urtt float64) []OverlayResult {
-		return []OverlayResult{
+	round := func(ktcp, utcp, krtt, urtt, uloss float64) []OverlayResult {
+		rs := []OverlayResult{
 			{Overlay: Kernel, Target: "10.99.0.2", MTU: 1450, TCP1Gbps: ktcp, TCP4Gbps: 8, UDP64PPS: 100e3, UDP1400PPS: 100e3,
-				RTTP50Micros: krtt, RTTP99Micros: 2 * krtt, RTTSamples: 400},
+				RTTP50Micros: krtt, RTTP99Micros: 2 * krtt, RTTSamples: 400, UDP64LossPercent: 1,
+				CPU: &CPUCost{Bytes: 10e9, KernelSeconds: 5, BusySeconds: 10}},
 			{Overlay: UVXLAN, Target: "10.42.0.2", MTU: 1450, TCP1Gbps: utcp, TCP4Gbps: 4, UDP64PPS: 50e3, UDP1400PPS: 50e3,
-				RTTP50Micros: urtt, RTTP99Micros: 2 * urtt, RTTSamples: 399},
+				RTTP50Micros: urtt, RTTP99Micros: 2 * urtt, RTTSamples: 399, UDP64LossPercent: uloss,
+				CPU: &CPUCost{Bytes: 5e9, AgentsSeconds: 5 * utcp / ktcp, BusySeconds: 10}},
 		}
+		for i := range rs {
+			rs[i].setCPUFigures()
+		}
+		return rs
 	}
 	r := &Report{
 		Machine: Machine{CPUs: 2, Arch: "amd64", Kernel: "6.1.0", GoVersion: "go1.26"},
 		Started: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), DurationSeconds: 180, IperfSeconds: 4,
 		PingCount: 400, PingIntervalMillis: 2, Rounds: 3,
-		PerRound: [][]OverlayResult{round(10, 5, 10, 50), round(20, 6, 20, 100), round(10, 3, 30, 60)},
+		PerRound: [][]OverlayResult{round(10, 5, 10, 50, 60), round(20, 6, 20, 100, 40), round(10, 3, 30, 60, 50)},
 	}
 	r.summarize()
 	r.Overlays[1].Agents = &AgentUsage{CPUSeconds: 30, WallSeconds: 40, CPUPercent: 75, PeakRSSBytes: 25 << 20, PeakRSSBytesEach: []uint64{24 << 20, 25 << 20}}
@@ -304,9 +402,11 @@ func TestRounds(t *testing.T) {
 	}
 	// Ratios: the median of each round's ratio (0.5, 0.3, 0.3), not the
 	// ratio of the medians (0.5); the range; the median difference.
+	// CPU per GB: uvxlan 0.5, 0.3, 0.3 × 5 s / 5 GB, kernel 0.5 s/GB.
 	want := map[string][3]float64{ // ratio, min, max
 		"tcp1_gbps": {0.3, 0.3, 0.5}, "tcp4_gbps": {0.5, 0.5, 0.5}, "udp64_pps": {0.5, 0.5, 0.5},
 		"udp1400_pps": {0.5, 0.5, 0.5}, "rtt_p50_us": {5, 2, 5}, "rtt_p99_us": {5, 2, 5},
+		"cpu_s_per_gb": {0.6, 0.6, 1}, "machine_cpu_s_per_gb": {2, 2, 2},
 	}
 	for _, rt := range r.Ratios {
 		w := want[rt.Figure]
@@ -328,7 +428,8 @@ func TestRounds(t *testing.T) {
 	if err := r.WriteTable(&tab); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{"0.30 (0.30–0.50)", "5.00 (2.00–5.00)", "+40 µs", "3 rounds: medians"} {
+	for _, s := range []string{"0.30 (0.30–0.50)", "5.00 (2.00–5.00)", "+40 µs", "3 rounds: medians",
+		"50.0 kpkt/s, 50.0 % lost", "lost 50.0 % (40.0–60.0) vs 1.0 % (1.0–1.0)"} {
 		if !strings.Contains(tab.String(), s) {
 			t.Errorf("table lacks %q:\n%s", s, tab.String())
 		}
@@ -362,14 +463,66 @@ func TestRounds(t *testing.T) {
 	if _, ok := doc.Ratios[0]["ratio_min"]; !ok {
 		t.Errorf("JSON ratio lacks ratio_min: %v", doc.Ratios[0])
 	}
+	// Each round's losses beside the UDP ratio.
+	for _, rt := range r.Ratios {
+		if rt.Figure != "udp64_pps" {
+			continue
+		}
+		var losses []float64
+		for _, rr := range rt.PerRound {
+			losses = append(losses, *rr.UVXLANLossPercent)
+		}
+		if !slices.Equal(losses, []float64{60, 40, 50}) || *rt.UVXLANLossPercent != 50 {
+			t.Errorf("udp64 ratio: want losses 60, 40, 50 (median 50), got %v (%v)", losses, *rt.UVXLANLossPercent)
+		}
+	}
+	// The summary sums the rounds' CPU costs.
+	if c := r.Result(UVXLAN).CPU; c == nil || c.Bytes != 15e9 || c.Measured != "agents" {
+		t.Errorf("summary CPU: want 15 GB over 3 rounds, got %+v", c)
+	}
 
-	// One round: no range, no per_round in the JSON, no whiskers.
+	// One round: no range, no whiskers.
 	one, err := json.Marshal(sampleReport())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if bytes.Contains(one, []byte("ratio_min")) || bytes.Contains(one, []byte("per_round")) {
-		t.Errorf("one round: JSON has a range or per_round: %s", one)
+	if bytes.Contains(one, []byte("ratio_min")) {
+		t.Errorf("one round: JSON has a range: %s", one)
+	}
+}
+
+// A kernel CPU figure that cannot be told from the idle rate is left out,
+// with the reason in the figure, the ratio's note and the table, and is not
+// missing; uvxlan's figure stays.
+func TestCPUUnmeasured(t *testing.T) {
+	r := sampleReport()
+	k := &r.PerRound[0][1]
+	k.CPU.KernelSeconds, k.CPU.IdleKernelSeconds = -0.1, 0.4
+	k.setCPUFigures()
+	r.summarize()
+	r.Overlays[2].Agents = &AgentUsage{CPUSeconds: 12, WallSeconds: 20, CPUPercent: 60, PeakRSSBytes: 20 << 20}
+	r.computeRatios()
+	if k := r.Result(Kernel); k.CPUPerGB != 0 || !strings.Contains(k.CPU.Unmeasured, "idle rate") || !(k.MachineCPUPerGB > 0) {
+		t.Errorf("kernel: cpu per GB %v (%q), machine %v", k.CPUPerGB, k.CPU.Unmeasured, k.MachineCPUPerGB)
+	}
+	if u := r.Result(UVXLAN); !near(u.CPUPerGB, 1.2) {
+		t.Errorf("uvxlan cpu per GB: want 1.2 alone, got %v", u.CPUPerGB)
+	}
+	rt := r.Ratios[slices.IndexFunc(r.Ratios, func(rt Ratio) bool { return rt.Figure == "cpu_s_per_gb" })]
+	if rt.Ratio != 0 || !strings.HasPrefix(rt.Note, "no ratio: kernel") {
+		t.Errorf("cpu ratio: want none, with the reason, got %v %q", rt.Ratio, rt.Note)
+	}
+	if m := r.Missing(); len(m) != 0 {
+		t.Errorf("Missing() = %v: an unmeasured figure with its reason is not missing", m)
+	}
+	var b bytes.Buffer
+	if err := r.WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"unmeasured", "1.20 s/GB (agents)", "kernel cpu: the kernel's CPU time during the tests (0.30 s) did not exceed the idle rate's (0.40 s)"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, b.String())
+		}
 	}
 }
 
@@ -403,5 +556,42 @@ func TestMedian(t *testing.T) {
 		if !slices.Equal(in, tt.in) {
 			t.Errorf("median reordered its input: %v", in)
 		}
+	}
+}
+
+// The idle rate subtracted is the quieter of the measures; a busy one is
+// warned about.
+func TestCPUIdle(t *testing.T) {
+	if quieter(nil) != nil {
+		t.Error("quieter(nil): want nil")
+	}
+	samples := []CPUIdleSample{{When: "before", Seconds: 2, KernelCPUs: 0.3, BusyCPUs: 1.9}, {When: "after", Seconds: 2, KernelCPUs: 0.01, BusyCPUs: 0.02}}
+	q := quieter(samples)
+	if q.BusyCPUs != 0.02 || q.KernelCPUs != 0.01 || len(q.Samples) != 2 {
+		t.Errorf("quieter: want the after sample and both samples, got %+v", q)
+	}
+	c := &CPUCost{Bytes: 1e9, WallSeconds: 10, KernelSeconds: 3, BusySeconds: 5}
+	c.subtractIdle(q)
+	if !near(c.KernelSeconds, 2.9) || !near(c.BusySeconds, 4.8) || !near(c.IdleKernelSeconds, 0.1) || !near(c.IdleBusySeconds, 0.2) {
+		t.Errorf("subtractIdle: want 2.9 s kernel, 4.8 s busy (0.1 and 0.2 subtracted), got %+v", c)
+	}
+	var nilCost *CPUCost
+	nilCost.subtractIdle(q) // no CPU cost (ping only): nothing to do
+
+	r := sampleReport()
+	var b bytes.Buffer
+	if err := r.WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "Warning") {
+		t.Errorf("idle machine: no warning wanted:\n%s", b.String())
+	}
+	r.CPUIdle = quieter([]CPUIdleSample{{When: "before", Seconds: 2, BusyCPUs: 0.9}, {When: "after", Seconds: 2, BusyCPUs: 0.5}})
+	b.Reset()
+	if err := r.WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "Warning: the machine was not idle with no test running (0.50 CPUs busy") {
+		t.Errorf("busy machine: want a warning:\n%s", b.String())
 	}
 }

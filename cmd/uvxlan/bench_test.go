@@ -108,9 +108,10 @@ func TestBenchSmoke(t *testing.T) {
 				t.Errorf("%s %s = %v, want > 0", o.Overlay, name, v)
 			}
 		}
-		if o.RTTSamples < 100 || o.UDP64LossPercent < 0 || o.UDP1400LossPercent < 0 {
+		if o.RTTSamples < 100 || !isPercent(o.UDP64LossPercent) || !isPercent(o.UDP1400LossPercent) {
 			t.Errorf("%s: %d RTT samples, losses %v%% and %v%%", o.Overlay, o.RTTSamples, o.UDP64LossPercent, o.UDP1400LossPercent)
 		}
+		checkCPU(t, "", o)
 		if o.Overlay == perf.UVXLAN {
 			if a := o.Agents; a == nil || !(a.CPUSeconds > 0) || a.PeakRSSBytes == 0 || len(a.PeakRSSBytesEach) != 2 {
 				t.Errorf("uvxlan agents: want CPU time and peak RSS of two agents, got %+v", a)
@@ -122,12 +123,33 @@ func TestBenchSmoke(t *testing.T) {
 	if !slices.Equal(got, perf.Overlays) {
 		t.Errorf("overlays: want %v, got %v", perf.Overlays, got)
 	}
-	if len(rep.Ratios) != 6 {
-		t.Errorf("want 6 uvxlan/kernel ratios, got %d", len(rep.Ratios))
+	if len(rep.Ratios) != 8 {
+		t.Errorf("want 8 uvxlan/kernel ratios, got %d", len(rep.Ratios))
 	}
 	for _, rt := range rep.Ratios {
-		if !(rt.Ratio > 0) || !(rt.RatioMin <= rt.Ratio && rt.Ratio <= rt.RatioMax) {
+		unmeasured := rt.Ratio == 0 && strings.HasPrefix(rt.Note, "no ratio:") // a CPU figure, with its reason
+		if !unmeasured && (!(rt.Ratio > 0) || !(rt.RatioMin <= rt.Ratio && rt.Ratio <= rt.RatioMax)) {
 			t.Errorf("ratio %s = %v in [%v, %v], want > 0 and within its range", rt.Figure, rt.Ratio, rt.RatioMin, rt.RatioMax)
+		}
+		lower := strings.HasPrefix(rt.Figure, "rtt") || strings.Contains(rt.Figure, "cpu")
+		if want := map[bool]string{true: "lower", false: "higher"}[lower]; rt.Better != want || rt.HigherIsBetter == lower {
+			t.Errorf("ratio %s: better %q (higher_is_better %v), want %q", rt.Figure, rt.Better, rt.HigherIsBetter, want)
+		}
+		if strings.HasPrefix(rt.Figure, "udp") {
+			if rt.KernelLossPercent == nil || rt.UVXLANLossPercent == nil || !isPercent(*rt.KernelLossPercent) || !isPercent(*rt.UVXLANLossPercent) {
+				t.Errorf("ratio %s: want both losses beside it, 0 to 100 %%, got %v, %v", rt.Figure, rt.KernelLossPercent, rt.UVXLANLossPercent)
+			}
+		}
+		if len(rt.PerRound) != 2 {
+			t.Errorf("ratio %s: want each of 2 rounds, got %+v", rt.Figure, rt.PerRound)
+		}
+	}
+	if len(rep.Figures) != 10 || rep.CPUMethod == "" || rep.CPUIdle == nil || !(rep.CPUIdle.Seconds > 0) || rep.CPUIdle.BusyCPUs < 0 || len(rep.CPUIdle.Samples) != 2 {
+		t.Errorf("figures %+v, cpu_method %q, cpu_idle %+v", rep.Figures, rep.CPUMethod, rep.CPUIdle)
+	}
+	for _, f := range rep.Figures {
+		if f.Better != "higher" && f.Better != "lower" {
+			t.Errorf("figure %s: better %q", f.Key, f.Better)
 		}
 	}
 	if len(rep.PerRound) != 2 || rep.Rounds != 2 {
@@ -140,6 +162,8 @@ func TestBenchSmoke(t *testing.T) {
 			if !(o.TCP1Gbps > 0) || o.RTTSamples < 100 {
 				t.Errorf("round %d %s: tcp1 %v Gbit/s, %d RTT samples", i+1, o.Overlay, o.TCP1Gbps, o.RTTSamples)
 			}
+			checkCPU(t, "round "+strconv.Itoa(i+1)+" ", o)
+			checkTests(t, i+1, o)
 		}
 		if !slices.Equal(got, perf.Overlays) {
 			t.Errorf("round %d overlays: want %v, got %v", i+1, perf.Overlays, got)
@@ -161,11 +185,79 @@ func TestBenchSmoke(t *testing.T) {
 		!strings.Contains(stderr, "[30/30] round 2/2 uvxlan ping") {
 		t.Errorf("progress lines not in the order round, test, overlay:\n%s", stderr)
 	}
+	// The table of these very figures reads which way is better, losses
+	// beside UDP figures, what the CPU figures count.
+	var tab bytes.Buffer
+	if err := rep.WriteTable(&tab); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"↑ higher", "↓ lower", "% lost", "lost ", " vs ", "s/GB (agents)", "cpu per GB, whole machine", "/proc/stat"} {
+		if !strings.Contains(tab.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, tab.String())
+		}
+	}
+	t.Logf("the table:\n%s", tab.String())
 	if b, err := os.ReadFile(svg); err != nil || !bytes.HasPrefix(b, []byte("<svg")) {
 		t.Errorf("--svg %s: %v %.40q", svg, err, b)
 	}
 	if left := namespacesOf(t, prefix); len(left) > 0 {
 		t.Errorf("namespaces left behind: %v", left)
+	}
+}
+
+func isPercent(v float64) bool { return v >= 0 && v <= 100 }
+
+// checkCPU checks an overlay's CPU cost: bytes delivered, figures above 0,
+// or a kernel figure left out with its reason; uvxlan's from the agents.
+func checkCPU(t *testing.T, where string, o perf.OverlayResult) {
+	t.Helper()
+	c := o.CPU
+	if c == nil || c.Bytes <= 0 || !(c.WallSeconds > 0) {
+		t.Errorf("%s%s: want the CPU cost of bytes delivered, got %+v", where, o.Overlay, c)
+		return
+	}
+	if !(o.MachineCPUPerGB > 0) {
+		t.Errorf("%s%s: machine cpu per GB %v, want > 0 (%+v)", where, o.Overlay, o.MachineCPUPerGB, c)
+	}
+	switch {
+	case o.Overlay == perf.UVXLAN:
+		if c.Measured != "agents" || !(o.CPUPerGB > 0) || !(c.AgentsSeconds > 0) {
+			t.Errorf("%suvxlan: want the agents' cpu per GB > 0, got %v (%+v)", where, o.CPUPerGB, c)
+		}
+	case c.Measured != "kernel":
+		t.Errorf("%s%s: cpu measured %q, want kernel", where, o.Overlay, c.Measured)
+	case !(o.CPUPerGB > 0) && c.Unmeasured == "":
+		t.Errorf("%s%s: cpu per GB %v without a reason", where, o.Overlay, o.CPUPerGB)
+	}
+}
+
+// checkTests checks the raw records of one round's tests of an overlay.
+func checkTests(t *testing.T, round int, o perf.OverlayResult) {
+	t.Helper()
+	var names []string
+	for _, rec := range o.Tests {
+		names = append(names, rec.Test)
+		if !(rec.WallSeconds > 0) {
+			t.Errorf("round %d %s %s: wall %v s", round, o.Overlay, rec.Test, rec.WallSeconds)
+		}
+		switch {
+		case rec.Test == "ping":
+			if rec.PingSent < rec.PingReplies || rec.PingReplies < 100 || !(rec.RTTMinMicros > 0 && rec.RTTMinMicros <= rec.RTTP50Micros && rec.RTTP99Micros <= rec.RTTMaxMicros) {
+				t.Errorf("round %d %s ping: %+v", round, o.Overlay, rec)
+			}
+		case strings.HasPrefix(rec.Test, "udp"):
+			if rec.PacketsDelivered <= 0 || rec.PacketsSent < rec.PacketsDelivered || rec.LossPercent == nil || !isPercent(*rec.LossPercent) || !(rec.PPS > 0) {
+				t.Errorf("round %d %s %s: want 0 < delivered <= sent, loss 0 to 100 %%: %+v", round, o.Overlay, rec.Test, rec)
+			}
+			fallthrough
+		default:
+			if rec.Bytes <= 0 || !(rec.Seconds > 0) {
+				t.Errorf("round %d %s %s: %+v", round, o.Overlay, rec.Test, rec)
+			}
+		}
+	}
+	if want := []string{"tcp-1", "tcp-4", "udp-64", "udp-1400", "ping"}; !slices.Equal(names, want) {
+		t.Errorf("round %d %s: tests %v, want %v", round, o.Overlay, names, want)
 	}
 }
 
