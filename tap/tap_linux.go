@@ -99,6 +99,7 @@ type TAP struct {
 	tryRd  func(fd uintptr)
 	waitRd func(fd uintptr) bool
 	waited bool
+	pfd    [1]unix.PollFd
 
 	wr    func(fd uintptr) bool
 	wBufs [][]byte
@@ -440,14 +441,34 @@ func (t *TAP) TryRead(bufs [][]byte, sizes []int, tails [][]byte, offset int) (n
 }
 
 // WaitRead implements Poller: it parks the goroutine in the Go poller until
-// the TAP signals readability (or at once, when it did since the last
-// wait), reading nothing.
+// the TAP is readable, reading nothing. It returns at once when a frame is
+// already queued: the poller forgets a readiness it saw before the wait
+// began, so the TAP is asked first (poll(2) with no timeout), or a frame
+// that arrived between the caller's last read and this wait would sit
+// there until the next one woke it.
 func (t *TAP) WaitRead() error {
 	t.waited = false
 	if err := t.rc.Read(t.waitRd); err != nil {
 		return t.wrapErr("read", err)
 	}
 	return nil
+}
+
+// waitFd is WaitRead's RawConn callback: "ready" when the TAP has a frame
+// or the poller already waited once, "not ready" (wait) otherwise.
+func (t *TAP) waitFd(fd uintptr) bool {
+	if t.waited {
+		return true
+	}
+	t.waited = true
+	t.pfd[0] = unix.PollFd{Fd: int32(fd), Events: unix.POLLIN}
+	for {
+		n, err := unix.Poll(t.pfd[:], 0)
+		if err == unix.EINTR {
+			continue
+		}
+		return err != nil || n > 0 // an error: let the read report it
+	}
 }
 
 // startBatch starts a read's batch in sbufs[0]: the previous batch's tails
@@ -457,16 +478,6 @@ func (t *TAP) startBatch() {
 		t.sbufs[0], t.sbufs[t.sCur] = t.sbufs[t.sCur], t.sbufs[0]
 	}
 	t.sCur = 0
-}
-
-// waitFd is WaitRead's RawConn callback: "not ready" the first time, so
-// that the poller waits once, and "done" after.
-func (t *TAP) waitFd(uintptr) bool {
-	if t.waited {
-		return true
-	}
-	t.waited = true
-	return false
 }
 
 // readFd is the RawConn callback of Read: it returns false (wait for

@@ -177,6 +177,11 @@ func TestOpenBadName(t *testing.T) {
 func TestTAPTryReadAfterWrite(t *testing.T) {
 	tb := testenv.NewForTest(t, testenv.Config{Hosts: 1})
 	h := tb.Host(1)
+	// No IPv6 on the TAP: its router solicitations and reports would be
+	// frames nobody asked for, and wake a wait that must not be woken.
+	if out, err := h.Run(t.Context(), "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"); err != nil {
+		t.Fatalf("sysctl: %v\n%s", err, out)
+	}
 	addr := netip.MustParsePrefix("10.77.0.1/24")
 	var dev *tap.TAP
 	err := h.Do(func() (err error) {
@@ -256,6 +261,25 @@ func TestTAPTryReadAfterWrite(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("WaitRead did not return after a frame was queued")
+	}
+	drain()
+
+	// A frame queued before the wait begins: the poller saw it arrive
+	// (and forgets that when a wait starts), nothing else will arrive,
+	// and WaitRead must still return at once rather than sleep until the
+	// next frame.
+	if _, err := dev.Write([][]byte{req}, off); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // the poller notices the frame
+	go func() { waited <- dev.WaitRead() }()
+	select {
+	case err := <-waited:
+		if err != nil {
+			t.Fatalf("WaitRead = %v with a frame queued", err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("WaitRead slept with a frame queued (a lost wake-up)")
 	}
 	drain()
 	go func() { time.Sleep(100 * time.Millisecond); dev.Close() }()
