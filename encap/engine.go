@@ -366,29 +366,45 @@ func (e *Engine) transmitLoop() error {
 			}
 		}
 	}
-	var spinUntil int64 // the busy-poll's deadline, 0 when not spinning
-	for {
-		e.txMu.Lock()
-		n, drained, err := e.poller.TryRead(e.tx.bufs, e.tx.sizes, e.tx.tails, Headroom)
-		closed := e.send(n)
-		e.txMu.Unlock()
-		if closed || err != nil && isClosed(err) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if n > 0 {
-			spinUntil = 0
-		}
-		if drained && !spinWait(int64(e.cfg.BusyPoll), &spinUntil) {
-			spinUntil = 0
-			if err := e.poller.WaitRead(); err != nil {
-				if isClosed(err) {
-					return nil
-				}
-				return err
+	var (
+		spinUntil int64 // the busy-poll's deadline, 0 when not spinning
+		stop      bool  // a socket or the TAP is closed
+		failed    error
+	)
+	// try reads and sends until the TAP is drained (false: wait for it)
+	// or something ends the loop (true). It runs inside WaitRead, which
+	// calls it again when the TAP becomes readable.
+	try := func() bool {
+		for {
+			e.txMu.Lock()
+			n, drained, err := e.poller.TryRead(e.tx.bufs, e.tx.sizes, e.tx.tails, Headroom)
+			closed := e.send(n)
+			e.txMu.Unlock()
+			switch {
+			case closed || err != nil && isClosed(err):
+				stop = true
+				return true
+			case err != nil:
+				failed = err
+				return true
+			case n > 0:
+				spinUntil = 0
 			}
+			if drained && !spinWait(int64(e.cfg.BusyPoll), &spinUntil) {
+				spinUntil = 0
+				return false
+			}
+		}
+	}
+	for {
+		err := e.poller.WaitRead(try)
+		switch {
+		case stop || err != nil && isClosed(err):
+			return nil
+		case failed != nil:
+			return failed
+		case err != nil:
+			return err
 		}
 	}
 }

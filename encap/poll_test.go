@@ -68,13 +68,15 @@ func (d *pollDev) TryRead(bufs [][]byte, sizes []int, tails [][]byte, offset int
 	return n, false, nil
 }
 
-func (d *pollDev) WaitRead() error {
-	select {
-	case <-d.ready:
-		return nil
-	case <-d.closed:
-		return os.ErrClosed
+func (d *pollDev) WaitRead(try func() bool) error {
+	for !try() {
+		select {
+		case <-d.ready:
+		case <-d.closed:
+			return os.ErrClosed
+		}
 	}
+	return nil
 }
 
 // With a device that can poll, the receive loop reads the TAP right after

@@ -44,7 +44,7 @@ type Device interface {
 }
 
 // Poller is a Device whose Read can be split in two: a TryRead that never
-// blocks and a WaitRead that blocks without reading. A caller that
+// blocks and a WaitRead that blocks between the caller's tries. A caller that
 // serialises its reads with a lock of its own can then read from more than
 // one goroutine (say, right after writing to the device, when a reply is
 // likely queued) without holding the lock while it waits.
@@ -61,8 +61,11 @@ type Poller interface {
 	// nil for a frame read whole.
 	TryRead(bufs [][]byte, sizes []int, tails [][]byte, offset int) (n int, drained bool, err error)
 
-	// WaitRead blocks until the device may have frames to read; it may
-	// return without any (spuriously). It returns an error once the
-	// device is closed. One goroutine at a time may wait.
-	WaitRead() error
+	// WaitRead calls try, and again whenever the device may have become
+	// readable, until try returns true; it blocks in between. try reads
+	// with TryRead (until the device is drained, or the wait could miss
+	// a frame that arrived before it) and says whether to stop. WaitRead
+	// returns an error once the device is closed. One goroutine at a time
+	// may wait.
+	WaitRead(try func() bool) error
 }

@@ -94,12 +94,11 @@ type TAP struct {
 	rErr  error
 	// rDrained: the last read system call found the TAP empty (EAGAIN).
 	rDrained bool
-	// tryRd and waitRd are TryRead's and WaitRead's callbacks; waited is
-	// WaitRead's state (see there).
-	tryRd  func(fd uintptr)
-	waitRd func(fd uintptr) bool
-	waited bool
-	pfd    [1]unix.PollFd
+	// tryRd and waitRd are TryRead's and WaitRead's callbacks; waitTry
+	// is WaitRead's try.
+	tryRd   func(fd uintptr)
+	waitRd  func(fd uintptr) bool
+	waitTry func() bool
 
 	wr    func(fd uintptr) bool
 	wBufs [][]byte
@@ -261,7 +260,7 @@ func (t *TAP) init(f *os.File) error {
 	}
 	t.rd = t.readFd
 	t.tryRd = func(fd uintptr) { t.readFd(fd) }
-	t.waitRd = t.waitFd
+	t.waitRd = func(uintptr) bool { return t.waitTry() }
 	t.wr = t.writeFd
 	return nil
 }
@@ -440,35 +439,19 @@ func (t *TAP) TryRead(bufs [][]byte, sizes []int, tails [][]byte, offset int) (n
 	return n, drained, err
 }
 
-// WaitRead implements Poller: it parks the goroutine in the Go poller until
-// the TAP is readable, reading nothing. It returns at once when a frame is
-// already queued: the poller forgets a readiness it saw before the wait
-// began, so the TAP is asked first (poll(2) with no timeout), or a frame
-// that arrived between the caller's last read and this wait would sit
-// there until the next one woke it.
-func (t *TAP) WaitRead() error {
-	t.waited = false
-	if err := t.rc.Read(t.waitRd); err != nil {
+// WaitRead implements Poller: try runs first, and again each time the Go
+// poller reports the TAP readable, until it returns true. try runs inside
+// the descriptor's Read, so that a frame that arrives while try reads is
+// never missed (the poller forgets readiness seen before a Read begins);
+// it may call TryRead, which does not need the Read's lock.
+func (t *TAP) WaitRead(try func() bool) error {
+	t.waitTry = try
+	err := t.rc.Read(t.waitRd)
+	t.waitTry = nil
+	if err != nil {
 		return t.wrapErr("read", err)
 	}
 	return nil
-}
-
-// waitFd is WaitRead's RawConn callback: "ready" when the TAP has a frame
-// or the poller already waited once, "not ready" (wait) otherwise.
-func (t *TAP) waitFd(fd uintptr) bool {
-	if t.waited {
-		return true
-	}
-	t.waited = true
-	t.pfd[0] = unix.PollFd{Fd: int32(fd), Events: unix.POLLIN}
-	for {
-		n, err := unix.Poll(t.pfd[:], 0)
-		if err == unix.EINTR {
-			continue
-		}
-		return err != nil || n > 0 // an error: let the read report it
-	}
 }
 
 // startBatch starts a read's batch in sbufs[0]: the previous batch's tails

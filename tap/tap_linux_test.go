@@ -172,8 +172,8 @@ func TestOpenBadName(t *testing.T) {
 
 // The kernel answers a frame written into the TAP before the write returns:
 // TryRead finds the answer at once, without waiting. An empty TAP gives 0
-// frames and drained; WaitRead returns once a frame is queued, and with an
-// error once the TAP is closed.
+// frames and drained; WaitRead tries first, waits for a frame between
+// tries, and returns an error once the TAP is closed.
 func TestTAPTryReadAfterWrite(t *testing.T) {
 	tb := testenv.NewForTest(t, testenv.Config{Hosts: 1})
 	h := tb.Host(1)
@@ -249,8 +249,17 @@ func TestTAPTryReadAfterWrite(t *testing.T) {
 		t.Errorf("Write and TryRead: %v allocs per run, want 0", allocs)
 	}
 
+	// got is a try for WaitRead: it reads what is there and stops the
+	// wait once it read something.
+	tries := 0
+	got := func() bool {
+		tries++
+		n, _, err := dev.TryRead(bufs, sizes, nil, off)
+		return n > 0 || err != nil
+	}
 	waited := make(chan error, 1)
-	go func() { waited <- dev.WaitRead() }()
+	go func() { waited <- dev.WaitRead(got) }()
+	time.Sleep(50 * time.Millisecond) // the wait has begun: nothing to read
 	if _, err := dev.Write([][]byte{req}, off); err != nil {
 		t.Fatal(err)
 	}
@@ -262,17 +271,19 @@ func TestTAPTryReadAfterWrite(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("WaitRead did not return after a frame was queued")
 	}
+	if tries < 2 {
+		t.Errorf("try ran %d times: the wait did not wait for the frame", tries)
+	}
 	drain()
 
-	// A frame queued before the wait begins: the poller saw it arrive
-	// (and forgets that when a wait starts), nothing else will arrive,
-	// and WaitRead must still return at once rather than sleep until the
-	// next frame.
+	// A frame queued before the wait begins, which the poller saw arrive:
+	// nothing else will arrive, and the wait must not sleep until the
+	// next frame (the first try finds it).
 	if _, err := dev.Write([][]byte{req}, off); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(50 * time.Millisecond) // the poller notices the frame
-	go func() { waited <- dev.WaitRead() }()
+	go func() { waited <- dev.WaitRead(got) }()
 	select {
 	case err := <-waited:
 		if err != nil {
@@ -282,12 +293,16 @@ func TestTAPTryReadAfterWrite(t *testing.T) {
 		t.Fatal("WaitRead slept with a frame queued (a lost wake-up)")
 	}
 	drain()
+
+	// Close ends a wait whose try never stops it.
 	go func() { time.Sleep(100 * time.Millisecond); dev.Close() }()
-	deadline := time.Now().Add(5 * time.Second)
-	for dev.WaitRead() == nil { // a stale readiness may let a wait through
-		if time.Now().After(deadline) {
-			t.Fatal("WaitRead still returns nil after Close")
+	go func() { waited <- dev.WaitRead(func() bool { drain(); return false }) }()
+	select {
+	case err := <-waited:
+		if !errors.Is(err, os.ErrClosed) {
+			t.Fatalf("WaitRead after Close = %v, want os.ErrClosed", err)
 		}
-		drain()
+	case <-time.After(5 * time.Second):
+		t.Fatal("WaitRead did not return after Close")
 	}
 }
