@@ -294,8 +294,5 @@ func (e *Engine) deliver(frames [][]byte) (closed bool) {
 	}
 	e.c.add(RxPackets, uint64(w))
 	e.c.add(RxBytes, bytes)
-	if err != nil && isClosed(err) {
-		return true
-	}
-	return e.pollTAP()
+	return err != nil && isClosed(err)
 }

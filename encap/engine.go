@@ -177,10 +177,8 @@ type Engine struct {
 	// tapMu serialises TAP writes: the receive loops (demultiplexers)
 	// write frames, the transmit loop writes ARP and ND answers.
 	tapMu sync.Mutex
-	// txMu serialises the transmit path (TAP reads, tx, the senders'
-	// WriteBatch) between the transmit loop and pollTAP, when the device
-	// is a tap.Poller (poller); tx is its scratch.
-	txMu   sync.Mutex
+	// poller is dev when it can poll (TryRead, WaitRead); tx is the
+	// transmit loop's scratch.
 	poller tap.Poller
 	tx     *txState
 }
@@ -323,9 +321,7 @@ func (b *txBatch) reset() {
 	b.seenOK, b.nowOK, b.tooBigNowOK = false, false, false
 }
 
-// txState is the transmit path's scratch, allocated once and used under
-// Engine.txMu: by the transmit loop, and by the receive loop when it reads
-// the TAP right after writing to it (Engine.pollTAP).
+// txState is the transmit loop's scratch, allocated once.
 type txState struct {
 	bufs  [][]byte
 	sizes []int
@@ -347,9 +343,10 @@ func (e *Engine) newTxState() *txState {
 }
 
 // transmitLoop reads frames from the TAP and sends them to the underlay.
-// On a device that can poll (tap.Poller) it waits for the TAP without
-// holding txMu, so that the receive loop may read it meanwhile (pollTAP);
-// otherwise it blocks in Read.
+// On a device that can poll (tap.Poller) it reads with TryRead, which
+// hands over the payloads of a super-frame's segments without a copy
+// (tails), and busy-polls when EngineConfig.BusyPoll says so; otherwise it
+// blocks in Read.
 func (e *Engine) transmitLoop() error {
 	if e.poller == nil {
 		for {
@@ -376,10 +373,8 @@ func (e *Engine) transmitLoop() error {
 	// calls it again when the TAP becomes readable.
 	try := func() bool {
 		for {
-			e.txMu.Lock()
 			n, drained, err := e.poller.TryRead(e.tx.bufs, e.tx.sizes, e.tx.tails, Headroom)
 			closed := e.send(n)
-			e.txMu.Unlock()
 			switch {
 			case closed || err != nil && isClosed(err):
 				stop = true
@@ -409,28 +404,9 @@ func (e *Engine) transmitLoop() error {
 	}
 }
 
-// pollTAP reads what the TAP holds and sends it, when the transmit path is
-// free: the receive loop calls it right after writing frames to the TAP,
-// because the kernel answers some of them (pings, TCP ACKs) before the
-// write returns. Sending the answer from here saves waking the transmit
-// loop, one of the four thread wake-ups of a round trip. At most one batch:
-// the transmit loop, woken anyway, takes the rest.
-func (e *Engine) pollTAP() (closed bool) {
-	if e.poller == nil || !e.txMu.TryLock() {
-		return false
-	}
-	defer e.txMu.Unlock()
-	n, _, err := e.poller.TryRead(e.tx.bufs, e.tx.sizes, e.tx.tails, Headroom)
-	if n > 0 {
-		e.c.add(TAPPolled, uint64(n))
-	}
-	return e.send(n) || err != nil && isClosed(err)
-}
-
-// send routes the n frames in e.tx.bufs (read at Headroom) and sends them,
-// and writes the replies they call for into the TAP. It reports whether a
-// socket or the TAP turned out closed. Called under txMu (or from the only
-// transmit goroutine, without a poller).
+// send routes the n frames in e.tx.bufs (read at Headroom, each followed by
+// its tail) and sends them, and writes the replies they call for into the
+// TAP. It reports whether a socket or the TAP turned out closed.
 func (e *Engine) send(n int) (closed bool) {
 	if n == 0 {
 		return false

@@ -34,7 +34,6 @@ const (
 	TooBig                          // ICMP too-big errors written into the TAP
 	PMTUProbes                      // path MTU probes received from members
 	PMTUAcks                        // acks to our path MTU probes received
-	TAPPolled                       // frames read from the TAP by the receive loop, right after writing
 
 	NumCounters
 )
@@ -63,7 +62,6 @@ var counterDescs = [NumCounters]Desc{
 	TooBig:           {"too_big", "ICMP errors (IPv4 fragmentation needed, IPv6 packet too big) written into the TAP to senders of frames too big for the underlay path (see drops too_big)."},
 	PMTUProbes:       {"pmtu_probes", "Path MTU probes received from members (answered by the agent, never written to the TAP)."},
 	PMTUAcks:         {"pmtu_acks", "Acks to this agent's path MTU probes received from members."},
-	TAPPolled:        {"tap_polled", "Frames read from the TAP (and sent) by a receive loop right after it wrote to the TAP, instead of by the transmit loop: answers the kernel queued before the write returned (pings, TCP ACKs)."},
 }
 
 // Desc returns the counter's declaration.

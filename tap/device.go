@@ -44,10 +44,9 @@ type Device interface {
 }
 
 // Poller is a Device whose Read can be split in two: a TryRead that never
-// blocks and a WaitRead that blocks between the caller's tries. A caller that
-// serialises its reads with a lock of its own can then read from more than
-// one goroutine (say, right after writing to the device, when a reply is
-// likely queued) without holding the lock while it waits.
+// blocks (and can hand over a frame's payload without copying it) and a
+// WaitRead that blocks between the caller's tries, so that the caller may
+// also keep trying for a while before it sleeps (busy-polling).
 type Poller interface {
 	// TryRead reads like Device.Read but returns at once, with n == 0
 	// when no frame is ready. drained reports that the device was found
