@@ -3,7 +3,10 @@ package encap
 // The forwarding engine moves frames between a TAP and the underlay.
 //
 // Transmit (TAP → underlay), one batch at a time:
-//  1. read a batch of frames from the TAP at offset Headroom;
+//  1. read a batch of frames from the TAP at offset Headroom; from a TAP
+//     with offloads (a tap.Poller) the segments of a super-frame come as
+//     their headers plus a tail, the payload left in the TAP's read buffer
+//     and sent from there (Message.Tail): no payload is copied;
 //  2. an ARP packet whose sender, an NS whose source or an NA whose target
 //     claims an address pinned to another node (EngineConfig.Pinned) is
 //     dropped and reported, nothing more;
@@ -350,8 +353,7 @@ func (e *Engine) newTxState() *txState {
 func (e *Engine) transmitLoop() error {
 	if e.poller == nil {
 		for {
-			n, err := e.dev.Read(e.tx.bufs, e.tx.sizes, Headroom)
-			clear(e.tx.tails[:n])
+			n, err := e.dev.Read(e.tx.bufs, e.tx.sizes, Headroom) // tails stay nil
 			if err != nil {
 				if isClosed(err) {
 					return nil
