@@ -36,7 +36,7 @@ func (d *delegate) NodeMeta(limit int) []byte {
 }
 
 // NotifyMsg handles a message from a peer (a broadcast): entries, a leave
-// intent or an extension's message. The decoders copy what they keep, so b
+// intent, a pull request or its answer (pull.go) or an extension's message. The decoders copy what they keep, so b
 // is not retained; an undecodable message is counted and dropped, and so is
 // the message of an extension this node does not run. It never waits on the
 // network.
@@ -53,6 +53,20 @@ func (d *delegate) NotifyMsg(b []byte) {
 			return
 		}
 		d.n.leaving(name, boot)
+	case t == msgPull:
+		name, boot, err := decodePull(b)
+		if err != nil {
+			d.n.stats.decodeErrors.Add(1)
+			return
+		}
+		d.n.answer(name, boot)
+	case t == msgAnswer:
+		recs, err := decodeAnswer(b)
+		if err != nil {
+			d.n.stats.decodeErrors.Add(1)
+			return
+		}
+		d.n.merge(recs, false) // not relayed: we asked, the others did not
 	case t >= MinExtensionType:
 		e := d.n.extension(t)
 		if e == nil {

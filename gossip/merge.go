@@ -149,6 +149,14 @@ func (n *Node) putLocked(r *record, now time.Time) {
 		delete(n.pending, pendingKey{r.key, r.owner})
 	}
 	n.applyLocked(r.key, old, n.winnerLocked(r.key))
+	if r.owner == n.name {
+		select { // our digest changed: Run's loop publishes it
+		case n.metaDirty <- struct{}{}:
+		default:
+		}
+	} else {
+		n.watchLocked(r.owner, now)
+	}
 }
 
 // effectiveLocked reports whether r may win its key: its owner is alive
@@ -255,10 +263,24 @@ func (n *Node) memberUpLocked(node *memberlist.Node) bool {
 	}
 	now := time.Now()
 	m := n.members[node.Name]
+	core := node.Meta
+	if md.hasDigest {
+		core = core[:len(core)-digestLen]
+	}
+	addr, _ := netip.AddrFromSlice(node.Addr)
+	if m != nil && m.alive && md.hasDigest && m.meta.hasDigest && string(m.core) == string(core) &&
+		m.addr == netip.AddrPortFrom(addr.Unmap(), node.Port) {
+		// Only the digest changed (the member's records did): nothing
+		// but the pulls cares. At scale this is most updates.
+		m.meta.digest = md.digest
+		n.watchLocked(node.Name, now)
+		return false
+	}
 	if m == nil {
 		m = &member{name: node.Name}
 		n.members[node.Name] = m
 	}
+	m.core = slices.Clone(core)
 	keys := n.affectedKeysLocked(node.Name)
 	keys = append(keys, n.pinnedKeysLocked(&md)...) // others' records for its pinned keys lose
 	olds := make([]*stored, len(keys))
@@ -266,7 +288,6 @@ func (n *Node) memberUpLocked(node *memberlist.Node) bool {
 		olds[i] = n.winnerLocked(k)
 	}
 
-	addr, _ := netip.AddrFromSlice(node.Addr)
 	m.addr = netip.AddrPortFrom(addr.Unmap(), node.Port)
 	if node.Name != n.name {
 		select {
@@ -309,6 +330,9 @@ func (n *Node) memberUpLocked(node *memberlist.Node) bool {
 		n.applyLocked(k, olds[i], n.winnerLocked(k))
 	}
 	n.setFloodLocked()
+	if md.hasDigest {
+		n.watchLocked(node.Name, now)
+	}
 	return true
 }
 

@@ -300,6 +300,7 @@ func (n *Node) SetPinnedAddrs(addrs []PinnedAddr) error {
 		return fmt.Errorf("gossip: %w: %d bytes with %d pinned addresses, more than %d", ErrMetaTooLarge, len(b), len(addrs), memberlist.MetaMaxSize)
 	}
 	n.self.addrs = addrs
+	b = n.encodeSelfLocked()
 	n.mu.Unlock()
 	n.metaMu.Lock()
 	n.meta = b
@@ -325,5 +326,5 @@ func MetaSize(vtep netip.Addr, vnis, macs int, addrs []netip.Addr, extensions in
 	for _, a := range addrs {
 		n += 4 + 1 + len(a.Unmap().AsSlice())
 	}
-	return n + 1 + extensions*(2+MaxExtensionMeta)
+	return n + 1 + extensions*(2+MaxExtensionMeta) + digestLen
 }
