@@ -277,10 +277,15 @@ type Node struct {
 	mu      sync.Mutex // guards the fields below; never held across network I/O or memberlist calls
 	store   *store
 	pending map[pendingKey]*stored
-	members map[string]*member
-	warned  map[string]time.Time  // rate limit for warnings, by subject
-	pins    map[pinKey]string     // keys pinned to the alive members (self included): by whom
-	pulls   map[string]*pullState // owners watched and pulled from (pull.go)
+	// pendingBy counts the pending records by owner, so that a join does
+	// not walk the pending set of the others' records.
+	pendingBy map[string]int
+	// floodVTEPs are the flood lists but the static peers, sorted, by VNI.
+	floodVTEPs map[fdb.VNI][]netip.AddrPort
+	members    map[string]*member
+	warned     map[string]time.Time  // rate limit for warnings, by subject
+	pins       map[pinKey]string     // keys pinned to the alive members (self included): by whom
+	pulls      map[string]*pullState // owners watched and pulled from (pull.go)
 	// answered, answerTokens and answerLast bound the answers to pulls.
 	answered     map[string]time.Time
 	answerTokens float64
@@ -447,6 +452,8 @@ func New(cfg Config) (*Node, error) {
 		tombstoneTTL: defaultTombstoneTTL,
 		store:        newStore(),
 		pending:      map[pendingKey]*stored{},
+		pendingBy:    map[string]int{},
+		floodVTEPs:   map[fdb.VNI][]netip.AddrPort{},
 		members:      map[string]*member{},
 		warned:       map[string]time.Time{},
 		refused:      map[string]string{},

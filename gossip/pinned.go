@@ -159,6 +159,29 @@ func (n *Node) rebuildPinsLocked() {
 	}
 }
 
+// addPinsLocked adds the pins of m, a member that came alive, to n.pins,
+// or rebuilds them all when one of its keys is pinned to another member (a
+// conflict: the rules of rebuildPinsLocked decide). Joins are frequent at
+// scale, and a rebuild walks every member.
+func (n *Node) addPinsLocked(m *member) {
+	keys := m.meta.pinKeys()
+	for _, k := range keys {
+		if owner, taken := n.pins[k]; taken && owner != m.name {
+			n.rebuildPinsLocked()
+			return
+		}
+	}
+	if n.pins == nil {
+		n.pins = map[pinKey]string{}
+	}
+	for _, k := range keys {
+		if n.pins[k] != m.name {
+			n.pins[k] = m.name
+			n.pinsChanged = true
+		}
+	}
+}
+
 // pinnedKeysLocked returns the record keys that md's pins cover in the VNIs
 // we serve, for the keys a member's join or update may change the winner of.
 func (n *Node) pinnedKeysLocked(md *meta) []key {
