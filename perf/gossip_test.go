@@ -92,7 +92,7 @@ func TestGossipEndpoints(t *testing.T) {
 		if i > 0 {
 			seeds = []string{gs[0].Addr().String()}
 		}
-		g, err := startNode(i, seeds, cfg)
+		g, err := startNode(i, seeds, cfg, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
