@@ -91,9 +91,12 @@ func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
 	return d.n.queue.GetBroadcasts(overhead, limit)
 }
 
-// LocalState returns every record of alive owners, and the extensions'
-// sections, for a push/pull.
-func (d *delegate) LocalState(join bool) []byte { return d.n.localState() }
+// LocalState returns, for a push/pull, the extensions' sections and the
+// records: for a join (the joiner's, or a settling sync or a pull by
+// push/pull), every record of alive owners; for memberlist's periodic
+// push/pull, only ours and those of owners without a digest (see
+// localState).
+func (d *delegate) LocalState(join bool) []byte { return d.n.localState(join) }
 
 // MergeRemoteState merges a peer's LocalState with the usual rules, and
 // hands each extension its section. The records are not broadcast again:

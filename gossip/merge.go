@@ -507,12 +507,20 @@ func (n *Node) gc(now time.Time) {
 // tombstones, for a push/pull: at most maxBatch of them (the store holds no
 // more, but for a few of our own tombstones), and the extensions' sections.
 // Dormant and pending records stay here: their owners are not members of
-// the cluster.
-func (n *Node) localState() []byte {
+// the cluster. Without join (memberlist's periodic push/pull) only our
+// records and those of owners without a digest (version 4 nodes) go: the
+// others' owners publish digests, and whoever lacks their records pulls
+// them (pull.go), so carrying every record of the cluster every period
+// (a megabyte at 1000 nodes of 10 endpoints) repairs nothing more. Joins
+// (a new node, a settling sync, a partition healing by rejoin) carry
+// everything: the joiner needs it, and the stale records a healed side
+// sends reach their owners, who answer them (authority).
+func (n *Node) localState(join bool) []byte {
 	n.mu.Lock()
 	recs := make([]record, 0, n.store.n)
 	for owner, byKey := range n.store.byOwner {
-		if m := n.members[owner]; owner != n.name && (m == nil || !m.alive) {
+		m := n.members[owner]
+		if owner != n.name && (m == nil || !m.alive || (!join && m.meta.hasDigest)) {
 			continue
 		}
 		for _, r := range byKey {

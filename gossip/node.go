@@ -18,7 +18,8 @@ package gossip
 // newer claim replaces an older one still queued; a node relays every record
 // that was new to it), and the whole set in memberlist's push/pulls: at
 // join, once more with a few random members when the join has settled (the
-// broadcasts sent while a node joins do not reach it), and periodically.
+// broadcasts sent while a node joins do not reach it), and periodically
+// (then only the node's own records: the digests below cover the others').
 // What a node still misses after that (a lost broadcast, one that came
 // before its owner was known) it pulls from the owner within seconds: every
 // node's metadata carries a digest of the records it owns, and a node that
