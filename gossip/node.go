@@ -134,8 +134,12 @@ const (
 	// once its join has settled: broadcasts sent while it was joining may
 	// have missed it (the senders did not know it yet), and its own may have
 	// missed members that joined at the same time. The sync repairs both
-	// long before the periodic push/pull (30s, times 3 for 100 nodes).
-	settlePeers = 3
+	// long before the periodic push/pull (30s, times 3 for 100 nodes). One:
+	// the entries are repaired by the digests and pulls anyway (pull.go);
+	// the sync is for the extensions' state (leases). Each sync carries the
+	// whole state both ways (a megabyte at 1000 nodes of 10 endpoints), and
+	// a cold start of N nodes makes N of them.
+	settlePeers = 1
 )
 
 // Config of a Node. Fields without a default are required unless they say
