@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"slices"
 	"sync/atomic"
 	"time"
 )
@@ -32,7 +33,7 @@ type stored struct {
 // and by owner (to act on a member's join or departure). It is not safe for
 // concurrent use; Node.mu guards it.
 type store struct {
-	byKey   map[key]map[string]*stored
+	byKey   map[key][]*stored // a key's records, one per owner: usually one (a slice is a tenth of a map's memory)
 	byOwner map[string]map[key]*stored
 	n       int
 	live    map[ownerKind]int // live records (not tombstones) by owner and kind: the quotas
@@ -75,7 +76,7 @@ type ownerKind struct {
 }
 
 func newStore() *store {
-	return &store{byKey: map[key]map[string]*stored{}, byOwner: map[string]map[key]*stored{}, live: map[ownerKind]int{},
+	return &store{byKey: map[key][]*stored{}, byOwner: map[string]map[key]*stored{}, live: map[ownerKind]int{},
 		digests: map[string]digest{}}
 }
 
@@ -100,22 +101,27 @@ func (s *store) countLive(r *stored, d int) {
 	}
 }
 
-func (s *store) get(k key, owner string) *stored { return s.byKey[k][owner] }
+func (s *store) get(k key, owner string) *stored {
+	for _, r := range s.byKey[k] {
+		if r.owner == owner {
+			return r
+		}
+	}
+	return nil
+}
 
 // put adds or replaces the (key, owner) record.
 func (s *store) put(r *stored) {
 	ko := s.byKey[r.key]
-	if ko == nil {
-		ko = map[string]*stored{}
-		s.byKey[r.key] = ko
-	}
-	if old, ok := ko[r.owner]; ok {
-		s.countLive(old, -1)
+	i := slices.IndexFunc(ko, func(o *stored) bool { return o.owner == r.owner })
+	if i >= 0 {
+		s.countLive(ko[i], -1)
+		ko[i] = r
 	} else {
 		s.n++
+		s.byKey[r.key] = append(ko, r)
 	}
 	s.countLive(r, 1)
-	ko[r.owner] = r
 	ok := s.byOwner[r.owner]
 	if ok == nil {
 		ok = map[key]*stored{}
@@ -126,15 +132,16 @@ func (s *store) put(r *stored) {
 
 func (s *store) del(k key, owner string) {
 	ko := s.byKey[k]
-	old, ok := ko[owner]
-	if !ok {
+	i := slices.IndexFunc(ko, func(o *stored) bool { return o.owner == owner })
+	if i < 0 {
 		return
 	}
-	s.countLive(old, -1)
+	s.countLive(ko[i], -1)
 	s.n--
-	delete(ko, owner)
-	if len(ko) == 0 {
+	if len(ko) == 1 {
 		delete(s.byKey, k)
+	} else {
+		s.byKey[k] = slices.Delete(slices.Clip(ko), i, i+1)
 	}
 	delete(s.byOwner[owner], k)
 	if len(s.byOwner[owner]) == 0 {
