@@ -224,7 +224,7 @@ type Config struct {
 	// MaxStreams bounds the inbound gossip TCP streams (push/pulls, joins,
 	// TCP pings) served at once, and MaxStreamsPerHost those from one
 	// address; others are closed at once (Stats.RefusedStreams). Defaults
-	// 4 and 2 (DefaultMaxStreams, DefaultMaxStreamsPerHost);
+	// 8 and 2 (DefaultMaxStreams, DefaultMaxStreamsPerHost);
 	// MaxStreamsPerHost is at most MaxStreams. See stream.go.
 	MaxStreams, MaxStreamsPerHost int
 	// MaxStreamBytes bounds what the inbound streams open at a time may

@@ -86,6 +86,14 @@ const (
 	answerBurst = 200
 	// maxAnswered bounds the requesters remembered for answerEvery.
 	maxAnswered = 4096
+	// maxQueued bounds the broadcasts queued: beyond it, those sent the
+	// most times are dropped (memberlist's Prune) every pullTick. In a
+	// cold start of 1000 nodes every node relays every record (21000 with
+	// 10 endpoints each), and each is to go out a dozen times or more: a
+	// queue that drains in minutes and holds megabytes per node, while the
+	// digests and pulls repair whatever a dropped broadcast would have
+	// brought. 4096 holds a node's own burst of endpoints (the quota).
+	maxQueued = 4096
 )
 
 // pullState is an owner watched or pulled from.
@@ -180,10 +188,11 @@ func (n *Node) duePullsLocked(now time.Time) []pullTarget {
 	return due
 }
 
-// pullMissing pulls from the owners whose records we lack (or hold
-// withdrawn); it does not block on the network but for a push/pull with an
+// pullMissing bounds the broadcast queue (maxQueued), and pulls from the
+// owners whose records we lack (or hold withdrawn); it does not block on the network but for a push/pull with an
 // owner of many records, which runs in its own goroutine, one at a time.
 func (n *Node) pullMissing() {
+	n.queue.Prune(maxQueued)
 	n.mu.Lock()
 	due := n.duePullsLocked(time.Now())
 	n.mu.Unlock()

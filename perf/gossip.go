@@ -457,12 +457,21 @@ func RunGossip(ctx context.Context, cfg GossipConfig) (rep *GossipReport, err er
 	complete := func(g *gnode) bool {
 		return g.fdb.Len() >= (cfg.Nodes-1)*(1+cfg.NodeEndpoints) && g.neigh.Len() >= (cfg.Nodes-1)*cfg.NodeEndpoints
 	}
-	if err := waitAllIndexed(ctx, scaled(formTimeout), nodes, formed); err != nil {
+	tick := time.Now()
+	report := func(what string) func(int) {
+		return func(held int) {
+			if time.Since(tick) >= 10*time.Second {
+				tick = time.Now()
+				say("%v: %d of %d nodes hold %s", sim(time.Since(start)).Round(time.Second), held, len(nodes), what)
+			}
+		}
+	}
+	if err := waitAllIndexed(ctx, scaled(formTimeout), nodes, formed, report("every TAP MAC")); err != nil {
 		return nil, fmt.Errorf("perf: gossip: cluster of %d not formed: %w", cfg.Nodes, err)
 	}
 	rep.FormSeconds = sim(time.Since(start)).Seconds()
 	say("cluster formed in %.2f s: every node holds the %d others' TAP MACs", rep.FormSeconds, cfg.Nodes-1)
-	if err := waitAll(ctx, scaled(formTimeout), nodes, complete); err != nil {
+	if err := waitAll(ctx, scaled(formTimeout), nodes, complete, report("every entry")); err != nil {
 		return nil, fmt.Errorf("perf: gossip: cold start of %d not complete: %w", cfg.Nodes, err)
 	}
 	cold := time.Since(start)
