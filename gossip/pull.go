@@ -71,8 +71,8 @@ const (
 const (
 	// maxPullsPerTick bounds the pulls a node starts per pullTick.
 	maxPullsPerTick = 8
-	// maxPullBackoffMult bounds the per-owner backoff, in pullTicks... in
-	// gossip intervals: 300 (a minute with the LAN timings).
+	// maxPullBackoffMult bounds the per-owner backoff, in gossip
+	// intervals: 300 (a minute with the LAN timings).
 	maxPullBackoffMult = 300
 	// answerBytes bounds one answer packet (a UDP packet, under memberlist's
 	// 1400-byte UDPBufferSize with its framing and encryption).

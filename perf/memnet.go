@@ -26,8 +26,10 @@ import (
 )
 
 // memPacketQueue is how many packets wait for a node's memberlist before
-// more are dropped (a socket's receive buffer).
-const memPacketQueue = 4096
+// more are dropped: about a loopback UDP socket's receive buffer (212992
+// bytes by default) of memberlist's packets of up to 1400 bytes. More would
+// let a thousand nodes that fall behind hold gigabytes of packets.
+const memPacketQueue = 160
 
 // memNetwork connects memTransports by address. Safe for concurrent use.
 type memNetwork struct {
