@@ -514,9 +514,12 @@ func TestConfigErrors(t *testing.T) {
 func TestIncompatibleNode(t *testing.T) {
 	a := start(t, testConfig(0, 0, nil))
 	b := start(t, testConfig(1, 0, nil)) // not joined yet
-	m := b.self
-	m.version = protoVersion + 1
-	b.meta = m.encode() // what b's NodeMeta returns from now on
+	b.mu.Lock()
+	b.self.version = protoVersion + 1
+	b.metaMu.Lock()
+	b.meta = b.encodeSelfLocked() // what b's NodeMeta returns from now on
+	b.metaMu.Unlock()
+	b.mu.Unlock()
 	if err := b.ml.UpdateNode(time.Second); err != nil {
 		t.Fatal(err)
 	}

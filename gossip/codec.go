@@ -176,11 +176,15 @@ func appendAddr(b []byte, a netip.Addr) []byte {
 
 // decodeEntries decodes a message made by appendEntries. The records own
 // their memory (nothing refers to b). Errors wrap errDecode.
-func decodeEntries(b []byte) ([]record, error) {
+func decodeEntries(b []byte) ([]record, error) { return decodeEntriesOf(b, msgEntries) }
+
+// decodeEntriesOf decodes entries under message type typ: msgEntries, or
+// msgAnswer (pull.go).
+func decodeEntriesOf(b []byte, typ byte) ([]record, error) {
 	if len(b) < 5 {
 		return nil, fmt.Errorf("%w: %w", errDecode, io.ErrUnexpectedEOF)
 	}
-	if b[0] != msgEntries {
+	if b[0] != typ {
 		return nil, fmt.Errorf("%w: unknown message type %d", errDecode, b[0])
 	}
 	n := binary.BigEndian.Uint32(b[1:5])
@@ -204,16 +208,25 @@ func decodeEntries(b []byte) ([]record, error) {
 // appendLeave appends a leave intent of the named node, in its run started
 // at boot.
 func appendLeave(b []byte, name string, boot uint64) []byte {
-	b = append(b, msgLeave)
+	return appendNamed(b, msgLeave, name, boot)
+}
+
+// appendNamed appends a message of type typ naming a node's run: a leave
+// intent or a pull request (pull.go).
+func appendNamed(b []byte, typ byte, name string, boot uint64) []byte {
+	b = append(b, typ)
 	b = binary.BigEndian.AppendUint64(b, boot)
 	b = append(b, byte(len(name)))
 	return append(b, name...)
 }
 
 // decodeLeave decodes a message made by appendLeave. Errors wrap errDecode.
-func decodeLeave(b []byte) (name string, boot uint64, err error) {
-	if len(b) == 0 || b[0] != msgLeave {
-		return "", 0, fmt.Errorf("%w: not a leave message", errDecode)
+func decodeLeave(b []byte) (name string, boot uint64, err error) { return decodeNamed(b, msgLeave) }
+
+// decodeNamed decodes a message made by appendNamed with type typ.
+func decodeNamed(b []byte, typ byte) (name string, boot uint64, err error) {
+	if len(b) == 0 || b[0] != typ {
+		return "", 0, fmt.Errorf("%w: not a message of type %d", errDecode, typ)
 	}
 	r := reader{b: b[1:]}
 	boot = r.u64()

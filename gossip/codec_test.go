@@ -127,10 +127,23 @@ func FuzzDecode(f *testing.F) {
 	}
 	f.Add([]byte{1, 0, 0, 0, 1, 1, 0, 0, 0, 0, 1})
 	f.Add(appendLeave(nil, "node-a", 12345))
+	f.Add(appendPull(nil, "node-a", 12345))
+	answer, _ := appendAnswer(sampleRecords(), answerBytes)
+	f.Add(answer)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if name, boot, err := decodeLeave(b); err == nil {
 			if enc := appendLeave(nil, name, boot); !bytes.Equal(enc, b) {
 				t.Fatalf("decodable leave message %x re-encodes to %x", b, enc)
+			}
+		}
+		if name, boot, err := decodePull(b); err == nil {
+			if enc := appendPull(nil, name, boot); !bytes.Equal(enc, b) {
+				t.Fatalf("decodable pull request %x re-encodes to %x", b, enc)
+			}
+		}
+		if recs, err := decodeAnswer(b); err == nil && len(recs) > 0 {
+			if enc, rest := appendAnswer(recs, len(b)); len(rest) != 0 || !bytes.Equal(enc, b) {
+				t.Fatalf("decodable answer %x re-encodes to %x (%d records left)", b, enc, len(rest))
 			}
 		}
 		recs, err := decodeEntries(b)
@@ -157,7 +170,7 @@ func sampleMeta() meta {
 func TestMetaRoundTrip(t *testing.T) {
 	m := sampleMeta()
 	b := m.encode()
-	if want := 1 + 8 + 1 + 4 + 2 + 6 + 1 + 3*4 + 1 + 1 + 1; len(b) != want {
+	if want := 1 + 8 + 1 + 4 + 2 + 6 + 1 + 3*4 + 1 + 1 + 1 + digestLen; len(b) != want {
 		t.Errorf("encoded length %d, want %d", len(b), want)
 	}
 	got, err := decodeMeta(b)
@@ -294,6 +307,12 @@ func FuzzDecodeMeta(f *testing.F) {
 	withPins.macs = []fdb.MAC{macA, {2, 0, 0, 0, 0, 2}}
 	withPins.addrs = []PinnedAddr{{VNI: 42, Addr: netip.MustParseAddr("10.42.0.1")}, {VNI: 1, Addr: netip.MustParseAddr("fd00::1")}}
 	f.Add(withPins.encode())
+	withDigest := withPins
+	withDigest.digest, withDigest.hasDigest = digest{count: 21, sum: 0xdeadbeefcafe}, true
+	f.Add(withDigest.encode())
+	v4 := withPins
+	v4.version = 4 // before the digest
+	f.Add(v4.encode())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := decodeMeta(b)
 		if err != nil {
@@ -304,7 +323,8 @@ func FuzzDecodeMeta(f *testing.F) {
 			t.Fatalf("re-encoded %+v does not decode: %v", m, err)
 		}
 		if again.boot != m.boot || again.vtep != m.vtep || again.mac != m.mac || !slices.Equal(again.vnis, m.vnis) ||
-			!reflect.DeepEqual(again.ext, m.ext) || !slices.Equal(again.macs, m.macs) || !slices.Equal(again.addrs, m.addrs) {
+			!reflect.DeepEqual(again.ext, m.ext) || !slices.Equal(again.macs, m.macs) || !slices.Equal(again.addrs, m.addrs) ||
+			again.digest != m.digest || again.hasDigest != m.hasDigest || again.version != m.version {
 			t.Fatalf("round trip changed the metadata: got %+v, want %+v", again, m)
 		}
 		if !bytes.Equal(m.encode(), b) {

@@ -36,7 +36,7 @@ func (d *delegate) NodeMeta(limit int) []byte {
 }
 
 // NotifyMsg handles a message from a peer (a broadcast): entries, a leave
-// intent or an extension's message. The decoders copy what they keep, so b
+// intent, a pull request or its answer (pull.go) or an extension's message. The decoders copy what they keep, so b
 // is not retained; an undecodable message is counted and dropped, and so is
 // the message of an extension this node does not run. It never waits on the
 // network.
@@ -53,6 +53,20 @@ func (d *delegate) NotifyMsg(b []byte) {
 			return
 		}
 		d.n.leaving(name, boot)
+	case t == msgPull:
+		name, boot, err := decodePull(b)
+		if err != nil {
+			d.n.stats.decodeErrors.Add(1)
+			return
+		}
+		d.n.answer(name, boot)
+	case t == msgAnswer:
+		recs, err := decodeAnswer(b)
+		if err != nil {
+			d.n.stats.decodeErrors.Add(1)
+			return
+		}
+		d.n.merge(recs, false) // not relayed: we asked, the others did not
 	case t >= MinExtensionType:
 		e := d.n.extension(t)
 		if e == nil {
@@ -77,9 +91,12 @@ func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
 	return d.n.queue.GetBroadcasts(overhead, limit)
 }
 
-// LocalState returns every record of alive owners, and the extensions'
-// sections, for a push/pull.
-func (d *delegate) LocalState(join bool) []byte { return d.n.localState() }
+// LocalState returns, for a push/pull, the extensions' sections and the
+// records: for a join (the joiner's, or a settling sync or a pull by
+// push/pull), every record of alive owners; for memberlist's periodic
+// push/pull, only ours and those of owners without a digest (see
+// localState).
+func (d *delegate) LocalState(join bool) []byte { return d.n.localState(join) }
 
 // MergeRemoteState merges a peer's LocalState with the usual rules, and
 // hands each extension its section. The records are not broadcast again:

@@ -95,6 +95,17 @@ func (n *Node) admissibleLocked(r *record, m *member) bool {
 	return true
 }
 
+// dropPendingLocked removes a pending record.
+func (n *Node) dropPendingLocked(pk pendingKey) {
+	if _, ok := n.pending[pk]; !ok {
+		return
+	}
+	delete(n.pending, pk)
+	if n.pendingBy[pk.owner]--; n.pendingBy[pk.owner] <= 0 {
+		delete(n.pendingBy, pk.owner)
+	}
+}
+
 // holdLocked keeps a record whose owner is not an alive member in the
 // pending set.
 func (n *Node) holdLocked(r *record, now time.Time) {
@@ -107,6 +118,8 @@ func (n *Node) holdLocked(r *record, now time.Time) {
 	} else if len(n.pending) >= maxPending {
 		n.stats.unknownOwner.Add(1)
 		return
+	} else {
+		n.pendingBy[r.owner]++
 	}
 	n.pending[pk] = &stored{*r, now}
 }
@@ -146,9 +159,17 @@ func (n *Node) putLocked(r *record, now time.Time) {
 	old := n.winnerLocked(r.key)
 	n.store.put(&stored{*r, now})
 	if p := n.pending[pendingKey{r.key, r.owner}]; p != nil && !p.newer(r) {
-		delete(n.pending, pendingKey{r.key, r.owner})
+		n.dropPendingLocked(pendingKey{r.key, r.owner})
 	}
 	n.applyLocked(r.key, old, n.winnerLocked(r.key))
+	if r.owner == n.name {
+		select { // our digest changed: Run's loop publishes it
+		case n.metaDirty <- struct{}{}:
+		default:
+		}
+	} else {
+		n.watchLocked(r.owner, now)
+	}
 }
 
 // effectiveLocked reports whether r may win its key: its owner is alive
@@ -255,10 +276,24 @@ func (n *Node) memberUpLocked(node *memberlist.Node) bool {
 	}
 	now := time.Now()
 	m := n.members[node.Name]
+	core := node.Meta
+	if md.hasDigest {
+		core = core[:len(core)-digestLen]
+	}
+	addr, _ := netip.AddrFromSlice(node.Addr)
+	if m != nil && m.alive && md.hasDigest && m.meta.hasDigest && string(m.core) == string(core) &&
+		m.addr == netip.AddrPortFrom(addr.Unmap(), node.Port) {
+		// Only the digest changed (the member's records did): nothing
+		// but the pulls cares. At scale this is most updates.
+		m.meta.digest = md.digest
+		n.watchLocked(node.Name, now)
+		return false
+	}
 	if m == nil {
 		m = &member{name: node.Name}
 		n.members[node.Name] = m
 	}
+	m.core = slices.Clone(core)
 	keys := n.affectedKeysLocked(node.Name)
 	keys = append(keys, n.pinnedKeysLocked(&md)...) // others' records for its pinned keys lose
 	olds := make([]*stored, len(keys))
@@ -266,7 +301,6 @@ func (n *Node) memberUpLocked(node *memberlist.Node) bool {
 		olds[i] = n.winnerLocked(k)
 	}
 
-	addr, _ := netip.AddrFromSlice(node.Addr)
 	m.addr = netip.AddrPortFrom(addr.Unmap(), node.Port)
 	if node.Name != n.name {
 		select {
@@ -274,6 +308,7 @@ func (n *Node) memberUpLocked(node *memberlist.Node) bool {
 		default:
 		}
 	}
+	wasAlive, oldMeta := m.alive, m.meta
 	if !m.alive {
 		m.alive, m.leaving, m.left, m.since = true, false, false, now
 	}
@@ -285,13 +320,21 @@ func (n *Node) memberUpLocked(node *memberlist.Node) bool {
 		}
 	}
 	m.meta = md
-	n.rebuildPinsLocked()
+	switch {
+	case !wasAlive:
+		n.addPinsLocked(m)
+	case !slices.Equal(oldMeta.macs, md.macs) || !slices.Equal(oldMeta.addrs, md.addrs):
+		n.rebuildPinsLocked()
+	}
 	// Records that waited for this owner.
 	for pk, p := range n.pending {
+		if n.pendingBy[node.Name] == 0 {
+			break
+		}
 		if pk.owner != node.Name {
 			continue
 		}
-		delete(n.pending, pk)
+		n.dropPendingLocked(pk)
 		cur := n.store.get(p.key, p.owner)
 		switch {
 		case cur != nil && !p.newer(&cur.record):
@@ -308,7 +351,15 @@ func (n *Node) memberUpLocked(node *memberlist.Node) bool {
 	for i, k := range keys {
 		n.applyLocked(k, olds[i], n.winnerLocked(k))
 	}
-	n.setFloodLocked()
+	switch {
+	case !wasAlive && m.name != n.name:
+		n.floodAddLocked(m)
+	case m.name == n.name || oldMeta.vtep != md.vtep || !slices.Equal(oldMeta.vnis, md.vnis):
+		n.setFloodLocked()
+	}
+	if md.hasDigest {
+		n.watchLocked(node.Name, now)
+	}
 	return true
 }
 
@@ -329,7 +380,7 @@ func (n *Node) memberDownLocked(name string) bool {
 	for i, k := range keys {
 		n.applyLocked(k, olds[i], n.winnerLocked(k))
 	}
-	n.setFloodLocked()
+	n.floodDelLocked(m)
 	return true
 }
 
@@ -353,6 +404,9 @@ func (n *Node) leaving(name string, boot uint64) {
 // records.
 func (n *Node) affectedKeysLocked(owner string) []key {
 	keys := n.store.keysOf(owner)
+	if n.pendingBy[owner] == 0 {
+		return keys
+	}
 	for pk := range n.pending {
 		if pk.owner == owner && n.store.get(pk.key, owner) == nil {
 			keys = append(keys, pk.key)
@@ -362,7 +416,9 @@ func (n *Node) affectedKeysLocked(owner string) []key {
 }
 
 // setFloodLocked sets the flood list of every served VNI: the static peers,
-// then the VTEPs of the alive members serving it, sorted.
+// then the VTEPs of the alive members serving it, sorted. It walks every
+// member: joins and departures, frequent at scale, use floodAddLocked and
+// floodDelLocked instead.
 func (n *Node) setFloodLocked() {
 	alive := 1 // self
 	for _, m := range n.members {
@@ -379,8 +435,40 @@ func (n *Node) setFloodLocked() {
 			}
 		}
 		slices.SortFunc(vteps, netip.AddrPort.Compare)
-		n.cfg.FDB.SetFlood(vni, append(slices.Clone(n.cfg.StaticPeers), vteps...))
+		n.floodVTEPs[vni] = vteps
+		n.publishFloodLocked(vni)
 	}
+}
+
+// floodAddLocked adds m, another member that came alive, to the flood lists.
+func (n *Node) floodAddLocked(m *member) {
+	n.numAlive.Add(1)
+	for _, vni := range n.self.vnis {
+		if m.meta.serves(vni) && m.meta.vtep != n.self.vtep {
+			vteps := n.floodVTEPs[vni]
+			i, _ := slices.BinarySearchFunc(vteps, m.meta.vtep, netip.AddrPort.Compare)
+			n.floodVTEPs[vni] = slices.Insert(vteps, i, m.meta.vtep)
+			n.publishFloodLocked(vni)
+		}
+	}
+}
+
+// floodDelLocked takes m, another member that went down, out of the flood
+// lists.
+func (n *Node) floodDelLocked(m *member) {
+	n.numAlive.Add(-1)
+	for _, vni := range n.self.vnis {
+		vteps := n.floodVTEPs[vni]
+		if i, ok := slices.BinarySearchFunc(vteps, m.meta.vtep, netip.AddrPort.Compare); ok {
+			n.floodVTEPs[vni] = slices.Delete(vteps, i, i+1)
+			n.publishFloodLocked(vni)
+		}
+	}
+}
+
+// publishFloodLocked sets vni's flood list in the table.
+func (n *Node) publishFloodLocked(vni fdb.VNI) {
+	n.cfg.FDB.SetFlood(vni, append(slices.Clone(n.cfg.StaticPeers), n.floodVTEPs[vni]...))
 }
 
 // gc drops tombstones, and the records of members departed, older than
@@ -404,7 +492,7 @@ func (n *Node) gc(now time.Time) {
 	}
 	for pk, p := range n.pending {
 		if now.Sub(p.at) > pendingTTL {
-			delete(n.pending, pk)
+			n.dropPendingLocked(pk)
 			n.stats.unknownOwner.Add(1)
 		}
 	}
@@ -419,12 +507,20 @@ func (n *Node) gc(now time.Time) {
 // tombstones, for a push/pull: at most maxBatch of them (the store holds no
 // more, but for a few of our own tombstones), and the extensions' sections.
 // Dormant and pending records stay here: their owners are not members of
-// the cluster.
-func (n *Node) localState() []byte {
+// the cluster. Without join (memberlist's periodic push/pull) only our
+// records and those of owners without a digest (version 4 nodes) go: the
+// others' owners publish digests, and whoever lacks their records pulls
+// them (pull.go), so carrying every record of the cluster every period
+// (a megabyte at 1000 nodes of 10 endpoints) repairs nothing more. Joins
+// (a new node, a settling sync, a partition healing by rejoin) carry
+// everything: the joiner needs it, and the stale records a healed side
+// sends reach their owners, who answer them (authority).
+func (n *Node) localState(join bool) []byte {
 	n.mu.Lock()
 	recs := make([]record, 0, n.store.n)
 	for owner, byKey := range n.store.byOwner {
-		if m := n.members[owner]; owner != n.name && (m == nil || !m.alive) {
+		m := n.members[owner]
+		if owner != n.name && (m == nil || !m.alive || (!join && m.meta.hasDigest)) {
 			continue
 		}
 		for _, r := range byKey {

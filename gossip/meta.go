@@ -20,6 +20,7 @@ import (
 //	| pinned MAC count (1) | MAC (6) × count
 //	| pinned address count (1) | (VNI (4) | address length (1) = 4 or 16 | address) × count
 //	| section count (1) | (extension type (1) | length (1) | data) × count
+//	| digest: live record count (4) | record hash sum (8)       (version 5 on)
 //
 // version is protoVersion; a node speaking another version is refused before
 // anything else is read, since the rest may mean something else to it. boot
@@ -33,12 +34,28 @@ import (
 // (Extension.Meta, at most MaxExtensionMeta bytes each), in increasing order
 // of type; a node refuses a peer whose sections its extensions refuse, or
 // that has a section of an extension it does not run.
+//
+// The digest (version 5) summarizes the records the node owns: how many are
+// live, and the sum (mod 2^64) of their hashes (recordHash). A node that
+// holds another digest for that owner lacks something, or holds what the
+// owner withdrew: it pulls the owner's records (pull.go). Version 4
+// metadata, of nodes built before the digest, decodes without one (hasDigest
+// false): such a node is a member like any other, only never pulled from.
 
 // protoVersion is the version of the gossip protocol (entry messages,
 // push/pull states and metadata) this package speaks. Nodes speaking another
 // one are refused. Version 3: extensions (sections in states and metadata).
-// Version 4: pinned keys in the metadata.
-const protoVersion = 4
+// Version 4: pinned keys in the metadata. Version 5: the digest in the
+// metadata, and the pull messages (pull.go); the entry and state formats
+// are version 4's, so version 4 metadata is accepted (minProtoVersion),
+// while a version 4 node refuses ours.
+const (
+	protoVersion    = 5
+	minProtoVersion = 4
+)
+
+// digestLen is the digest's size in the metadata.
+const digestLen = 4 + 8
 
 // maxVNIs bounds Config.VNIs, so that the metadata always fits.
 const maxVNIs = 64
@@ -57,6 +74,10 @@ type meta struct {
 	macs    []fdb.MAC    // pinned MACs
 	addrs   []PinnedAddr // pinned addresses
 	ext     []section    // extensions' metadata, by increasing type
+	// digest of the node's own live records; hasDigest is false for
+	// version 4 metadata, which has none.
+	digest    digest
+	hasDigest bool
 }
 
 // section returns the metadata of extension t, or nil.
@@ -96,17 +117,21 @@ func (m meta) encode() []byte {
 		b = append(b, s.typ, byte(len(s.data)))
 		b = append(b, s.data...)
 	}
+	if m.version >= 5 {
+		b = binary.BigEndian.AppendUint32(b, m.digest.count)
+		b = binary.BigEndian.AppendUint64(b, m.digest.sum)
+	}
 	return b
 }
 
 // decodeMeta decodes and checks a node's metadata. A version other than
-// protoVersion is an error wrapping errIncompatible.
+// minProtoVersion to protoVersion is an error wrapping errIncompatible.
 func decodeMeta(b []byte) (meta, error) {
 	var m meta
 	if len(b) == 0 {
 		return m, fmt.Errorf("no node metadata (not a uvxlan node?): %w", io.ErrUnexpectedEOF)
 	}
-	if b[0] != protoVersion {
+	if b[0] < minProtoVersion || b[0] > protoVersion {
 		return m, fmt.Errorf("%w: it speaks version %d, we speak %d", errIncompatible, b[0], protoVersion)
 	}
 	r := reader{b: b[1:]}
@@ -144,6 +169,9 @@ func decodeMeta(b []byte) (meta, error) {
 			return meta{}, fmt.Errorf("bad node metadata: extension section of type %d, %d bytes", t, len(data))
 		}
 		m.ext = append(m.ext, section{typ: t, data: data})
+	}
+	if m.version >= 5 {
+		m.digest.count, m.digest.sum, m.hasDigest = r.u32(), r.u64(), true
 	}
 	if r.err != nil {
 		return meta{}, fmt.Errorf("bad node metadata: %w", r.err)

@@ -18,8 +18,13 @@ package gossip
 // newer claim replaces an older one still queued; a node relays every record
 // that was new to it), and the whole set in memberlist's push/pulls: at
 // join, once more with a few random members when the join has settled (the
-// broadcasts sent while a node joins do not reach it), and periodically,
-// which repairs whatever a lost broadcast missed.
+// broadcasts sent while a node joins do not reach it), and periodically
+// (then only the node's own records: the digests below cover the others').
+// What a node still misses after that (a lost broadcast, one that came
+// before its owner was known) it pulls from the owner within seconds: every
+// node's metadata carries a digest of the records it owns, and a node that
+// holds a different digest for an owner asks it for its records (pull.go),
+// instead of waiting for the periodic push/pull (minutes at scale).
 //
 // Who may announce what. Only the owner creates or changes its records;
 // everyone else relays them unchanged. An FDB record must name its owner's
@@ -129,8 +134,12 @@ const (
 	// once its join has settled: broadcasts sent while it was joining may
 	// have missed it (the senders did not know it yet), and its own may have
 	// missed members that joined at the same time. The sync repairs both
-	// long before the periodic push/pull (30s, times 3 for 100 nodes).
-	settlePeers = 3
+	// long before the periodic push/pull (30s, times 3 for 100 nodes). One:
+	// the entries are repaired by the digests and pulls anyway (pull.go);
+	// the sync is for the extensions' state (leases). Each sync carries the
+	// whole state both ways (a megabyte at 1000 nodes of 10 endpoints), and
+	// a cold start of N nodes makes N of them.
+	settlePeers = 1
 )
 
 // Config of a Node. Fields without a default are required unless they say
@@ -215,7 +224,7 @@ type Config struct {
 	// MaxStreams bounds the inbound gossip TCP streams (push/pulls, joins,
 	// TCP pings) served at once, and MaxStreamsPerHost those from one
 	// address; others are closed at once (Stats.RefusedStreams). Defaults
-	// 4 and 2 (DefaultMaxStreams, DefaultMaxStreamsPerHost);
+	// 8 and 2 (DefaultMaxStreams, DefaultMaxStreamsPerHost);
 	// MaxStreamsPerHost is at most MaxStreams. See stream.go.
 	MaxStreams, MaxStreamsPerHost int
 	// MaxStreamBytes bounds what the inbound streams open at a time may
@@ -259,13 +268,33 @@ type Node struct {
 	// broadcasts of the join to have gone around.
 	settleDelay time.Duration
 	numAlive    atomic.Int32 // alive members, self included: the queue's NumNodes
+	// pt are the timings of pulls and metadata updates (pull.go).
+	pt pullTimings
+	// metaDirty signals (coalesced) that our own records changed, so our
+	// metadata's digest is to be published (Run's loop does, at most every
+	// pt.metaEvery); metaBusy: an UpdateNode is under way.
+	metaDirty chan struct{}
+	metaBusy  atomic.Bool
+	// pushPulling: a pull by push/pull (an owner of many records) is under
+	// way.
+	pushPulling atomic.Bool
 
 	mu      sync.Mutex // guards the fields below; never held across network I/O or memberlist calls
 	store   *store
 	pending map[pendingKey]*stored
-	members map[string]*member
-	warned  map[string]time.Time // rate limit for warnings, by subject
-	pins    map[pinKey]string    // keys pinned to the alive members (self included): by whom
+	// pendingBy counts the pending records by owner, so that a join does
+	// not walk the pending set of the others' records.
+	pendingBy map[string]int
+	// floodVTEPs are the flood lists but the static peers, sorted, by VNI.
+	floodVTEPs map[fdb.VNI][]netip.AddrPort
+	members    map[string]*member
+	warned     map[string]time.Time  // rate limit for warnings, by subject
+	pins       map[pinKey]string     // keys pinned to the alive members (self included): by whom
+	pulls      map[string]*pullState // owners watched and pulled from (pull.go)
+	// answered, answerTokens and answerLast bound the answers to pulls.
+	answered     map[string]time.Time
+	answerTokens float64
+	answerLast   time.Time
 	// pinsChanged: pins changed since the last publishPins.
 	pinsChanged bool
 
@@ -300,9 +329,10 @@ type member struct {
 	name    string
 	addr    netip.AddrPort // gossip address
 	meta    meta
-	alive   bool // alive or suspect: memberlist has not declared it dead or left
-	leaving bool // it told us it is leaving (msgLeave)
-	left    bool // when not alive: it left (rather than failed)
+	core    []byte // its encoded metadata but the digest: what a digest-only update leaves alone
+	alive   bool   // alive or suspect: memberlist has not declared it dead or left
+	leaving bool   // it told us it is leaving (msgLeave)
+	left    bool   // when not alive: it left (rather than failed)
 	since   time.Time
 }
 
@@ -389,6 +419,14 @@ type Stats struct {
 	// Config.MaxStreamBytes (together with the others open) or lasting
 	// longer than Config.StreamTimeout.
 	CutStreams uint64 `json:"cut_streams"`
+	// Pulls counts pull requests sent to owners whose records we lacked
+	// (or held withdrawn), and pushes/pulls with owners of many records;
+	// Answers the answers we sent to others' pulls, and RefusedPulls the
+	// pull requests we did not answer (the bounds, or not from an alive
+	// member). See pull.go.
+	Pulls        uint64 `json:"pulls"`
+	Answers      uint64 `json:"pull_answers"`
+	RefusedPulls uint64 `json:"refused_pulls"`
 	// Pending is the number of records now held for owners that are not
 	// alive members.
 	Pending uint64 `json:"pending" metric:"gauge"`
@@ -402,6 +440,7 @@ type counters struct {
 	withdrawn, outranked, tableErrors, reannounced, refused, unknownExtension, quota atomic.Uint64
 	rejectedPinned, refusedPinned atomic.Uint64 // see pinned.go
 	refusedStreams, cutStreams    atomic.Uint64 // see stream.go
+	pulls, answers, pullsRefused  atomic.Uint64 // see pull.go
 }
 
 // New checks cfg, binds the gossip sockets (memberlist starts) and
@@ -418,6 +457,8 @@ func New(cfg Config) (*Node, error) {
 		tombstoneTTL: defaultTombstoneTTL,
 		store:        newStore(),
 		pending:      map[pendingKey]*stored{},
+		pendingBy:    map[string]int{},
+		floodVTEPs:   map[fdb.VNI][]netip.AddrPort{},
 		members:      map[string]*member{},
 		warned:       map[string]time.Time{},
 		refused:      map[string]string{},
@@ -425,6 +466,9 @@ func New(cfg Config) (*Node, error) {
 		failed:       make(chan struct{}),
 		memberSeen:   make(chan struct{}, 1),
 		joinedCh:     make(chan struct{}),
+		metaDirty:    make(chan struct{}, 1),
+		pulls:        map[string]*pullState{},
+		answered:     map[string]time.Time{},
 	}
 	n.self = meta{version: protoVersion, boot: n.clock.next(), vtep: cfg.VTEP, mac: cfg.MAC, vnis: slices.Clone(cfg.VNIs),
 		macs: cfg.PinnedMACs, addrs: cfg.PinnedAddrs}
@@ -458,6 +502,7 @@ func New(cfg Config) (*Node, error) {
 		shutTransport = func() { tr.Shutdown() }
 	}
 	n.settleDelay = 20 * mc.GossipInterval
+	n.pt = newPullTimings(mc.GossipInterval)
 	n.queue = &memberlist.TransmitLimitedQueue{
 		NumNodes:       func() int { return max(1, int(n.numAlive.Load())) },
 		RetransmitMult: mc.RetransmitMult,
@@ -473,7 +518,18 @@ func New(cfg Config) (*Node, error) {
 		shutTransport()
 		return nil, fmt.Errorf("gossip: %w", err)
 	}
-	n.meta = n.self.encode()
+	// Our TAP MAC is in our first metadata's digest.
+	if !cfg.MAC.IsZero() {
+		for _, vni := range cfg.VNIs {
+			if err := n.AnnounceMAC(vni, cfg.MAC); err != nil {
+				shutTransport()
+				return nil, err
+			}
+		}
+	}
+	n.mu.Lock()
+	n.meta = n.encodeSelfLocked()
+	n.mu.Unlock()
 	if len(n.meta) > memberlist.MetaMaxSize {
 		shutTransport()
 		return nil, fmt.Errorf("gossip: %w: %d bytes (%d VNIs, %d pinned MACs, %d pinned addresses), more than %d",
@@ -491,15 +547,41 @@ func New(cfg Config) (*Node, error) {
 		n.ml = ml
 		n.addr = netip.AddrPortFrom(cfg.BindAddr, ml.LocalNode().Port)
 	}
-	if !cfg.MAC.IsZero() {
-		for _, vni := range cfg.VNIs {
-			if err := n.AnnounceMAC(vni, cfg.MAC); err != nil {
-				n.shutdown(false)
-				return nil, err
-			}
-		}
-	}
 	return n, nil
+}
+
+// encodeSelfLocked encodes our metadata with the digest of our records.
+func (n *Node) encodeSelfLocked() []byte {
+	n.self.digest, n.self.hasDigest = n.store.digest(n.name), true
+	return n.self.encode()
+}
+
+// publishMeta re-encodes our metadata with the digest of our records and,
+// if it changed, tells the cluster (memberlist's UpdateNode, in the
+// background, one at a time). It reports whether it is done: false when an
+// update is still under way, so the caller tries again later.
+func (n *Node) publishMeta() bool {
+	if !n.metaBusy.CompareAndSwap(false, true) {
+		return false
+	}
+	n.mu.Lock()
+	b := n.encodeSelfLocked()
+	n.mu.Unlock()
+	n.metaMu.Lock()
+	same := string(b) == string(n.meta)
+	n.meta = b
+	n.metaMu.Unlock()
+	if same || n.ml == nil {
+		n.metaBusy.Store(false)
+		return true
+	}
+	go func() {
+		defer n.metaBusy.Store(false)
+		if err := n.ml.UpdateNode(5 * time.Second); err != nil {
+			n.log.Debug("publish metadata", "err", err)
+		}
+	}()
+	return true
 }
 
 // Encrypted reports whether gossip is encrypted (Config.SecretKeys).
@@ -729,9 +811,16 @@ func (n *Node) loop(ctx context.Context) {
 	if len(seeds) == 0 {
 		n.setJoined()
 	}
+	pull := time.NewTicker(n.pt.tick)
+	defer pull.Stop()
+	metaTimer := time.NewTimer(n.pt.metaEvery) // publishes the digest; armed by metaDirty
+	metaTimer.Stop()
+	defer metaTimer.Stop()
+	metaArmed := false
 	if n.ml == nil { // offline: nobody to join, sync or settle with
 		join.Stop()
 		rejoin.Stop()
+		pull.Stop()
 	}
 	for {
 		select {
@@ -741,6 +830,17 @@ func (n *Node) loop(ctx context.Context) {
 			return
 		case <-gc.C:
 			n.gc(time.Now())
+		case <-pull.C:
+			n.pullMissing()
+		case <-n.metaDirty:
+			if !metaArmed { // at most one update per pt.metaEvery
+				metaArmed = true
+				metaTimer.Reset(n.pt.metaEvery)
+			}
+		case <-metaTimer.C:
+			if metaArmed = !n.publishMeta(); metaArmed {
+				metaTimer.Reset(n.pt.metaEvery)
+			}
 		case <-join.C:
 			cnt, err := n.ml.Join(seeds)
 			select {
@@ -765,7 +865,10 @@ func (n *Node) loop(ctx context.Context) {
 				return
 			}
 			n.log.Info("could not join any seed; retrying", "seeds", seeds, "err", err, "retry_in", backoff)
-			join.Reset(backoff)
+			// Jittered, so that the nodes of a cold start refused by a
+			// busy seed (its inbound streams are bounded) do not come back
+			// together.
+			join.Reset(backoff/2 + rand.N(backoff))
 			backoff = min(2*backoff, joinBackoffMax)
 		case <-n.memberSeen:
 			if !n.joined.Load() {
@@ -1008,6 +1111,9 @@ func (n *Node) Stats() Stats {
 		RejectedQuota:        n.stats.quota.Load(),
 		RefusedStreams:       n.stats.refusedStreams.Load(),
 		CutStreams:           n.stats.cutStreams.Load(),
+		Pulls:                n.stats.pulls.Load(),
+		Answers:              n.stats.answers.Load(),
+		RefusedPulls:         n.stats.pullsRefused.Load(),
 	}
 	n.mu.Lock()
 	s.Pending, s.Records = uint64(len(n.pending)), uint64(n.store.n)

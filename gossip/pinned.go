@@ -159,6 +159,29 @@ func (n *Node) rebuildPinsLocked() {
 	}
 }
 
+// addPinsLocked adds the pins of m, a member that came alive, to n.pins,
+// or rebuilds them all when one of its keys is pinned to another member (a
+// conflict: the rules of rebuildPinsLocked decide). Joins are frequent at
+// scale, and a rebuild walks every member.
+func (n *Node) addPinsLocked(m *member) {
+	keys := m.meta.pinKeys()
+	for _, k := range keys {
+		if owner, taken := n.pins[k]; taken && owner != m.name {
+			n.rebuildPinsLocked()
+			return
+		}
+	}
+	if n.pins == nil {
+		n.pins = map[pinKey]string{}
+	}
+	for _, k := range keys {
+		if n.pins[k] != m.name {
+			n.pins[k] = m.name
+			n.pinsChanged = true
+		}
+	}
+}
+
 // pinnedKeysLocked returns the record keys that md's pins cover in the VNIs
 // we serve, for the keys a member's join or update may change the winner of.
 func (n *Node) pinnedKeysLocked(md *meta) []key {
@@ -300,6 +323,7 @@ func (n *Node) SetPinnedAddrs(addrs []PinnedAddr) error {
 		return fmt.Errorf("gossip: %w: %d bytes with %d pinned addresses, more than %d", ErrMetaTooLarge, len(b), len(addrs), memberlist.MetaMaxSize)
 	}
 	n.self.addrs = addrs
+	b = n.encodeSelfLocked()
 	n.mu.Unlock()
 	n.metaMu.Lock()
 	n.meta = b
@@ -325,5 +349,5 @@ func MetaSize(vtep netip.Addr, vnis, macs int, addrs []netip.Addr, extensions in
 	for _, a := range addrs {
 		n += 4 + 1 + len(a.Unmap().AsSlice())
 	}
-	return n + 1 + extensions*(2+MaxExtensionMeta)
+	return n + 1 + extensions*(2+MaxExtensionMeta) + digestLen
 }

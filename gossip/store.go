@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"slices"
 	"sync/atomic"
 	"time"
 )
@@ -32,10 +33,40 @@ type stored struct {
 // and by owner (to act on a member's join or departure). It is not safe for
 // concurrent use; Node.mu guards it.
 type store struct {
-	byKey   map[key]map[string]*stored
+	byKey   map[key][]*stored // a key's records, one per owner: usually one (a slice is a tenth of a map's memory)
 	byOwner map[string]map[key]*stored
 	n       int
 	live    map[ownerKind]int // live records (not tombstones) by owner and kind: the quotas
+	digests map[string]digest // of the live records, by owner (see digest)
+}
+
+// digest summarizes an owner's live records (tombstones do not count): how
+// many, and the sum of their hashes (recordHash), mod 2^64. Both are
+// independent of order and updated as records come and go, so an owner's
+// digest of its own records (in its metadata, meta.go) and another node's
+// digest of what it holds of them are equal exactly when they hold the same
+// live records, but for hash collisions. The zero digest is no records.
+type digest struct {
+	count uint32
+	sum   uint64
+}
+
+// add adds (d = 1) or removes (d = -1) a record of hash h.
+func (g *digest) add(h uint64, d int) {
+	g.count += uint32(d)
+	g.sum += uint64(d) * h
+}
+
+// recordHash is the 64-bit FNV-1a hash of r's encoding (appendRecord): its
+// key, owner, version, flags and value. It is the same on every node.
+func recordHash(r *record) uint64 {
+	var buf [2 * maxNameLen]byte // a record with the longest name is under 200 bytes
+	h := uint64(14695981039346656037)
+	for _, c := range appendRecord(buf[:0], r) {
+		h ^= uint64(c)
+		h *= 1099511628211
+	}
+	return h
 }
 
 // ownerKind counts an owner's records of one kind.
@@ -45,10 +76,15 @@ type ownerKind struct {
 }
 
 func newStore() *store {
-	return &store{byKey: map[key]map[string]*stored{}, byOwner: map[string]map[key]*stored{}, live: map[ownerKind]int{}}
+	return &store{byKey: map[key][]*stored{}, byOwner: map[string]map[key]*stored{}, live: map[ownerKind]int{},
+		digests: map[string]digest{}}
 }
 
-// countLive adds d to the live count of r's owner and kind if r is live.
+// digest returns the digest of the owner's live records held.
+func (s *store) digest(owner string) digest { return s.digests[owner] }
+
+// countLive adds d to the live count of r's owner and kind, and r to its
+// owner's digest (d = 1) or takes it out (d = -1), if r is live.
 func (s *store) countLive(r *stored, d int) {
 	if r.deleted {
 		return
@@ -57,24 +93,35 @@ func (s *store) countLive(r *stored, d int) {
 	if s.live[ok] += d; s.live[ok] == 0 {
 		delete(s.live, ok)
 	}
+	g := s.digests[r.owner]
+	if g.add(recordHash(&r.record), d); g.count == 0 {
+		delete(s.digests, r.owner)
+	} else {
+		s.digests[r.owner] = g
+	}
 }
 
-func (s *store) get(k key, owner string) *stored { return s.byKey[k][owner] }
+func (s *store) get(k key, owner string) *stored {
+	for _, r := range s.byKey[k] {
+		if r.owner == owner {
+			return r
+		}
+	}
+	return nil
+}
 
 // put adds or replaces the (key, owner) record.
 func (s *store) put(r *stored) {
 	ko := s.byKey[r.key]
-	if ko == nil {
-		ko = map[string]*stored{}
-		s.byKey[r.key] = ko
-	}
-	if old, ok := ko[r.owner]; ok {
-		s.countLive(old, -1)
+	i := slices.IndexFunc(ko, func(o *stored) bool { return o.owner == r.owner })
+	if i >= 0 {
+		s.countLive(ko[i], -1)
+		ko[i] = r
 	} else {
 		s.n++
+		s.byKey[r.key] = append(ko, r)
 	}
 	s.countLive(r, 1)
-	ko[r.owner] = r
 	ok := s.byOwner[r.owner]
 	if ok == nil {
 		ok = map[key]*stored{}
@@ -85,15 +132,16 @@ func (s *store) put(r *stored) {
 
 func (s *store) del(k key, owner string) {
 	ko := s.byKey[k]
-	old, ok := ko[owner]
-	if !ok {
+	i := slices.IndexFunc(ko, func(o *stored) bool { return o.owner == owner })
+	if i < 0 {
 		return
 	}
-	s.countLive(old, -1)
+	s.countLive(ko[i], -1)
 	s.n--
-	delete(ko, owner)
-	if len(ko) == 0 {
+	if len(ko) == 1 {
 		delete(s.byKey, k)
+	} else {
+		s.byKey[k] = slices.Delete(slices.Clip(ko), i, i+1)
 	}
 	delete(s.byOwner[owner], k)
 	if len(s.byOwner[owner]) == 0 {

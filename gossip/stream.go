@@ -43,7 +43,12 @@ package gossip
 // every 3 min per member at 1000 members), so a node serves one every few
 // minutes on average, for milliseconds on a LAN; add one push/pull per
 // joining node (and its settle syncs) and TCP pings when UDP probes fail.
-// Four at once, two per peer, leave room for that. A refused or cut
+// Eight at once, two per peer, leave room for that, and for a cold start,
+// when every node joins the same seeds at once: a refused join is retried
+// after a jittered backoff, so the seed serves them eight at a time (it
+// was four, which made a cold start of hundreds of nodes a queue of
+// refusals). Memory is bounded by the bytes below, shared by all of them,
+// not by their number. A refused or cut
 // push/pull is the peer's error, and is retried: periodic ones at the next
 // interval, joins with backoff.
 //
@@ -89,7 +94,7 @@ import (
 // Defaults of the stream bounds (Config.MaxStreams, MaxStreamsPerHost,
 // MaxStreamBytes and StreamTimeout).
 const (
-	DefaultMaxStreams        = 4
+	DefaultMaxStreams        = 8
 	DefaultMaxStreamsPerHost = 2
 	DefaultMaxStreamBytes    = 6 << 20
 	DefaultStreamTimeout     = 5 * time.Second

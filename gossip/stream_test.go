@@ -98,6 +98,7 @@ func send(c net.Conn, head []byte, n int) {
 func TestStreamsRefused(t *testing.T) {
 	cfg := testConfig(0, 0, nil)
 	cfg.StreamTimeout = time.Minute // the hostile connections stay for the whole test
+	cfg.MaxStreams = 4              // what follows counts on 4 (the default is 8)
 	a := start(t, cfg)
 
 	// 10 connections from one host: 2 held, 8 closed.

@@ -1,12 +1,17 @@
 // RunGossip: how fast the control plane converges, on a cluster of
 // gossip.Node in this process.
 //
-//  1. start Nodes nodes on 127.0.1.1, 127.0.1.2, ... (loopback only, ports
-//     chosen by the kernel), all joining the first, with memberlist's LAN
-//     timings as the agent uses them; wait until every node holds every
-//     other node's TAP MAC;
+//  1. a cold start: start Nodes nodes on 127.0.1.1, 127.0.1.2, ...
+//     (127.0.1-4.x: 250 per /24; loopback only, ports chosen by the
+//     kernel), all joining the first, with memberlist's LAN timings as the
+//     agent uses them, each announcing NodeEndpoints endpoints (MAC and IP
+//     binding) besides its TAP MAC before it joins; time until every node
+//     holds every other node's TAP MAC (formed), and every entry (cold
+//     start), and count the bytes every node sent meanwhile; read the
+//     memory; then count the bytes sent over SteadySeconds of quiet;
 //  2. Announces times, one at a time: a random node announces a new MAC;
-//     time until every other node maps it to that node's VTEP;
+//     time until 99% of the other nodes, and until every other node, map it
+//     to that node's VTEP;
 //  3. with Endpoints > 0: the first node announces Endpoints endpoint MACs
 //     and as many IP bindings (IPv4 address i bound to MAC i) as fast as it
 //     can; time until every other node's tables hold all of them (FDB
@@ -16,6 +21,18 @@
 //     long until every surviving node has withdrawn its entries and dropped
 //     its VTEP from the flood list;
 //  5. stop every node.
+//
+// Modes (GossipConfig.Mode). "loopback": every node's memberlist on its own
+// UDP and TCP sockets. "memory": on an in-memory network (memnet.go), the
+// rest being the same code; it takes less of the machine than a thousand
+// pairs of sockets. TimeScale k > 1 stretches every timing (memberlist's
+// intervals and timeouts, the rejoin interval, and so gossip's own, which
+// derive from the gossip interval) by k and divides every measured time by
+// k (bytes per second are per stretched second divided by k): a cluster
+// too large for the machine in real time runs k times slower, doing per
+// second of the machine's time k times less work. What does not stretch:
+// the join backoff (1 s, doubling), the pending records' minute, and the
+// machine's own latencies, which shrink by k in the figures.
 //
 // What bounds Endpoints (MaxGossipEndpoints). Each node caps the live
 // entries of each kind per owner at gossip.Config.MaxEndpoints (the quota,
@@ -57,18 +74,33 @@ import (
 // Defaults and limits of GossipConfig.
 const (
 	DefaultGossipNodes     = 50
-	MaxGossipNodes         = 200
+	MaxGossipNodes         = 1000
 	DefaultGossipAnnounces = 10
 	DefaultGossipKills     = 3
+	// DefaultGossipNodeEndpoints is how many endpoints each node announces
+	// at its start, MaxGossipNodeEndpoints at most (a node's quota is
+	// gossip.DefaultMaxEndpoints; 1000 nodes of 10 endpoints are 21000
+	// records on every node).
+	DefaultGossipNodeEndpoints = 10
+	MaxGossipNodeEndpoints     = 30
+	// DefaultGossipSteady is the quiet time over which the steady-state
+	// traffic is measured.
+	DefaultGossipSteady = 10 * time.Second
+	// MaxGossipTimeScale bounds GossipConfig.TimeScale.
+	MaxGossipTimeScale = 20
 	// MaxGossipEndpoints bounds GossipConfig.Endpoints: 2×32000 endpoint
-	// records, MaxGossipNodes TAP MACs and 1000 announces fit in the 65536
-	// records a gossip node holds (see the top of this file).
+	// records, MaxGossipNodes TAP MACs with 2×MaxGossipNodeEndpoints each
+	// (61000 records at most, or 2×Endpoints + Nodes×(1 + 2×NodeEndpoints)
+	// + 1000 announces must fit 65536, checked by RunGossip) fit in the
+	// 65536 records a gossip node holds (see the top of this file).
 	MaxGossipEndpoints = 32000
+	// maxGossipRecords is gossip's bound of records per node (maxRecords).
+	maxGossipRecords = 1 << 16
 )
 
 // Time limits of RunGossip's stages.
 const (
-	formTimeout = 2 * time.Minute
+	formTimeout = 3 * time.Minute
 	// announceTimeout leaves room for push/pull anti-entropy to repair a
 	// broadcast a node missed (UDP is lossy on a busy machine): memberlist
 	// syncs each node with a random other every 30 s, scaled up with the
@@ -100,6 +132,18 @@ type GossipConfig struct {
 	// first node announces at once after the timed announces; 0 (the
 	// default) skips that stage. At most MaxGossipEndpoints.
 	Endpoints int
+	// NodeEndpoints is how many endpoints (MAC and IP binding) every node
+	// announces when it starts, 0 to MaxGossipNodeEndpoints; -1 means none.
+	// Default (0) DefaultGossipNodeEndpoints.
+	NodeEndpoints int
+	// Mode is "loopback" (the default) or "memory"; see the top of this file.
+	Mode string
+	// TimeScale stretches every timing by this factor (1 to
+	// MaxGossipTimeScale; default 1); see the top of this file.
+	TimeScale float64
+	// Steady is the quiet time over which steady-state traffic is
+	// measured. Default DefaultGossipSteady.
+	Steady time.Duration
 	// Progress receives a line per step; nil for none.
 	Progress io.Writer
 }
@@ -111,12 +155,26 @@ type GossipReport struct {
 	Nodes   int       `json:"nodes"`
 	// Timings names the memberlist configuration: the agent's.
 	Timings string `json:"timings"`
+	// Mode is the network: "loopback" or "memory"; TimeScale the factor by
+	// which every timing was stretched (1: real time). The times reported
+	// are divided by it.
+	Mode      string  `json:"mode"`
+	TimeScale float64 `json:"time_scale"`
+	// NodeEndpoints is how many endpoints each node announced at its start.
+	NodeEndpoints int `json:"node_endpoints"`
 	// FormSeconds is from the first node's start until every node holds
 	// every other node's TAP MAC.
 	FormSeconds float64 `json:"form_seconds"`
+	// ColdStart is the cold start: until every node holds every entry.
+	ColdStart ColdStartReport `json:"cold_start"`
+	// Steady is the traffic once the cluster is quiet.
+	Steady Traffic `json:"steady"`
+	// Memory after the cold start, after a garbage collection.
+	Memory Memory `json:"memory"`
 	// Announce is from AnnounceMAC on one node until every other node maps
-	// the MAC to that node's VTEP.
-	Announce Distribution `json:"announce"`
+	// the MAC to that node's VTEP; Announce99 until 99% of them do.
+	Announce   Distribution `json:"announce"`
+	Announce99 Distribution `json:"announce_99"`
 	// Death is from a node's crash (its gossip goes silent: no leave
 	// message) until every surviving node has withdrawn its entries and its
 	// VTEP from the flood list. The crashes are simultaneous.
@@ -124,6 +182,62 @@ type GossipReport struct {
 	// Endpoints is the endpoints stage; nil when GossipConfig.Endpoints is 0.
 	Endpoints      *EndpointsReport `json:"endpoints,omitempty"`
 	ElapsedSeconds float64          `json:"elapsed_seconds"`
+}
+
+// ColdStartReport is the cold start of RunGossip.
+type ColdStartReport struct {
+	// Seconds is from the first node's start until every node holds every
+	// other node's TAP MAC and endpoints (form_seconds with the endpoints).
+	Seconds float64 `json:"seconds"`
+	// Entries each node must hold: the others' TAP MACs, endpoint MACs and
+	// bindings.
+	Entries int `json:"entries"`
+	// Traffic sent by the nodes from the first start until Seconds.
+	Traffic Traffic `json:"traffic"`
+	// Pulls and PullAnswers are the nodes' digest pulls (gossip's
+	// Stats.Pulls and Answers) during the cold start, in total;
+	// RefusedStreams the inbound gossip streams refused.
+	Pulls          uint64 `json:"pulls"`
+	PullAnswers    uint64 `json:"pull_answers"`
+	RefusedStreams uint64 `json:"refused_streams"`
+}
+
+// Traffic is what the nodes sent over an interval (memberlist's packets
+// and stream bytes, as the transports wrote them: encrypted if gossip is,
+// before UDP/IP headers).
+type Traffic struct {
+	Seconds float64 `json:"seconds"`
+	// BytesPerNode is the mean of the bytes each node sent, and
+	// BytesPerSecondPerNode that divided by Seconds; MaxBytesPerSecond is
+	// the node that sent the most.
+	BytesPerNode          float64 `json:"bytes_per_node"`
+	BytesPerSecondPerNode float64 `json:"bytes_per_second_per_node"`
+	MaxBytesPerSecond     float64 `json:"max_bytes_per_second"`
+}
+
+// traffic computes the Traffic of the nodes from the counts before.
+func traffic(nodes []*gnode, before []int64, seconds float64) Traffic {
+	tr := Traffic{Seconds: seconds}
+	var total, most int64
+	for i, n := range nodes {
+		d := n.sent.Load() - before[i]
+		total += d
+		most = max(most, d)
+	}
+	tr.BytesPerNode = float64(total) / float64(len(nodes))
+	if seconds > 0 {
+		tr.BytesPerSecondPerNode = tr.BytesPerNode / seconds
+		tr.MaxBytesPerSecond = float64(most) / seconds
+	}
+	return tr
+}
+
+func sentCounts(nodes []*gnode) []int64 {
+	c := make([]int64, len(nodes))
+	for i, n := range nodes {
+		c[i] = n.sent.Load()
+	}
+	return c
 }
 
 // EndpointsReport is the endpoints stage of RunGossip: one node announces
@@ -211,8 +325,11 @@ func millis(d time.Duration) float64 {
 	return float64(d.Round(10*time.Microsecond)) / float64(time.Millisecond)
 }
 
-// gossipAddr is node i's gossip address and VTEP.
-func gossipAddr(i int) netip.Addr { return netip.AddrFrom4([4]byte{127, 0, 1, byte(1 + i)}) }
+// gossipAddr is node i's gossip address and VTEP: 127.0.1.1 to
+// 127.0.1.250, then 127.0.2.1 and on.
+func gossipAddr(i int) netip.Addr {
+	return netip.AddrFrom4([4]byte{127, 0, byte(1 + i/250), byte(1 + i%250)})
+}
 
 // gnode is one node of the cluster.
 type gnode struct {
@@ -222,7 +339,8 @@ type gnode struct {
 	macs   []fdb.MAC // what it announced, TAP MAC first
 	fdb    *fdb.Table
 	neigh  *fdb.Neighbors
-	tr     *crashTransport
+	crash  func()
+	sent   atomic.Int64 // bytes its transport sent
 	cancel context.CancelFunc
 	done   chan struct{}
 	err    error // from Run; read after done
@@ -230,9 +348,9 @@ type gnode struct {
 
 // RunGossip builds a cluster of cfg.Nodes gossip nodes in this process and
 // times how entries spread and how a crashed node's entries are withdrawn;
-// see the package documentation. All traffic stays on 127.0.1.0/24. It
-// blocks until done (about 20 s for 50 nodes) or ctx is canceled; every
-// node is stopped before it returns.
+// see the package documentation. All traffic stays on 127.0.0.0/8 (or in
+// memory). It blocks until done (about 30 s for 50 nodes) or ctx is
+// canceled; every node is stopped before it returns.
 func RunGossip(ctx context.Context, cfg GossipConfig) (rep *GossipReport, err error) {
 	if cfg.Nodes == 0 {
 		cfg.Nodes = DefaultGossipNodes
@@ -243,6 +361,21 @@ func RunGossip(ctx context.Context, cfg GossipConfig) (rep *GossipReport, err er
 	if cfg.Kills == 0 {
 		cfg.Kills = DefaultGossipKills
 	}
+	switch cfg.NodeEndpoints {
+	case 0:
+		cfg.NodeEndpoints = DefaultGossipNodeEndpoints
+	case -1:
+		cfg.NodeEndpoints = 0
+	}
+	if cfg.Mode == "" {
+		cfg.Mode = "loopback"
+	}
+	if cfg.TimeScale == 0 {
+		cfg.TimeScale = 1
+	}
+	if cfg.Steady == 0 {
+		cfg.Steady = DefaultGossipSteady
+	}
 	switch {
 	case cfg.Nodes < 3 || cfg.Nodes > MaxGossipNodes:
 		return nil, fmt.Errorf("perf: gossip: %d nodes, want 3 to %d", cfg.Nodes, MaxGossipNodes)
@@ -252,17 +385,40 @@ func RunGossip(ctx context.Context, cfg GossipConfig) (rep *GossipReport, err er
 		return nil, fmt.Errorf("perf: gossip: %d kills, want 1 to %d (nodes - 2)", cfg.Kills, cfg.Nodes-2)
 	case cfg.Endpoints < 0 || cfg.Endpoints > MaxGossipEndpoints:
 		return nil, fmt.Errorf("perf: gossip: %d endpoints, want 0 to %d", cfg.Endpoints, MaxGossipEndpoints)
+	case cfg.NodeEndpoints < 0 || cfg.NodeEndpoints > MaxGossipNodeEndpoints:
+		return nil, fmt.Errorf("perf: gossip: %d endpoints per node, want 0 to %d", cfg.NodeEndpoints, MaxGossipNodeEndpoints)
+	case 2*cfg.Endpoints+cfg.Nodes*(1+2*cfg.NodeEndpoints)+cfg.Announces > maxGossipRecords:
+		return nil, fmt.Errorf("perf: gossip: %d endpoints and %d nodes of %d endpoints are more records than a node holds (%d)",
+			cfg.Endpoints, cfg.Nodes, cfg.NodeEndpoints, maxGossipRecords)
+	case cfg.Mode != "loopback" && cfg.Mode != "memory":
+		return nil, fmt.Errorf("perf: gossip: mode %q, want loopback or memory", cfg.Mode)
+	case cfg.TimeScale < 1 || cfg.TimeScale > MaxGossipTimeScale:
+		return nil, fmt.Errorf("perf: gossip: time scale %v, want 1 to %d", cfg.TimeScale, MaxGossipTimeScale)
+	case cfg.Steady < 0 || cfg.Steady > 10*time.Minute:
+		return nil, fmt.Errorf("perf: gossip: steady %v, want up to 10m", cfg.Steady)
 	}
 	out := cfg.Progress
 	if out == nil {
 		out = io.Discard
 	}
 	say := func(format string, args ...any) { fmt.Fprintf(out, "==> "+format+"\n", args...) }
+	k := cfg.TimeScale
+	scaled := func(d time.Duration) time.Duration { return time.Duration(float64(d) * k) }
+	sim := func(d time.Duration) time.Duration { return time.Duration(float64(d) / k) } // measured → reported
 
 	start := time.Now()
-	rep = &GossipReport{Machine: machine(), Started: start, Nodes: cfg.Nodes,
+	rep = &GossipReport{Machine: machine(), Started: start, Nodes: cfg.Nodes, Mode: cfg.Mode, TimeScale: k, NodeEndpoints: cfg.NodeEndpoints,
 		Timings: "memberlist DefaultLANConfig, as the agent uses it"}
-	say("starting %d gossip nodes on %s-%s", cfg.Nodes, gossipAddr(0), gossipAddr(cfg.Nodes-1))
+	if k != 1 {
+		rep.Timings = fmt.Sprintf("memberlist DefaultLANConfig, as the agent uses it, every timing ×%g (times reported ÷%g)", k, k)
+	}
+	var mem *memNetwork
+	where := fmt.Sprintf("%s-%s", gossipAddr(0), gossipAddr(cfg.Nodes-1))
+	if cfg.Mode == "memory" {
+		mem = newMemNetwork()
+		where += " on an in-memory network"
+	}
+	say("starting %d gossip nodes on %s, %d endpoints each", cfg.Nodes, where, cfg.NodeEndpoints)
 	var nodes []*gnode
 	defer func() {
 		say("stopping %d nodes", len(nodes))
@@ -275,22 +431,73 @@ func RunGossip(ctx context.Context, cfg GossipConfig) (rep *GossipReport, err er
 		if i > 0 {
 			seeds = []string{nodes[0].Addr().String()}
 		}
-		n, err := startNode(i, seeds, cfg)
+		n, err := startNode(i, seeds, cfg, mem)
 		if err != nil {
 			return nil, err
 		}
 		nodes = append(nodes, n)
 	}
 
-	// 1. Formation: every node holds every other node's TAP MAC.
-	if err := waitAll(ctx, formTimeout, nodes, func(n *gnode) bool { return n.fdb.Len() >= cfg.Nodes-1 }); err != nil {
+	// 1. Cold start: every node holds every other node's TAP MAC (formed),
+	// then every entry.
+	macCursor := make([]int, len(nodes)) // nodes[:macCursor[i]] have their TAP MAC on node i
+	formed := func(g *gnode, i int) bool {
+		for macCursor[i] < len(nodes) {
+			o := nodes[macCursor[i]]
+			if o != g {
+				if v, ok := g.fdb.Lookup(gossipVNI, o.macs[0]); !ok || v != o.vtep {
+					return false
+				}
+			}
+			macCursor[i]++
+		}
+		return true
+	}
+	entries := (cfg.Nodes - 1) * (1 + 2*cfg.NodeEndpoints)
+	complete := func(g *gnode) bool {
+		return g.fdb.Len() >= (cfg.Nodes-1)*(1+cfg.NodeEndpoints) && g.neigh.Len() >= (cfg.Nodes-1)*cfg.NodeEndpoints
+	}
+	tick := time.Now()
+	report := func(what string) func(int) {
+		return func(held int) {
+			if time.Since(tick) >= 10*time.Second {
+				tick = time.Now()
+				say("%v: %d of %d nodes hold %s", sim(time.Since(start)).Round(time.Second), held, len(nodes), what)
+			}
+		}
+	}
+	if err := waitAllIndexed(ctx, scaled(formTimeout), nodes, formed, report("every TAP MAC")); err != nil {
 		return nil, fmt.Errorf("perf: gossip: cluster of %d not formed: %w", cfg.Nodes, err)
 	}
-	rep.FormSeconds = time.Since(start).Seconds()
+	rep.FormSeconds = sim(time.Since(start)).Seconds()
 	say("cluster formed in %.2f s: every node holds the %d others' TAP MACs", rep.FormSeconds, cfg.Nodes-1)
+	if err := waitAll(ctx, scaled(formTimeout), nodes, complete, report("every entry")); err != nil {
+		return nil, fmt.Errorf("perf: gossip: cold start of %d not complete: %w", cfg.Nodes, err)
+	}
+	cold := time.Since(start)
+	rep.ColdStart = ColdStartReport{Seconds: sim(cold).Seconds(), Entries: entries,
+		Traffic: traffic(nodes, make([]int64, len(nodes)), sim(cold).Seconds())}
+	for _, n := range nodes {
+		st := n.Stats()
+		rep.ColdStart.Pulls += st.Pulls
+		rep.ColdStart.PullAnswers += st.Answers
+		rep.ColdStart.RefusedStreams += st.RefusedStreams
+	}
+	say("cold start complete in %.2f s: every node holds all %d entries; %.0f bytes sent per node (%.0f B/s), %d pulls",
+		rep.ColdStart.Seconds, entries, rep.ColdStart.Traffic.BytesPerNode, rep.ColdStart.Traffic.BytesPerSecondPerNode, rep.ColdStart.Pulls)
+	rep.Memory = readMemory(len(nodes))
+	say("memory: %s RSS, %s Go heap per node", fmtBytes(rep.Memory.RSSBytes), fmtBytes(rep.Memory.HeapPerNodeBytes))
+
+	// Steady state: the traffic of a quiet cluster.
+	before, t0 := sentCounts(nodes), time.Now()
+	if err := sleep(ctx, scaled(cfg.Steady)); err != nil {
+		return nil, err
+	}
+	rep.Steady = traffic(nodes, before, sim(time.Since(t0)).Seconds())
+	say("steady state: %.0f B/s per node (the most: %.0f B/s) over %v", rep.Steady.BytesPerSecondPerNode, rep.Steady.MaxBytesPerSecond, cfg.Steady)
 
 	// 2. Announces, one at a time.
-	var took []time.Duration
+	var took, took99 []time.Duration
 	for r := range cfg.Announces {
 		owner := nodes[rand.IntN(len(nodes))]
 		mac := fdb.MAC{0x02, 0xaa, 0, 0, byte(r >> 8), byte(r)}
@@ -302,18 +509,26 @@ func RunGossip(ctx context.Context, cfg GossipConfig) (rep *GossipReport, err er
 			return nil, fmt.Errorf("perf: gossip: announce: %w", err)
 		}
 		owner.macs = append(owner.macs, mac)
-		err := waitAll(ctx, announceTimeout, others, func(n *gnode) bool {
+		var at99 time.Duration
+		need99 := (len(others)*99 + 99) / 100
+		err := waitAll(ctx, scaled(announceTimeout), others, func(n *gnode) bool {
 			v, ok := n.fdb.Lookup(gossipVNI, mac)
 			return ok && v == owner.vtep
+		}, func(held int) {
+			if at99 == 0 && held >= need99 {
+				at99 = time.Since(t0)
+			}
 		})
 		if err != nil {
 			fmt.Fprintln(out, " failed")
 			return nil, fmt.Errorf("perf: gossip: %s from %s did not reach every node: %w", mac, owner.name, err)
 		}
-		took = append(took, time.Since(t0))
-		fmt.Fprintf(out, " on all %d others in %v\n", len(others), took[r].Round(time.Millisecond))
+		took = append(took, sim(time.Since(t0)))
+		took99 = append(took99, sim(at99))
+		fmt.Fprintf(out, " on 99%% in %v, on all %d others in %v\n", took99[r].Round(time.Millisecond), len(others), took[r].Round(time.Millisecond))
 	}
 	rep.Announce = distribution(took)
+	rep.Announce99 = distribution(took99)
 
 	// 3. Endpoints, all at once, from the first node (never crashed).
 	if cfg.Endpoints > 0 {
@@ -332,13 +547,22 @@ func RunGossip(ctx context.Context, cfg GossipConfig) (rep *GossipReport, err er
 		names[i] = v.name
 	}
 	say("crashing %s at once; waiting for the %d others to withdraw their entries", strings.Join(names, ", "), len(survivors))
-	deaths, err := timeDeaths(ctx, victims, survivors, out)
+	deaths, err := timeDeaths(ctx, victims, survivors, out, k)
 	if err != nil {
 		return nil, err
 	}
 	rep.Death = distribution(deaths)
 	rep.ElapsedSeconds = time.Since(start).Seconds()
 	return rep, nil
+}
+
+// nodeEndpointMAC and nodeEndpointIP are endpoint j of node i (announced at
+// its start).
+func nodeEndpointMAC(i, j int) fdb.MAC {
+	return fdb.MAC{0x02, 0xef, byte(i >> 8), byte(i), 0, byte(j + 1)}
+}
+func nodeEndpointIP(i, j int) netip.Addr {
+	return netip.AddrFrom4([4]byte{10, 128 + byte(i>>8), byte(i), byte(j + 1)})
 }
 
 // endpointMAC and endpointIP are endpoint i's MAC and address.
@@ -426,14 +650,14 @@ func timeEndpoints(ctx context.Context, nodes []*gnode, n int, say func(string, 
 
 // timeDeaths crashes the victims together and returns, for each, the time
 // until no survivor holds any of its entries or floods to its VTEP.
-func timeDeaths(ctx context.Context, victims, survivors []*gnode, out io.Writer) ([]time.Duration, error) {
-	ctx, cancel := context.WithTimeout(ctx, deathTimeout)
+func timeDeaths(ctx context.Context, victims, survivors []*gnode, out io.Writer, scale float64) ([]time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(float64(deathTimeout)*scale))
 	defer cancel()
 	took := make([]time.Duration, len(victims))
 	next := make([]int, len(victims)) // survivors[:next[v]] have withdrawn victim v
 	t0 := time.Now()
 	for _, v := range victims {
-		v.tr.crash()
+		v.crash()
 	}
 	gone := func(n, v *gnode) bool {
 		for _, mac := range v.macs {
@@ -452,7 +676,7 @@ func timeDeaths(ctx context.Context, victims, survivors []*gnode, out io.Writer)
 				next[i]++
 			}
 			if next[i] == len(survivors) {
-				took[i] = time.Since(t0)
+				took[i] = time.Duration(float64(time.Since(t0)) / scale)
 				left--
 				fmt.Fprintf(out, "[%d/%d] %s withdrawn on all %d survivors in %v\n", len(victims)-left, len(victims), v.name, len(survivors), took[i].Round(time.Millisecond))
 			}
@@ -475,15 +699,35 @@ func timeDeaths(ctx context.Context, victims, survivors []*gnode, out io.Writer)
 
 // waitAll polls until cond holds for every node (once it holds for a node,
 // that node is not asked again), or timeout passes, or ctx is done.
-func waitAll(ctx context.Context, timeout time.Duration, nodes []*gnode, cond func(*gnode) bool) error {
+// Each progress function is called after every poll with the number of
+// nodes for which cond held.
+func waitAll(ctx context.Context, timeout time.Duration, nodes []*gnode, cond func(*gnode) bool, progress ...func(held int)) error {
+	return waitAllIndexed(ctx, timeout, nodes, func(g *gnode, _ int) bool { return cond(g) }, progress...)
+}
+
+// waitAllIndexed is waitAll with cond told the node's index too. Unlike
+// waitAll's first node missing, every node is asked at every poll until cond
+// holds for it.
+func waitAllIndexed(ctx context.Context, timeout time.Duration, nodes []*gnode, cond func(*gnode, int) bool, progress ...func(held int)) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	i := 0
+	done := make([]bool, len(nodes))
+	held := 0
 	for {
-		for i < len(nodes) && cond(nodes[i]) {
-			i++
+		i := -1
+		for j, g := range nodes {
+			if !done[j] && cond(g, j) {
+				done[j] = true
+				held++
+			}
+			if !done[j] && i < 0 {
+				i = j
+			}
 		}
-		if i == len(nodes) {
+		for _, p := range progress {
+			p(held)
+		}
+		if i < 0 {
 			return nil
 		}
 		if err := sleep(ctx, gossipPoll); err != nil {
@@ -495,8 +739,9 @@ func waitAll(ctx context.Context, timeout time.Duration, nodes []*gnode, cond fu
 	}
 }
 
-// startNode creates node i, sized for cfg's endpoints, and runs it.
-func startNode(i int, seeds []string, rc GossipConfig) (*gnode, error) {
+// startNode creates node i, sized for cfg's endpoints, on the loopback
+// interface (mem nil) or on mem, has it announce its endpoints, and runs it.
+func startNode(i int, seeds []string, rc GossipConfig, mem *memNetwork) (*gnode, error) {
 	addr := gossipAddr(i)
 	n := &gnode{
 		name: fmt.Sprintf("n%03d", i),
@@ -504,11 +749,12 @@ func startNode(i int, seeds []string, rc GossipConfig) (*gnode, error) {
 		macs: []fdb.MAC{{0x02, 0xb0, 0, 0, byte(i >> 8), byte(i)}},
 		done: make(chan struct{}),
 	}
+	scale := max(rc.TimeScale, 1)
 	// Room for every endpoint beside the TAP MACs and the announces.
 	// The endpoints' owner may have announced some of the timed entries.
-	maxEndpoints := max(rc.Endpoints+rc.Announces, gossip.DefaultMaxEndpoints)
-	n.fdb = fdb.New(fdb.Config{MaxEntries: max(fdb.DefaultMaxEntries, rc.Endpoints+rc.Nodes+rc.Announces)})
-	n.neigh = fdb.NewNeighbors(max(fdb.DefaultMaxEntries, rc.Endpoints))
+	maxEndpoints := max(rc.Endpoints+rc.Announces+rc.NodeEndpoints, gossip.DefaultMaxEndpoints)
+	n.fdb = fdb.New(fdb.Config{MaxEntries: max(fdb.DefaultMaxEntries, rc.Endpoints+rc.Nodes*(1+rc.NodeEndpoints)+rc.Announces)})
+	n.neigh = fdb.NewNeighbors(max(fdb.DefaultMaxEntries, rc.Endpoints+rc.Nodes*rc.NodeEndpoints))
 	var tuneErr error
 	cfg := gossip.Config{
 		Name:     n.name,
@@ -521,16 +767,33 @@ func startNode(i int, seeds []string, rc GossipConfig) (*gnode, error) {
 		Neigh:    n.neigh,
 		Logger:   slog.New(slog.DiscardHandler),
 		// The quota of endpoints per member, the same on every node.
-		MaxEndpoints: maxEndpoints,
-		// The agent's timings (DefaultLANConfig, untouched), on a port the
-		// kernel picks, through a transport that can crash.
+		MaxEndpoints:   maxEndpoints,
+		RejoinInterval: time.Duration(float64(gossip.DefaultRejoinInterval) * scale),
+		// The agent's timings (DefaultLANConfig, untouched unless
+		// stretched), through a transport that counts what it sends and
+		// can crash: on a port the kernel picks, or on mem.
 		Tune: func(c *memberlist.Config) {
-			tr, port, err := newCrashTransport(c.BindAddr, c.Logger)
+			for _, d := range []*time.Duration{&c.TCPTimeout, &c.ProbeInterval, &c.ProbeTimeout, &c.GossipInterval,
+				&c.GossipToTheDeadTime, &c.PushPullInterval} {
+				*d = time.Duration(float64(*d) * scale)
+			}
+			if mem != nil {
+				tr, err := mem.transport(netip.AddrPortFrom(addr, gossip.DefaultPort), &n.sent)
+				if err != nil {
+					tuneErr = err
+					return
+				}
+				n.crash = tr.crash
+				c.Transport = tr
+				c.BindPort, c.AdvertisePort = gossip.DefaultPort, gossip.DefaultPort
+				return
+			}
+			tr, port, err := newCrashTransport(c.BindAddr, c.Logger, &n.sent)
 			if err != nil {
 				tuneErr = err
 				return
 			}
-			n.tr = tr
+			n.crash = tr.crash
 			c.Transport = tr
 			c.BindPort, c.AdvertisePort = port, port
 		},
@@ -544,6 +807,13 @@ func startNode(i int, seeds []string, rc GossipConfig) (*gnode, error) {
 		return nil, fmt.Errorf("perf: gossip: node %s on %s: %w", n.name, addr, err)
 	}
 	n.Node = node
+	for j := range rc.NodeEndpoints {
+		mac := nodeEndpointMAC(i, j)
+		if err := errors.Join(node.AnnounceMAC(gossipVNI, mac), node.AnnounceNeigh(gossipVNI, nodeEndpointIP(i, j), mac)); err != nil {
+			node.Close()
+			return nil, fmt.Errorf("perf: gossip: node %s: endpoint %d: %w", n.name, j, err)
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
 	go func() {
@@ -579,6 +849,7 @@ func stopNodes(nodes []*gnode) error {
 // what failure detection is about.
 type crashTransport struct {
 	*memberlist.NetTransport
+	sent     *atomic.Int64 // bytes sent: packets and stream writes
 	crashed  atomic.Bool
 	packets  chan *memberlist.Packet
 	streams  chan net.Conn
@@ -592,7 +863,7 @@ var errCrashed = errors.New("perf: crashed node (simulated)")
 
 // newCrashTransport listens on addr, on a port the kernel picks (the same
 // for TCP and UDP), and returns the transport and the port.
-func newCrashTransport(addr string, logger *log.Logger) (*crashTransport, int, error) {
+func newCrashTransport(addr string, logger *log.Logger, sent *atomic.Int64) (*crashTransport, int, error) {
 	var nt *memberlist.NetTransport
 	var err error
 	for range 10 { // the UDP port may be taken where TCP's was free
@@ -604,7 +875,7 @@ func newCrashTransport(addr string, logger *log.Logger) (*crashTransport, int, e
 	if err != nil {
 		return nil, 0, err
 	}
-	t := &crashTransport{NetTransport: nt, packets: make(chan *memberlist.Packet), streams: make(chan net.Conn), stop: make(chan struct{})}
+	t := &crashTransport{NetTransport: nt, sent: sent, packets: make(chan *memberlist.Packet), streams: make(chan net.Conn), stop: make(chan struct{})}
 	go t.forwardPackets()
 	go t.forwardStreams()
 	return t, nt.GetAutoBindPort(), nil
@@ -639,7 +910,7 @@ func (t *crashTransport) forwardStreams() {
 				continue
 			}
 			select {
-			case t.streams <- c:
+			case t.streams <- &countingConn{Conn: c, sent: t.sent}:
 			case <-t.stop:
 				c.Close()
 				return
@@ -657,6 +928,7 @@ func (t *crashTransport) WriteTo(b []byte, addr string) (time.Time, error) {
 	if t.crashed.Load() {
 		return time.Now(), nil // lost on the way
 	}
+	t.sent.Add(int64(len(b)))
 	return t.NetTransport.WriteTo(b, addr)
 }
 
@@ -664,6 +936,7 @@ func (t *crashTransport) WriteToAddress(b []byte, a memberlist.Address) (time.Ti
 	if t.crashed.Load() {
 		return time.Now(), nil
 	}
+	t.sent.Add(int64(len(b)))
 	return t.NetTransport.WriteToAddress(b, a)
 }
 
@@ -671,14 +944,22 @@ func (t *crashTransport) DialTimeout(addr string, timeout time.Duration) (net.Co
 	if t.crashed.Load() {
 		return nil, errCrashed
 	}
-	return t.NetTransport.DialTimeout(addr, timeout)
+	c, err := t.NetTransport.DialTimeout(addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return &countingConn{Conn: c, sent: t.sent}, nil
 }
 
 func (t *crashTransport) DialAddressTimeout(a memberlist.Address, timeout time.Duration) (net.Conn, error) {
 	if t.crashed.Load() {
 		return nil, errCrashed
 	}
-	return t.NetTransport.DialAddressTimeout(a, timeout)
+	c, err := t.NetTransport.DialAddressTimeout(a, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return &countingConn{Conn: c, sent: t.sent}, nil
 }
 
 // Shutdown stops the listeners, then the forwarders. In that order:
@@ -692,18 +973,36 @@ func (t *crashTransport) Shutdown() error {
 
 // WriteTable writes the report as a table.
 func (r *GossipReport) WriteTable(w io.Writer) error {
-	fmt.Fprintf(w, "gossip convergence: %d nodes in one process on 127.0.1.x, %s\n\n", r.Nodes, r.Timings)
+	net := "on 127.0.x.y (loopback sockets)"
+	if r.Mode == "memory" {
+		net = "on an in-memory network (127.0.x.y addresses)"
+	}
+	fmt.Fprintf(w, "gossip convergence: %d nodes in one process %s, %d endpoints each, %s\n\n", r.Nodes, net, r.NodeEndpoints, r.Timings)
 	tw := newTable(w)
 	fmt.Fprintln(tw, "figure\tp50\tp99\tmax\tsamples")
 	fmt.Fprintf(tw, "cluster formed (all TAP MACs everywhere)\t%s\t\t\t1\n", fmtMillis(r.FormSeconds*1000))
+	fmt.Fprintf(tw, "cold start (all %d entries everywhere)\t%s\t\t\t1\n", r.ColdStart.Entries, fmtMillis(r.ColdStart.Seconds*1000))
 	row := func(label string, d Distribution) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", label, fmtMillis(d.P50Millis), fmtMillis(d.P99Millis), fmtMillis(d.MaxMillis), len(d.SamplesMillis))
 	}
+	row("new entry → 99% of the others", r.Announce99)
 	row(fmt.Sprintf("new entry → all %d others", r.Nodes-1), r.Announce)
 	row("crash → withdrawn on all survivors", r.Death)
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	fmt.Fprintf(w, "\ntraffic sent per node (memberlist packets and streams):\n\n")
+	tw = newTable(w)
+	fmt.Fprintln(tw, "figure\tbytes per node\tper second\tbusiest node")
+	fmt.Fprintf(tw, "cold start (%.1f s)\t%s\t%s/s\t%s/s\n", r.ColdStart.Traffic.Seconds, fmtBytes(int64(r.ColdStart.Traffic.BytesPerNode)),
+		fmtBytes(int64(r.ColdStart.Traffic.BytesPerSecondPerNode)), fmtBytes(int64(r.ColdStart.Traffic.MaxBytesPerSecond)))
+	fmt.Fprintf(tw, "steady state (%.1f s)\t%s\t%s/s\t%s/s\n", r.Steady.Seconds, fmtBytes(int64(r.Steady.BytesPerNode)),
+		fmtBytes(int64(r.Steady.BytesPerSecondPerNode)), fmtBytes(int64(r.Steady.MaxBytesPerSecond)))
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "\ncold start: %d pulls, %d answers, %d inbound streams refused; memory after it: %s RSS, %s Go heap per node\n",
+		r.ColdStart.Pulls, r.ColdStart.PullAnswers, r.ColdStart.RefusedStreams, fmtBytes(r.Memory.RSSBytes), fmtBytes(r.Memory.HeapPerNodeBytes))
 	if e := r.Endpoints; e != nil {
 		fmt.Fprintf(w, "\n%d endpoints (%d MACs + %d IP bindings = %d entries) from %s → all %d others\n\n",
 			e.Endpoints, e.Endpoints, e.Endpoints, e.Entries, e.Owner, r.Nodes-1)

@@ -3,7 +3,10 @@ package perf
 import (
 	"bytes"
 	"fmt"
+	"io"
+	"net/netip"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +22,10 @@ func TestRunGossipBadConfig(t *testing.T) {
 		{Nodes: 5, Announces: -1},
 		{Nodes: 5, Endpoints: -1},
 		{Nodes: 5, Endpoints: MaxGossipEndpoints + 1},
+		{Nodes: 5, NodeEndpoints: MaxGossipNodeEndpoints + 1},
+		{Nodes: 5, Mode: "udp"},
+		{Nodes: 5, TimeScale: 0.5},
+		{Nodes: 1000, Endpoints: MaxGossipEndpoints, NodeEndpoints: 10}, // more records than a node holds
 	} {
 		if _, err := RunGossip(t.Context(), cfg); err == nil {
 			t.Errorf("%+v: want an error, got nil", cfg)
@@ -92,7 +99,7 @@ func TestGossipEndpoints(t *testing.T) {
 		if i > 0 {
 			seeds = []string{gs[0].Addr().String()}
 		}
-		g, err := startNode(i, seeds, cfg)
+		g, err := startNode(i, seeds, cfg, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -150,5 +157,110 @@ func TestGossipEndpoints(t *testing.T) {
 	}
 	if rep.After.PeakRSSBytes < rep.Before.PeakRSSBytes {
 		t.Errorf("peak RSS went down: %+v → %+v", rep.Before, rep.After)
+	}
+}
+
+// The in-memory network delivers packets and streams between transports,
+// with the nodes' addresses, counts what each sends, and a crashed node
+// neither sends nor receives.
+func TestMemNetwork(t *testing.T) {
+	mn := newMemNetwork()
+	var sentA, sentB atomic.Int64
+	a, err := mn.transport(netip.MustParseAddrPort("127.0.1.1:7946"), &sentA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := mn.transport(netip.MustParseAddrPort("127.0.1.2:7946"), &sentB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Shutdown()
+	defer b.Shutdown()
+	if _, err := mn.transport(netip.MustParseAddrPort("127.0.1.2:7946"), &sentB); err == nil {
+		t.Error("two transports on one address")
+	}
+	if _, err := a.WriteTo([]byte("hello"), "127.0.1.2:7946"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case p := <-b.PacketCh():
+		if string(p.Buf) != "hello" || p.From.String() != "127.0.1.1:7946" {
+			t.Errorf("packet %q from %s", p.Buf, p.From)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("no packet")
+	}
+	go func() {
+		c := <-b.StreamCh()
+		defer c.Close()
+		if c.RemoteAddr().String() != "127.0.1.1:7946" {
+			t.Errorf("stream from %s", c.RemoteAddr())
+		}
+		io.ReadFull(c, make([]byte, 5)) // a pipe: the write waits for this read
+		c.Write([]byte("pong"))
+	}()
+	c, err := a.DialTimeout("127.0.1.2:7946", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Write([]byte("ping!"))
+	buf := make([]byte, 4)
+	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "pong" {
+		t.Errorf("read %q, %v", buf, err)
+	}
+	c.Close()
+	if sentA.Load() != 5+5 || sentB.Load() != 4 {
+		t.Errorf("sent %d and %d bytes, want 10 and 4", sentA.Load(), sentB.Load())
+	}
+	b.crash()
+	a.WriteTo([]byte("lost"), "127.0.1.2:7946")
+	if _, err := a.DialTimeout("127.0.1.2:7946", 100*time.Millisecond); err == nil {
+		t.Error("dialed a crashed node")
+	}
+	select {
+	case p := <-b.PacketCh():
+		t.Errorf("a crashed node received %q", p.Buf)
+	default:
+	}
+	if _, err := a.DialTimeout("127.0.9.9:7946", 100*time.Millisecond); err == nil {
+		t.Error("dialed nobody")
+	}
+}
+
+// A small cluster on the in-memory network, with endpoints on every node:
+// the report has the cold start, its traffic, the steady traffic, the
+// memory and the announces to 99% and to all.
+func TestRunGossipMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("about 15 s")
+	}
+	var progress bytes.Buffer
+	rep, err := RunGossip(t.Context(), GossipConfig{Nodes: 6, Announces: 2, Kills: 1, NodeEndpoints: 3, Mode: "memory", Steady: time.Second, Progress: &progress})
+	if err != nil {
+		t.Fatalf("%v\nprogress:\n%s", err, progress.String())
+	}
+	if rep.Mode != "memory" || rep.TimeScale != 1 || rep.NodeEndpoints != 3 {
+		t.Errorf("mode %q, time scale %v, endpoints %d", rep.Mode, rep.TimeScale, rep.NodeEndpoints)
+	}
+	if c := rep.ColdStart; c.Seconds < rep.FormSeconds || c.Entries != 5*(1+2*3) || c.Traffic.BytesPerNode <= 0 || c.Traffic.MaxBytesPerSecond < c.Traffic.BytesPerSecondPerNode {
+		t.Errorf("cold start %+v (formed in %v s)", c, rep.FormSeconds)
+	}
+	if rep.Steady.Seconds < 1 || rep.Steady.BytesPerNode <= 0 {
+		t.Errorf("steady %+v", rep.Steady)
+	}
+	if rep.Memory.HeapPerNodeBytes <= 0 {
+		t.Errorf("memory %+v", rep.Memory)
+	}
+	if len(rep.Announce99.SamplesMillis) != 2 || rep.Announce99.MaxMillis > rep.Announce.MaxMillis || !(rep.Announce99.P50Millis > 0) {
+		t.Errorf("announce to 99%% %+v, to all %+v", rep.Announce99, rep.Announce)
+	}
+	var table bytes.Buffer
+	if err := rep.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"in-memory network", "cold start (all 35 entries everywhere)", "new entry → 99% of the others", "steady state"} {
+		if !strings.Contains(table.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, table.String())
+		}
 	}
 }

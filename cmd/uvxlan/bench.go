@@ -69,13 +69,23 @@ least 1 s); the testbed is removed at the end, on failure and on Ctrl-C.
 		Action: benchAction,
 		Subcommands: []*cli.Command{{
 			Name:  "gossip",
-			Usage: "measure gossip convergence on an in-process cluster on 127.0.1.x: new entry -> everywhere, crash -> withdrawn everywhere",
-			Description: `Starts --nodes gossip nodes in this process on 127.0.1.1, 127.0.1.2, ...
-(loopback only; no root needed) with memberlist's LAN timings, as the agent
-uses them. Times --announces new entries, one at a time, from AnnounceMAC on a
-random node until every other node holds it; then crashes --kills nodes at once
-(their gossip falls silent, no leave) and times until every survivor has
-withdrawn their entries and flood-list VTEPs. Prints p50, p99 and max.
+			Usage: "measure gossip convergence on an in-process cluster on 127.0.x.y: cold start, new entry -> everywhere, crash -> withdrawn everywhere, traffic",
+			Description: `Starts --nodes gossip nodes (up to 1000) in this process on 127.0.1.1,
+127.0.1.2, ... (loopback only; no root needed) with memberlist's LAN timings,
+as the agent uses them, each announcing --node-endpoints endpoints (MAC and IP
+binding) at its start, all joining the first: a cold start, timed until every
+node holds every TAP MAC (form_seconds) and every entry (cold_start), with the
+bytes each node sent meanwhile; then the memory, and the bytes sent per node
+over --steady of quiet (steady). Times --announces new entries, one at a time,
+from AnnounceMAC on a random node until 99% of the others (announce_99) and
+every other node (announce) hold it; then crashes --kills nodes at once (their
+gossip falls silent, no leave) and times until every survivor has withdrawn
+their entries and flood-list VTEPs. Prints p50, p99 and max.
+
+--mode memory runs the same nodes (memberlist and gossip, unchanged) on an
+in-memory network instead of loopback sockets; --time-scale K stretches every
+timing by K and divides the times measured by K, for clusters the machine
+cannot run in real time (1000 nodes on 2 cores). The report states both.
 
 With --endpoints N, between the two, the first node announces N endpoint
 MACs and N IP bindings as fast as it can and the run times until every
@@ -84,12 +94,17 @@ before and after (the heap divided by --nodes is an in-process estimate of
 one node's share). Every node's endpoint quota (--max-endpoints of an agent)
 is raised to N for the run.
 
-   uvxlan bench gossip --nodes 20 --endpoints 10000`,
+   uvxlan bench gossip --nodes 20 --endpoints 10000
+   uvxlan bench gossip --nodes 1000 --mode memory --time-scale 4 --json`,
 			Flags: []cli.Flag{
 				&cli.IntFlag{Name: "nodes", Value: perf.DefaultGossipNodes, Usage: fmt.Sprintf("cluster size, 3 to %d", perf.MaxGossipNodes)},
 				&cli.IntFlag{Name: "announces", Value: perf.DefaultGossipAnnounces, Usage: "new entries to time, one after another"},
 				&cli.IntFlag{Name: "kills", Value: perf.DefaultGossipKills, Usage: "nodes to crash at once, at most nodes - 2"},
 				&cli.IntFlag{Name: "endpoints", Usage: fmt.Sprintf("endpoints (MAC and IP binding) one node announces at once, timed until every node holds all; `N` from 0 (skip) to %d", perf.MaxGossipEndpoints)},
+				&cli.IntFlag{Name: "node-endpoints", Value: perf.DefaultGossipNodeEndpoints, Usage: fmt.Sprintf("endpoints (MAC and IP binding) every node announces at its start; `N` from 0 to %d", perf.MaxGossipNodeEndpoints)},
+				&cli.StringFlag{Name: "mode", Value: "loopback", Usage: "`NETWORK` of the nodes: loopback (UDP and TCP sockets on 127.0.x.y) or memory (an in-memory network; the same gossip and memberlist code)"},
+				&cli.Float64Flag{Name: "time-scale", Value: 1, Usage: fmt.Sprintf("stretch every gossip timing by `K` (1 to %d) and divide the measured times by it: for clusters too large for the machine in real time", perf.MaxGossipTimeScale)},
+				&cli.DurationFlag{Name: "steady", Value: perf.DefaultGossipSteady, Usage: "quiet `TIME` after the cold start over which the steady-state traffic is measured"},
 				&cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"},
 			},
 			Action: benchGossipAction,
@@ -174,7 +189,11 @@ func benchGossipAction(c *cli.Context) error {
 	if c.Args().Present() {
 		return usageError{fmt.Errorf("bench gossip takes no arguments, got %q", c.Args().Slice())}
 	}
-	cfg := perf.GossipConfig{Nodes: c.Int("nodes"), Announces: c.Int("announces"), Kills: c.Int("kills"), Endpoints: c.Int("endpoints"), Progress: c.App.ErrWriter}
+	cfg := perf.GossipConfig{Nodes: c.Int("nodes"), Announces: c.Int("announces"), Kills: c.Int("kills"), Endpoints: c.Int("endpoints"),
+		NodeEndpoints: c.Int("node-endpoints"), Mode: c.String("mode"), TimeScale: c.Float64("time-scale"), Steady: c.Duration("steady"), Progress: c.App.ErrWriter}
+	if cfg.NodeEndpoints == 0 {
+		cfg.NodeEndpoints = -1 // none: GossipConfig's 0 is the default
+	}
 	switch {
 	case cfg.Nodes < 3 || cfg.Nodes > perf.MaxGossipNodes:
 		return badFlag("nodes", fmt.Sprint(cfg.Nodes), "must be between 3 and %d", perf.MaxGossipNodes)
@@ -184,6 +203,14 @@ func benchGossipAction(c *cli.Context) error {
 		return badFlag("kills", fmt.Sprint(cfg.Kills), "must be between 1 and --nodes - 2 (%d)", cfg.Nodes-2)
 	case cfg.Endpoints < 0 || cfg.Endpoints > perf.MaxGossipEndpoints:
 		return badFlag("endpoints", fmt.Sprint(cfg.Endpoints), "must be between 0 and %d", perf.MaxGossipEndpoints)
+	case c.Int("node-endpoints") < 0 || c.Int("node-endpoints") > perf.MaxGossipNodeEndpoints:
+		return badFlag("node-endpoints", fmt.Sprint(c.Int("node-endpoints")), "must be between 0 and %d", perf.MaxGossipNodeEndpoints)
+	case cfg.Mode != "loopback" && cfg.Mode != "memory":
+		return badFlag("mode", cfg.Mode, "must be loopback or memory")
+	case cfg.TimeScale < 1 || cfg.TimeScale > perf.MaxGossipTimeScale:
+		return badFlag("time-scale", fmt.Sprint(cfg.TimeScale), "must be between 1 and %d", perf.MaxGossipTimeScale)
+	case cfg.Steady <= 0 || cfg.Steady > 10*time.Minute:
+		return badFlag("steady", cfg.Steady.String(), "must be above 0 and at most 10m")
 	}
 	signal.Ignore(syscall.SIGPIPE)
 	ctx, stop := testenv.SignalContext(c.Context)
