@@ -685,7 +685,7 @@ func TestLogWriter(t *testing.T) {
 	if len(got) > logBurst+2 {
 		t.Errorf("%d of 1000 lines logged at once, want about %d", len(got), logBurst)
 	}
-	w.last = w.last.Add(-time.Second) // a second later
+	w.limit.last = w.limit.last.Add(-time.Second) // a second later
 	var attrs []string
 	h.attrs = func(a slog.Attr) { attrs = append(attrs, a.String()) }
 	fmt.Fprint(w, "[ERR] memberlist: failed to receive\n")

@@ -244,8 +244,7 @@ func (b *broadcast) Finished()       {}
 // is ready to use; log.Logger serializes the calls of Write.
 type logWriter struct {
 	log        *slog.Logger
-	tokens     float64
-	last       time.Time
+	limit      bucket
 	suppressed int
 }
 
@@ -278,18 +277,10 @@ func (w *logWriter) Write(p []byte) (int, error) {
 	if !w.log.Enabled(ctx, level) {
 		return len(p), nil
 	}
-	now := time.Now()
-	if w.last.IsZero() {
-		w.tokens = logBurst
-	} else {
-		w.tokens = min(logBurst, w.tokens+now.Sub(w.last).Seconds()*logRate)
-	}
-	w.last = now
-	if w.tokens < 1 {
+	if !w.limit.take(time.Now(), logRate, logBurst) {
 		w.suppressed++
 		return len(p), nil
 	}
-	w.tokens--
 	args := []any{"from", "memberlist"}
 	if w.suppressed > 0 {
 		args = append(args, "suppressed_before", w.suppressed)

@@ -291,10 +291,9 @@ type Node struct {
 	warned     map[string]time.Time  // rate limit for warnings, by subject
 	pins       map[pinKey]string     // keys pinned to the alive members (self included): by whom
 	pulls      map[string]*pullState // owners watched and pulled from (pull.go)
-	// answered, answerTokens and answerLast bound the answers to pulls.
-	answered     map[string]time.Time
-	answerTokens float64
-	answerLast   time.Time
+	// answered and answerLimit bound the answers to pulls.
+	answered    map[string]time.Time
+	answerLimit bucket
 	// pinsChanged: pins changed since the last publishPins.
 	pinsChanged bool
 

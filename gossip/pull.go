@@ -262,16 +262,9 @@ func (n *Node) answerAllowedLocked(name string, now time.Time) bool {
 	if last, ok := n.answered[name]; ok && now.Sub(last) < n.pt.answerEvery {
 		return false
 	}
-	if n.answerLast.IsZero() {
-		n.answerTokens = answerBurst
-	} else {
-		n.answerTokens = min(answerBurst, n.answerTokens+now.Sub(n.answerLast).Seconds()*answerRate)
-	}
-	n.answerLast = now
-	if n.answerTokens < 1 {
+	if !n.answerLimit.take(now, answerRate, answerBurst) {
 		return false
 	}
-	n.answerTokens--
 	if len(n.answered) >= maxAnswered {
 		for k, t := range n.answered {
 			if now.Sub(t) >= n.pt.answerEvery {
