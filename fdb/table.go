@@ -658,14 +658,16 @@ func (t *Table) SetFlood(vni VNI, vteps []netip.AddrPort) {
 	if !vni.Valid() {
 		return
 	}
-	var list []netip.AddrPort
+	list := make([]netip.AddrPort, 0, len(vteps)) // a copy: appending by a caller cannot write into our array
+	seen := make(map[netip.AddrPort]struct{}, len(vteps))
 	for _, v := range vteps {
 		v = normVTEP(v)
-		if ValidVTEP(v) && !slices.Contains(list, v) {
+		if _, dup := seen[v]; ValidVTEP(v) && !dup {
+			seen[v] = struct{}{}
 			list = append(list, v)
 		}
 	}
-	list = slices.Clip(list) // appending by a caller cannot write into our array
+	list = slices.Clip(list)
 
 	t.floodMu.Lock()
 	defer t.floodMu.Unlock()
