@@ -136,7 +136,8 @@ type GossipConfig struct {
 	// announces when it starts, 0 to MaxGossipNodeEndpoints; -1 means none.
 	// Default (0) DefaultGossipNodeEndpoints.
 	NodeEndpoints int
-	// Mode is "loopback" (the default) or "memory"; see the top of this file.
+	// Mode is "loopback" (the default), "memory", or "sim" (only in
+	// SimulateGossip); see the top of this file and sim.go.
 	Mode string
 	// TimeScale stretches every timing by this factor (1 to
 	// MaxGossipTimeScale; default 1); see the top of this file.
@@ -145,7 +146,7 @@ type GossipConfig struct {
 	// measured. Default DefaultGossipSteady.
 	Steady time.Duration
 	// Progress receives a line per step; nil for none.
-	Progress io.Writer
+	Progress io.Writer `json:"-"`
 }
 
 // GossipReport is the result of RunGossip.
@@ -155,7 +156,8 @@ type GossipReport struct {
 	Nodes   int       `json:"nodes"`
 	// Timings names the memberlist configuration: the agent's.
 	Timings string `json:"timings"`
-	// Mode is the network: "loopback" or "memory"; TimeScale the factor by
+	// Mode is the network: "loopback", "memory" or "sim" (a simulation in
+	// virtual time, sim.go); TimeScale the factor by
 	// which every timing was stretched (1: real time). The times reported
 	// are divided by it.
 	Mode      string  `json:"mode"`
@@ -182,6 +184,9 @@ type GossipReport struct {
 	// Endpoints is the endpoints stage; nil when GossipConfig.Endpoints is 0.
 	Endpoints      *EndpointsReport `json:"endpoints,omitempty"`
 	ElapsedSeconds float64          `json:"elapsed_seconds"`
+	// WallSeconds is how long a simulation (mode sim) took on the machine;
+	// its ElapsedSeconds are virtual.
+	WallSeconds float64 `json:"wall_seconds,omitempty"`
 }
 
 // ColdStartReport is the cold start of RunGossip.
@@ -351,7 +356,18 @@ type gnode struct {
 // see the package documentation. All traffic stays on 127.0.0.0/8 (or in
 // memory). It blocks until done (about 30 s for 50 nodes) or ctx is
 // canceled; every node is stopped before it returns.
-func RunGossip(ctx context.Context, cfg GossipConfig) (rep *GossipReport, err error) {
+func RunGossip(ctx context.Context, cfg GossipConfig) (*GossipReport, error) {
+	if err := cfg.normalize(); err != nil {
+		return nil, err
+	}
+	if cfg.Mode == "sim" {
+		return nil, errors.New("perf: gossip: mode sim runs only in a simulation's bubble (SimulateGossip; uvxlan bench gossip --mode sim)")
+	}
+	return runGossip(ctx, cfg)
+}
+
+// normalize fills in cfg's defaults and checks it.
+func (cfg *GossipConfig) normalize() error {
 	if cfg.Nodes == 0 {
 		cfg.Nodes = DefaultGossipNodes
 	}
@@ -378,25 +394,33 @@ func RunGossip(ctx context.Context, cfg GossipConfig) (rep *GossipReport, err er
 	}
 	switch {
 	case cfg.Nodes < 3 || cfg.Nodes > MaxGossipNodes:
-		return nil, fmt.Errorf("perf: gossip: %d nodes, want 3 to %d", cfg.Nodes, MaxGossipNodes)
+		return fmt.Errorf("perf: gossip: %d nodes, want 3 to %d", cfg.Nodes, MaxGossipNodes)
 	case cfg.Announces < 1 || cfg.Announces > 1000:
-		return nil, fmt.Errorf("perf: gossip: %d announces, want 1 to 1000", cfg.Announces)
+		return fmt.Errorf("perf: gossip: %d announces, want 1 to 1000", cfg.Announces)
 	case cfg.Kills < 1 || cfg.Kills > cfg.Nodes-2:
-		return nil, fmt.Errorf("perf: gossip: %d kills, want 1 to %d (nodes - 2)", cfg.Kills, cfg.Nodes-2)
+		return fmt.Errorf("perf: gossip: %d kills, want 1 to %d (nodes - 2)", cfg.Kills, cfg.Nodes-2)
 	case cfg.Endpoints < 0 || cfg.Endpoints > MaxGossipEndpoints:
-		return nil, fmt.Errorf("perf: gossip: %d endpoints, want 0 to %d", cfg.Endpoints, MaxGossipEndpoints)
+		return fmt.Errorf("perf: gossip: %d endpoints, want 0 to %d", cfg.Endpoints, MaxGossipEndpoints)
 	case cfg.NodeEndpoints < 0 || cfg.NodeEndpoints > MaxGossipNodeEndpoints:
-		return nil, fmt.Errorf("perf: gossip: %d endpoints per node, want 0 to %d", cfg.NodeEndpoints, MaxGossipNodeEndpoints)
+		return fmt.Errorf("perf: gossip: %d endpoints per node, want 0 to %d", cfg.NodeEndpoints, MaxGossipNodeEndpoints)
 	case 2*cfg.Endpoints+cfg.Nodes*(1+2*cfg.NodeEndpoints)+cfg.Announces > maxGossipRecords:
-		return nil, fmt.Errorf("perf: gossip: %d endpoints and %d nodes of %d endpoints are more records than a node holds (%d)",
+		return fmt.Errorf("perf: gossip: %d endpoints and %d nodes of %d endpoints are more records than a node holds (%d)",
 			cfg.Endpoints, cfg.Nodes, cfg.NodeEndpoints, maxGossipRecords)
-	case cfg.Mode != "loopback" && cfg.Mode != "memory":
-		return nil, fmt.Errorf("perf: gossip: mode %q, want loopback or memory", cfg.Mode)
+	case cfg.Mode != "loopback" && cfg.Mode != "memory" && cfg.Mode != "sim":
+		return fmt.Errorf("perf: gossip: mode %q, want loopback, memory or sim", cfg.Mode)
 	case cfg.TimeScale < 1 || cfg.TimeScale > MaxGossipTimeScale:
-		return nil, fmt.Errorf("perf: gossip: time scale %v, want 1 to %d", cfg.TimeScale, MaxGossipTimeScale)
+		return fmt.Errorf("perf: gossip: time scale %v, want 1 to %d", cfg.TimeScale, MaxGossipTimeScale)
 	case cfg.Steady < 0 || cfg.Steady > 10*time.Minute:
-		return nil, fmt.Errorf("perf: gossip: steady %v, want up to 10m", cfg.Steady)
+		return fmt.Errorf("perf: gossip: steady %v, want up to 10m", cfg.Steady)
+	case cfg.Mode == "sim" && cfg.TimeScale != 1:
+		return fmt.Errorf("perf: gossip: time scale %v in mode sim, whose clock is virtual: want 1", cfg.TimeScale)
 	}
+	return nil
+}
+
+// runGossip is RunGossip on a normalized cfg, in a simulation's bubble when
+// cfg.Mode is "sim".
+func runGossip(ctx context.Context, cfg GossipConfig) (rep *GossipReport, err error) {
 	out := cfg.Progress
 	if out == nil {
 		out = io.Discard
@@ -414,9 +438,14 @@ func RunGossip(ctx context.Context, cfg GossipConfig) (rep *GossipReport, err er
 	}
 	var mem *memNetwork
 	where := fmt.Sprintf("%s-%s", gossipAddr(0), gossipAddr(cfg.Nodes-1))
-	if cfg.Mode == "memory" {
-		mem = newMemNetwork()
+	switch cfg.Mode {
+	case "memory":
+		mem = newMemNetwork(0)
 		where += " on an in-memory network"
+	case "sim":
+		mem = newMemNetwork(SimLatency)
+		where += fmt.Sprintf(" on a simulated network (%v one way), in virtual time", SimLatency)
+		rep.Timings += ", in virtual time"
 	}
 	say("starting %d gossip nodes on %s, %d endpoints each", cfg.Nodes, where, cfg.NodeEndpoints)
 	var nodes []*gnode
@@ -430,6 +459,9 @@ func RunGossip(ctx context.Context, cfg GossipConfig) (rep *GossipReport, err er
 		var seeds []string
 		if i > 0 {
 			seeds = []string{nodes[0].Addr().String()}
+		}
+		if cfg.Mode == "sim" && i > 0 {
+			time.Sleep(simStartGap) // see simStartGap
 		}
 		n, err := startNode(i, seeds, cfg, mem)
 		if err != nil {
@@ -974,8 +1006,11 @@ func (t *crashTransport) Shutdown() error {
 // WriteTable writes the report as a table.
 func (r *GossipReport) WriteTable(w io.Writer) error {
 	net := "on 127.0.x.y (loopback sockets)"
-	if r.Mode == "memory" {
+	switch r.Mode {
+	case "memory":
 		net = "on an in-memory network (127.0.x.y addresses)"
+	case "sim":
+		net = fmt.Sprintf("on a simulated network (%v one way, 127.0.x.y addresses)", SimLatency)
 	}
 	fmt.Fprintf(w, "gossip convergence: %d nodes in one process %s, %d endpoints each, %s\n\n", r.Nodes, net, r.NodeEndpoints, r.Timings)
 	tw := newTable(w)
@@ -1027,6 +1062,10 @@ func (r *GossipReport) WriteTable(w io.Writer) error {
 			return err
 		}
 		fmt.Fprintf(w, "per node: an in-process estimate, all %d nodes share one process and one Go runtime\n", r.Nodes)
+	}
+	if r.Mode == "sim" {
+		_, err := fmt.Fprintf(w, "\n%s; %.1f s of virtual time, simulated in %.1f s\n", r.Machine, r.ElapsedSeconds, r.WallSeconds)
+		return err
 	}
 	_, err := fmt.Fprintf(w, "\n%s; took %.1f s\n", r.Machine, r.ElapsedSeconds)
 	return err

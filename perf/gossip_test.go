@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/uvxlan/uvxlan/fdb"
@@ -164,7 +165,7 @@ func TestGossipEndpoints(t *testing.T) {
 // with the nodes' addresses, counts what each sends, and a crashed node
 // neither sends nor receives.
 func TestMemNetwork(t *testing.T) {
-	mn := newMemNetwork()
+	mn := newMemNetwork(0)
 	var sentA, sentB atomic.Int64
 	a, err := mn.transport(netip.MustParseAddrPort("127.0.1.1:7946"), &sentA)
 	if err != nil {
@@ -263,4 +264,70 @@ func TestRunGossipMemory(t *testing.T) {
 			t.Errorf("table lacks %q:\n%s", want, table.String())
 		}
 	}
+}
+
+// A simulation: the same stages in virtual time. Its clock shows in the
+// steady state, which lasts exactly what was asked, and in the packets of
+// the simulated network, which arrive exactly SimLatency after they left.
+func TestSimulateGossip(t *testing.T) {
+	var progress bytes.Buffer
+	rep, err := SimulateGossip(t, GossipConfig{Nodes: 20, Announces: 3, Kills: 2, NodeEndpoints: 3, Steady: 45 * time.Second, Progress: &progress})
+	if err != nil {
+		t.Fatalf("%v\nprogress:\n%s", err, progress.String())
+	}
+	if rep.Mode != "sim" || !(rep.WallSeconds > 0) || !strings.Contains(rep.Timings, "virtual time") {
+		t.Errorf("mode %q, wall %v s, timings %q", rep.Mode, rep.WallSeconds, rep.Timings)
+	}
+	if rep.Steady.Seconds != 45 || !(rep.Steady.BytesPerNode > 0) {
+		t.Errorf("steady %+v: want exactly 45 s of virtual time, and traffic", rep.Steady)
+	}
+	if c := rep.ColdStart; !(rep.FormSeconds > 0) || c.Seconds < rep.FormSeconds || c.Entries != 19*(1+2*3) || !(c.Traffic.BytesPerNode > 0) {
+		t.Errorf("formed in %v s, cold start %+v", rep.FormSeconds, c)
+	}
+	// A crash is found by probes (1 s apart) and suspicion, never at once.
+	if len(rep.Death.SamplesMillis) != 2 || rep.Death.P50Millis < 1000 || len(rep.Announce99.SamplesMillis) != 3 || !(rep.Announce99.P50Millis > 0) {
+		t.Errorf("deaths %+v, announces %+v", rep.Death, rep.Announce99)
+	}
+	var table bytes.Buffer
+	if err := rep.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"on a simulated network", "of virtual time, simulated in"} {
+		if !strings.Contains(table.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, table.String())
+		}
+	}
+
+	if _, err := RunGossip(t.Context(), GossipConfig{Nodes: 5, Mode: "sim"}); err == nil {
+		t.Error("RunGossip ran mode sim outside a bubble")
+	}
+	if _, err := SimulateGossip(t, GossipConfig{Nodes: 5, TimeScale: 2}); err == nil {
+		t.Error("a simulation with a time scale: want an error")
+	}
+}
+
+func TestMemNetworkLatency(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mn := newMemNetwork(SimLatency)
+		var sent atomic.Int64
+		a, _ := mn.transport(netip.MustParseAddrPort("127.0.1.1:7946"), &sent)
+		b, _ := mn.transport(netip.MustParseAddrPort("127.0.1.2:7946"), &sent)
+		defer a.Shutdown()
+		defer b.Shutdown()
+		t0 := time.Now()
+		a.WriteTo([]byte("hello"), "127.0.1.2:7946")
+		p := <-b.PacketCh()
+		if d := time.Since(t0); d != SimLatency || string(p.Buf) != "hello" {
+			t.Errorf("%q after %v, want hello after %v", p.Buf, d, SimLatency)
+		}
+		// A packet to a node that crashes on the way is lost.
+		a.WriteTo([]byte("lost"), "127.0.1.2:7946")
+		b.crash()
+		time.Sleep(2 * SimLatency)
+		select {
+		case p := <-b.PacketCh():
+			t.Errorf("a crashed node received %q", p.Buf)
+		default:
+		}
+	})
 }

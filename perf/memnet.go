@@ -1,17 +1,19 @@
 package perf
 
 // memNetwork: the gossip bench's in-memory network (GossipConfig.Mode
-// "memory"). A thousand gossip nodes on loopback sockets take a thousand
+// "memory", and "sim" inside a simulation's bubble). A thousand gossip nodes on loopback sockets take a thousand
 // UDP and TCP listeners, and the kernel's loopback work on two cores; in
 // memory, each node's memberlist gets a memTransport instead: a packet is a
 // copied byte slice handed to the receiver's channel (dropped when that is
 // full, as UDP drops), a stream is a net.Pipe whose ends carry the two
 // nodes' addresses (so gossip's per-host stream bounds see one host per
 // node, as on loopback). Everything above the transport is the real code:
-// memberlist with the agent's timings, gossip.Node, the tables. Nothing is
-// delayed: the network is as fast as loopback. The transports count the
+// memberlist with the agent's timings, gossip.Node, the tables. Without a
+// latency nothing is delayed: the network is as fast as loopback. The
+// transports count the
 // bytes each node sends (packets and stream writes), as crashTransport does
-// on loopback, and can crash.
+// on loopback, and can crash. With a latency (mode sim), every packet
+// arrives that much later; streams are not delayed.
 
 import (
 	"errors"
@@ -33,11 +35,16 @@ const memPacketQueue = 160
 
 // memNetwork connects memTransports by address. Safe for concurrent use.
 type memNetwork struct {
-	mu    sync.RWMutex
-	nodes map[netip.AddrPort]*memTransport
+	// latency delays every packet (not streams) by this much; 0 hands it
+	// over at once.
+	latency time.Duration
+	mu      sync.RWMutex
+	nodes   map[netip.AddrPort]*memTransport
 }
 
-func newMemNetwork() *memNetwork { return &memNetwork{nodes: map[netip.AddrPort]*memTransport{}} }
+func newMemNetwork(latency time.Duration) *memNetwork {
+	return &memNetwork{latency: latency, nodes: map[netip.AddrPort]*memTransport{}}
+}
 
 var errMemUnreachable = errors.New("perf: no node at that address (in-memory network)")
 
@@ -110,12 +117,26 @@ func (t *memTransport) WriteToAddress(b []byte, a memberlist.Address) (time.Time
 	if dst == nil || dst.down() {
 		return now, nil
 	}
-	p := &memberlist.Packet{Buf: append([]byte(nil), b...), From: net.UDPAddrFromAddrPort(t.addr), Timestamp: now}
-	select {
-	case dst.packets <- p:
-	default: // the receiver's queue is full: dropped, as UDP would
+	buf := append([]byte(nil), b...)
+	if t.net.latency == 0 {
+		dst.deliver(buf, t.addr, now)
+		return now, nil
 	}
+	time.AfterFunc(t.net.latency, func() {
+		if !dst.down() {
+			dst.deliver(buf, t.addr, time.Now())
+		}
+	})
 	return now, nil
+}
+
+// deliver queues a packet for the node's memberlist, or drops it when the
+// queue is full, as UDP would.
+func (t *memTransport) deliver(b []byte, from netip.AddrPort, at time.Time) {
+	select {
+	case t.packets <- &memberlist.Packet{Buf: b, From: net.UDPAddrFromAddrPort(from), Timestamp: at}:
+	default:
+	}
 }
 
 func (t *memTransport) PacketCh() <-chan *memberlist.Packet { return t.packets }

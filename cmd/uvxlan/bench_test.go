@@ -366,6 +366,32 @@ func TestBenchGossipSmoke(t *testing.T) {
 	}
 }
 
+// bench gossip --mode sim: the real binary runs the simulation in a child
+// of itself and reports in virtual time.
+func TestBenchGossipSim(t *testing.T) {
+	stdout, stderr, code := runBench(t, 3*time.Minute, "bench", "gossip", "--mode", "sim", "--nodes", "30", "--announces", "3", "--kills", "2", "--json")
+	if code != 0 {
+		t.Fatalf("exit status %d\nstderr:\n%s", code, stderr)
+	}
+	var rep perf.GossipReport
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatalf("--json output: %v\n%s", err, stdout)
+	}
+	if rep.Mode != "sim" || rep.Nodes != 30 || !(rep.FormSeconds > 0) || rep.ColdStart.Seconds < rep.FormSeconds || !(rep.WallSeconds > 0) {
+		t.Errorf("mode %q, %d nodes, formed in %v s, cold start %v s, simulated in %v s", rep.Mode, rep.Nodes, rep.FormSeconds, rep.ColdStart.Seconds, rep.WallSeconds)
+	}
+	// The default steady state of a simulation, exactly: its clock is virtual.
+	if rep.Steady.Seconds != perf.DefaultGossipSimSteady.Seconds() || !(rep.Steady.BytesPerNode > 0) {
+		t.Errorf("steady %+v, want %v of traffic", rep.Steady, perf.DefaultGossipSimSteady)
+	}
+	if len(rep.Announce99.SamplesMillis) != 3 || len(rep.Death.SamplesMillis) != 2 {
+		t.Errorf("announces %+v, deaths %+v", rep.Announce99, rep.Death)
+	}
+	if !strings.Contains(stderr, "on a simulated network") {
+		t.Errorf("progress does not say the network is simulated:\n%s", stderr)
+	}
+}
+
 // Bad flags of bench are exit status 2 with the flag named, before anything
 // is built.
 func TestBenchBadFlags(t *testing.T) {
@@ -390,6 +416,7 @@ func TestBenchBadFlags(t *testing.T) {
 		{[]string{"bench", "gossip", "--nodes", "1001"}, "--nodes"},
 		{[]string{"bench", "gossip", "--mode", "udp"}, "--mode"},
 		{[]string{"bench", "gossip", "--time-scale", "0.5"}, "--time-scale"},
+		{[]string{"bench", "gossip", "--mode", "sim", "--time-scale", "2"}, "--time-scale"},
 		{[]string{"bench", "gossip", "--node-endpoints", "31"}, "--node-endpoints"},
 		{[]string{"bench", "gossip", "--nodes", "ten"}, "nodes"},
 		{[]string{"bench", "gossip", "--nodes", "10", "--kills", "9"}, "--kills"},

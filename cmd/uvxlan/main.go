@@ -29,6 +29,9 @@ const (
 )
 
 func main() {
+	if isSimChild() {
+		simChild() // bench gossip --mode sim's child; see simulate.go
+	}
 	os.Exit(run(os.Args, os.Stdout, os.Stderr))
 }
 
