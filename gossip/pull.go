@@ -33,10 +33,12 @@ package gossip
 //   - per owner: after each pull, the next one waits pullBackoff, doubling
 //     up to maxPullBackoff while the digest still differs; the backoff
 //     decays only once the owner has matched for a while;
-//   - in total: at most maxPullsPerTick pulls per pullTick, the owners in a
-//     random order so that one liar cannot starve the others;
+//   - in total: at most pullsPerTick pulls per pullTick (8, or one per 25
+//     members, up to 64), the owners in a random order so that one liar
+//     cannot starve the others;
 //   - answers: at most one per requester per answerEvery, at most
-//     answerBurst at once and answerRate a second, to alive members only.
+//     answerRate a second (100, or one per 2 members) and twice that at
+//     once, to alive members only.
 //
 // A pull changes nothing that a broadcast could not: the answer's records
 // go through the usual merge rules (owner's VTEP, pins, quotas, versions), so
@@ -69,8 +71,15 @@ const (
 )
 
 const (
-	// maxPullsPerTick bounds the pulls a node starts per pullTick.
-	maxPullsPerTick = 8
+	// minPullsPerTick to maxPullsPerTick bound the pulls a node starts per
+	// pullTick: one per pullsPerTickMembers alive members (pullsPerTick).
+	// A node that missed something of every owner in a cold start of N
+	// nodes (the broadcasts of N×21 records overflow every queue) catches
+	// up in about N/(pullsPerTick×2.5) seconds: a fixed 8 per tick took 50 s
+	// at 1000 nodes, one per 25 members takes 10.
+	minPullsPerTick     = 8
+	maxPullsPerTick     = 64
+	pullsPerTickMembers = 25
 	// maxPullBackoffMult bounds the per-owner backoff, in gossip
 	// intervals: 300 (a minute with the LAN timings).
 	maxPullBackoffMult = 300
@@ -80,10 +89,15 @@ const (
 	// maxAnswerRecords bounds the records of one answer: owners with more
 	// live records are synced by push/pull.
 	maxAnswerRecords = 1024
-	// answerRate and answerBurst bound the answers a node sends (token
-	// bucket, answers a second).
-	answerRate  = 100
-	answerBurst = 200
+	// The answers a node sends are bounded by a token bucket of
+	// answerRate(members) a second, twice that at once: at least
+	// minAnswerRate, or one for every answerRateMembers alive members (an
+	// owner that every other node of a cold start pulls from answers them
+	// all in about two seconds). Each member may ask once per answerEvery
+	// anyway; the bucket bounds the bytes: 500 answers of at most
+	// answerBytes a second at 1000 members.
+	minAnswerRate     = 100
+	answerRateMembers = 2
 	// maxAnswered bounds the requesters remembered for answerEvery.
 	maxAnswered = 4096
 	// maxQueued bounds the broadcasts queued: beyond it, those sent the
@@ -95,6 +109,18 @@ const (
 	// brought. 4096 holds a node's own burst of endpoints (the quota).
 	maxQueued = 4096
 )
+
+// pullsPerTick is how many pulls a node of a cluster of members alive
+// members starts per pullTick at most.
+func pullsPerTick(members int) int {
+	return min(max(minPullsPerTick, members/pullsPerTickMembers), maxPullsPerTick)
+}
+
+// answerRate is how many answers a second a node of a cluster of members
+// alive members sends at most.
+func answerRate(members int) float64 {
+	return float64(max(minAnswerRate, members/answerRateMembers))
+}
 
 // pullState is an owner watched or pulled from.
 type pullState struct {
@@ -178,7 +204,7 @@ func (n *Node) duePullsLocked(now time.Time) []pullTarget {
 		due = append(due, pullTarget{name: owner, addr: m.addr, pushPull: m.meta.digest.count > maxAnswerRecords})
 	}
 	rand.Shuffle(len(due), func(i, j int) { due[i], due[j] = due[j], due[i] })
-	due = due[:min(len(due), maxPullsPerTick)]
+	due = due[:min(len(due), pullsPerTick(int(n.numAlive.Load())))]
 	for _, t := range due {
 		p := n.pulls[t.name]
 		p.next = now.Add(p.backoff)
@@ -262,7 +288,7 @@ func (n *Node) answerAllowedLocked(name string, now time.Time) bool {
 	if last, ok := n.answered[name]; ok && now.Sub(last) < n.pt.answerEvery {
 		return false
 	}
-	if !n.answerLimit.take(now, answerRate, answerBurst) {
+	if rate := answerRate(int(n.numAlive.Load())); !n.answerLimit.take(now, rate, 2*rate) {
 		return false
 	}
 	if len(n.answered) >= maxAnswered {

@@ -122,27 +122,33 @@ func TestPullBackoff(t *testing.T) {
 	}
 }
 
-// Many mismatched owners at once: at most maxPullsPerTick pulls per tick.
+// Many mismatched owners at once: at most pullsPerTick pulls per tick, for
+// the members alive.
 func TestPullGlobalBound(t *testing.T) {
 	n := newPullNode()
 	t0 := time.Unix(1000, 0)
-	for i := range 100 {
+	for i := range 200 {
 		name := fmt.Sprintf("liar%d", i)
 		addLiar(n, name, i)
 		n.watchLocked(name, t0)
 	}
-	pulled := map[string]int{}
-	for now := t0.Add(n.pt.grace); now.Sub(t0) < 5*time.Second; now = now.Add(n.pt.tick) {
-		due := n.duePullsLocked(now)
-		if len(due) > maxPullsPerTick {
-			t.Fatalf("%d pulls in one tick, want at most %d", len(due), maxPullsPerTick)
+	for _, alive := range []int{1, 1000} {
+		n.numAlive.Store(int32(alive))
+		limit := pullsPerTick(alive)
+		pulled := map[string]int{}
+		start := t0.Add(time.Duration(alive) * time.Hour) // the backoffs of the round before are over
+		for now := start.Add(n.pt.grace); now.Sub(start) < 5*time.Second; now = now.Add(n.pt.tick) {
+			due := n.duePullsLocked(now)
+			if len(due) > limit {
+				t.Fatalf("%d members: %d pulls in one tick, want at most %d", alive, len(due), limit)
+			}
+			for _, d := range due {
+				pulled[d.name]++
+			}
 		}
-		for _, d := range due {
-			pulled[d.name]++
+		if len(pulled) < 2*limit {
+			t.Errorf("%d members: only %d owners pulled from: the order is not spread", alive, len(pulled))
 		}
-	}
-	if len(pulled) < 2*maxPullsPerTick {
-		t.Errorf("only %d owners pulled from: the order is not spread", len(pulled))
 	}
 	// Owners that match leave the watch list; departed ones are dropped.
 	n.members["liar0"].meta.digest = n.store.digest("liar0")
@@ -156,8 +162,25 @@ func TestPullGlobalBound(t *testing.T) {
 	}
 }
 
+// The pulls and answers a node allows grow with the cluster, within bounds.
+func TestPullRates(t *testing.T) {
+	for _, tt := range []struct {
+		members, pulls int
+		answers        float64
+	}{
+		{0, 8, 100}, {100, 8, 100}, {200, 8, 100}, {400, 16, 200}, {1000, 40, 500}, {5000, 64, 2500},
+	} {
+		if got := pullsPerTick(tt.members); got != tt.pulls {
+			t.Errorf("pullsPerTick(%d) = %d, want %d", tt.members, got, tt.pulls)
+		}
+		if got := answerRate(tt.members); got != tt.answers {
+			t.Errorf("answerRate(%d) = %v, want %v", tt.members, got, tt.answers)
+		}
+	}
+}
+
 // Answers go to alive members only, at most one per requester per
-// answerEvery, and at most answerBurst at once.
+// answerEvery, and at most twice the answer rate at once.
 func TestAnswerBounds(t *testing.T) {
 	n := newPullNode()
 	now := time.Unix(1000, 0)
@@ -170,14 +193,15 @@ func TestAnswerBounds(t *testing.T) {
 	if !n.answerAllowedLocked("a", now.Add(n.pt.answerEvery)) {
 		t.Error("answer after answerEvery refused")
 	}
+	burst := int(2 * answerRate(int(n.numAlive.Load())))
 	granted := 0
-	for i := range 10 * answerBurst {
+	for i := range 10 * burst {
 		if n.answerAllowedLocked(fmt.Sprintf("r%d", i), now.Add(n.pt.answerEvery)) {
 			granted++
 		}
 	}
-	if granted > answerBurst {
-		t.Errorf("%d answers at once, want at most %d", granted, answerBurst)
+	if granted > burst || granted < burst/2 {
+		t.Errorf("%d answers at once, want at most %d", granted, burst)
 	}
 	if len(n.answered) > maxAnswered {
 		t.Errorf("%d requesters remembered", len(n.answered))
