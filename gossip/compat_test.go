@@ -164,6 +164,35 @@ func TestRollingUpgrade(t *testing.T) {
 	announceEach(t, news, 3)
 }
 
+// An upgrade in place: an old node stops (leaving) and starts again, of
+// this release, under the same name, address and port; the others still
+// hold its previous run, at a higher incarnation than the new run's first.
+func TestUpgradeInPlace(t *testing.T) {
+	old := []*testNode{startNode(t, 0, nil, true)}
+	old = append(old, startNode(t, 1, old[0], true), startNode(t, 2, old[0], true))
+	t.Cleanup(func() { stopAll(old) })
+	waitMembers(t, old)
+	announceEach(t, old, 1)
+
+	x := old[2]
+	x.stop()
+	eventually(t, converge, "the old run left", func() error {
+		for _, n := range old[:2] {
+			if s := memberState(n.Node, x.name); s != "left" {
+				return fmt.Errorf("%s sees %s %s", n.name, x.name, s)
+			}
+		}
+		return nil
+	})
+	cfg := testConfig(2, int(x.Addr().Port()), nil)
+	cfg.Seeds = []string{old[0].Addr().String()}
+	y := start(t, cfg)
+	all := []*testNode{old[0], old[1], y}
+	t.Cleanup(func() { y.kill() })
+	eventually(t, converge, "the new run a member everywhere, speaking version 4", protocolsAre(all, 4))
+	announceEach(t, all, 2)
+}
+
 // A rollback: an old node joins a cluster of new ones. They switch to
 // version 4 and it becomes a member everywhere; entries go both ways. When
 // it leaves, they speak version 5 again, with digests.

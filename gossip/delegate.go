@@ -155,9 +155,9 @@ func (d *delegate) NotifyLeave(node *memberlist.Node) {
 	}
 }
 
-// NotifyAlive refuses a node whose metadata we cannot use (another protocol
-// version, not a uvxlan node, garbage, a configuration our extensions
-// refuse): it never becomes a member.
+// NotifyAlive refuses a node whose metadata we cannot use (a protocol
+// version we do not read, not a uvxlan node, garbage, a configuration our
+// extensions refuse): it never becomes a member.
 func (d *delegate) NotifyAlive(peer *memberlist.Node) error {
 	if peer.Name == d.n.name {
 		return nil
