@@ -513,7 +513,12 @@ func TestConfigErrors(t *testing.T) {
 // member, so never enters a flood list.
 func TestIncompatibleNode(t *testing.T) {
 	a := start(t, testConfig(0, 0, nil))
-	b := start(t, testConfig(1, 0, nil)) // not joined yet
+	cfg := testConfig(1, 0, nil)
+	// An emulated old release never changes the version it speaks, while
+	// a current one would speak a's as soon as it knew a
+	// (chooseVersionLocked).
+	cfg.v4 = true
+	b := start(t, cfg) // not joined yet
 	b.mu.Lock()
 	b.self.version = protoVersion + 1
 	b.metaMu.Lock()

@@ -130,6 +130,9 @@ func (d *delegate) NotifyUpdate(node *memberlist.Node) { d.memberUp(node) }
 func (d *delegate) memberUp(node *memberlist.Node) {
 	d.n.mu.Lock()
 	up := d.n.memberUpLocked(node)
+	if up {
+		d.n.chooseVersionLocked()
+	}
 	d.n.mu.Unlock()
 	d.n.publishPins()
 	if up {
@@ -142,6 +145,9 @@ func (d *delegate) memberUp(node *memberlist.Node) {
 func (d *delegate) NotifyLeave(node *memberlist.Node) {
 	d.n.mu.Lock()
 	down := d.n.memberDownLocked(node.Name)
+	if down {
+		d.n.chooseVersionLocked()
+	}
 	d.n.mu.Unlock()
 	d.n.publishPins()
 	if down {
@@ -149,9 +155,9 @@ func (d *delegate) NotifyLeave(node *memberlist.Node) {
 	}
 }
 
-// NotifyAlive refuses a node whose metadata we cannot use (another protocol
-// version, not a uvxlan node, garbage, a configuration our extensions
-// refuse): it never becomes a member.
+// NotifyAlive refuses a node whose metadata we cannot use (a protocol
+// version we do not read, not a uvxlan node, garbage, a configuration our
+// extensions refuse): it never becomes a member.
 func (d *delegate) NotifyAlive(peer *memberlist.Node) error {
 	if peer.Name == d.n.name {
 		return nil
@@ -190,10 +196,10 @@ func (d *delegate) NotifyMerge(peers []*memberlist.Node) error {
 }
 
 // acceptable decodes a peer's metadata and checks that it can be a member:
-// our protocol version, our extensions' agreement (an error of type
+// a protocol version we read, our extensions' agreement (an error of type
 // mismatch otherwise). A refusal is counted and logged.
 func (n *Node) acceptable(name string, b []byte) error {
-	md, err := decodeMeta(b)
+	md, err := n.readMeta(b)
 	if err == nil {
 		err = n.checkExtensionsMeta(name, &md)
 	}
@@ -201,6 +207,16 @@ func (n *Node) acceptable(name string, b []byte) error {
 		n.refuse(name, err)
 	}
 	return err
+}
+
+// readMeta is decodeMeta, but a node that emulates a release before
+// version 5 (Config.v4) refuses any version but 4, as those releases did.
+func (n *Node) readMeta(b []byte) (meta, error) {
+	md, err := decodeMeta(b)
+	if err == nil && md.version > n.maxVersion() {
+		return meta{}, fmt.Errorf("%w: it speaks version %d, we speak %d", errIncompatible, md.version, n.maxVersion())
+	}
+	return md, err
 }
 
 // refuse counts a refused node and logs why, once per node and reason.

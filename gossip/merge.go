@@ -269,7 +269,7 @@ func (n *Node) broadcastLocked(r *record) {
 // memberUpLocked handles a join or an update of node (self included). It
 // reports whether the node is now an alive member.
 func (n *Node) memberUpLocked(node *memberlist.Node) bool {
-	md, err := decodeMeta(node.Meta)
+	md, err := n.readMeta(node.Meta)
 	if err != nil { // NotifyAlive refuses those; this is a safety net
 		n.refuse(node.Name, err)
 		return false
@@ -286,6 +286,7 @@ func (n *Node) memberUpLocked(node *memberlist.Node) bool {
 		// Only the digest changed (the member's records did): nothing
 		// but the pulls cares. At scale this is most updates.
 		m.meta.digest = md.digest
+		m.dmax = node.DMax // the same run: the same as before
 		n.watchLocked(node.Name, now)
 		return false
 	}
@@ -294,6 +295,7 @@ func (n *Node) memberUpLocked(node *memberlist.Node) bool {
 		n.members[node.Name] = m
 	}
 	m.core = slices.Clone(core)
+	m.dmax = node.DMax
 	keys := n.affectedKeysLocked(node.Name)
 	keys = append(keys, n.pinnedKeysLocked(&md)...) // others' records for its pinned keys lose
 	olds := make([]*stored, len(keys))

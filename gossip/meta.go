@@ -22,8 +22,9 @@ import (
 //	| section count (1) | (extension type (1) | length (1) | data) × count
 //	| digest: live record count (4) | record hash sum (8)       (version 5 on)
 //
-// version is protoVersion; a node speaking another version is refused before
-// anything else is read, since the rest may mean something else to it. boot
+// version is the version the node speaks now (see protoVersion); a node
+// speaking one we do not read is refused before anything else is read,
+// since the rest may mean something else to us. boot
 // is the node's clock when it started (see clock): every record it creates
 // has a higher version, so records older than boot are from an earlier run
 // of the node and are dropped. The TAP MAC is zero when the node has none.
@@ -42,13 +43,23 @@ import (
 // metadata, of nodes built before the digest, decodes without one (hasDigest
 // false): such a node is a member like any other, only never pulled from.
 
-// protoVersion is the version of the gossip protocol (entry messages,
-// push/pull states and metadata) this package speaks. Nodes speaking another
-// one are refused. Version 3: extensions (sections in states and metadata).
-// Version 4: pinned keys in the metadata. Version 5: the digest in the
-// metadata, and the pull messages (pull.go); the entry and state formats
-// are version 4's, so version 4 metadata is accepted (minProtoVersion),
-// while a version 4 node refuses ours.
+// protoVersion is the latest version of the gossip protocol (entry
+// messages, push/pull states and metadata) this package speaks, and
+// minProtoVersion the oldest it reads; nodes speaking another one are
+// refused. Version 3: extensions (sections in states and metadata). Version
+// 4: pinned keys in the metadata. Version 5: the digest in the metadata,
+// and the pull messages (pull.go); the entry and state formats are version
+// 4's.
+//
+// Mixed clusters (a rolling upgrade, a rollback). Releases before version 5
+// refuse any metadata but version 4's, while we read both. So a node
+// advertises the highest version it reads in memberlist's alive messages
+// (the delegate protocol maximum, DMax: protoVersion here, 0 in those
+// releases, which leave it unset), and speaks version 5 only while every
+// alive member reads it; with a member of DMax 0 it speaks version 4,
+// without the digest (spokenVersion, chooseVersionLocked). memberlist only
+// checks the delegate versions in use, which are 0 everywhere, so the
+// maximum changes nothing else.
 const (
 	protoVersion    = 5
 	minProtoVersion = 4

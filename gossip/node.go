@@ -88,10 +88,24 @@ package gossip
 // is the static peers plus the VTEPs of the alive members that serve the
 // VNI, except ours. It is recomputed on every join, update and departure.
 //
-// Protocol versions. The metadata starts with protoVersion. A node speaking
-// another version is refused (memberlist's AliveDelegate and MergeDelegate),
-// with one warning per node: it never becomes a member, so it never enters
-// a flood list and its records stay pending until they expire.
+// Protocol versions. The metadata starts with its version (meta.go). A node
+// speaking a version we do not read is refused (memberlist's AliveDelegate
+// and MergeDelegate), with one warning per node: it never becomes a member,
+// so it never enters a flood list and its records stay pending until they
+// expire. We read versions 4 and 5, but releases before version 5 read
+// version 4 only, and advertise no delegate protocol maximum in memberlist
+// (DMax 0; ours is 5). So a node speaks version 5 while every other alive
+// member advertises it, and version 4 (no digest: nobody pulls, every
+// record travels in the periodic push/pull, as before version 5) as long as
+// one does not; it switches on joins, updates and departures, republishes
+// its metadata, and logs the switch (Member.Protocol, Stats.ProtocolSwitches).
+// A node starts with version 5. Joining a cluster with old nodes, the old
+// seed refuses the merge but has sent its state first: the joiner learns the
+// old members, switches to version 4, and the old nodes accept its next
+// alive message. An old node joining a new cluster is refused by its own
+// side, but the seed accepted it: the new nodes switch, and the old node
+// accepts their next alive messages, which put it in the cluster. When the
+// last old member is dead or left, the others speak version 5 again.
 
 import (
 	"context"
@@ -238,9 +252,16 @@ type Config struct {
 	// such as subnet leases (package gossip/lease); see extension.go. Their
 	// types must differ. Each serves this node only.
 	Extensions []Extension
-	// Tune, when set, is called last on the memberlist configuration, for
+	// Tune, when set, is called on the memberlist configuration, for
 	// tests (faster timings, port 0 for any free port) and experiments.
+	// The delegate protocol versions are set after it (see New).
 	Tune func(*memberlist.Config)
+
+	// v4 emulates a release before version 5, for the tests of mixed
+	// clusters (only package tests can set it): the node speaks version 4
+	// metadata, refuses metadata of any other version, and advertises no
+	// delegate protocol range (DMax 0), as those releases did.
+	v4 bool
 }
 
 // Node is one agent's member of the gossip cluster. Create it with New and
@@ -333,6 +354,9 @@ type member struct {
 	leaving bool   // it told us it is leaving (msgLeave)
 	left    bool   // when not alive: it left (rather than failed)
 	since   time.Time
+	// dmax is the highest metadata version it reads (memberlist's DMax;
+	// 0 for releases before version 5, which read version 4 only).
+	dmax uint8
 }
 
 type pendingKey struct {
@@ -357,6 +381,10 @@ type Member struct {
 	// Entries counts the live entries it owns that we hold.
 	Entries int  `json:"entries"`
 	Self    bool `json:"self"`
+	// Protocol is the version of the metadata it speaks now: 5, or 4 for
+	// a node built before version 5 and for every node of a cluster that
+	// has one (see "Protocol versions" in node.go).
+	Protocol uint8 `json:"protocol"`
 }
 
 // Stats are the node's counters. Each field is declared once, here: its
@@ -426,6 +454,10 @@ type Stats struct {
 	Pulls        uint64 `json:"pulls"`
 	Answers      uint64 `json:"pull_answers"`
 	RefusedPulls uint64 `json:"refused_pulls"`
+	// ProtocolSwitches counts the changes of the metadata version this
+	// node speaks (Member.Protocol of itself): down to 4 when a member
+	// that reads no later one comes, up when the last such member is gone.
+	ProtocolSwitches uint64 `json:"protocol_switches"`
 	// Pending is the number of records now held for owners that are not
 	// alive members.
 	Pending uint64 `json:"pending" metric:"gauge"`
@@ -440,6 +472,7 @@ type counters struct {
 	rejectedPinned, refusedPinned atomic.Uint64 // see pinned.go
 	refusedStreams, cutStreams    atomic.Uint64 // see stream.go
 	pulls, answers, pullsRefused  atomic.Uint64 // see pull.go
+	protocolSwitches              atomic.Uint64
 }
 
 // New checks cfg, binds the gossip sockets (memberlist starts) and
@@ -469,7 +502,7 @@ func New(cfg Config) (*Node, error) {
 		pulls:        map[string]*pullState{},
 		answered:     map[string]time.Time{},
 	}
-	n.self = meta{version: protoVersion, boot: n.clock.next(), vtep: cfg.VTEP, mac: cfg.MAC, vnis: slices.Clone(cfg.VNIs),
+	n.self = meta{version: n.maxVersion(), boot: n.clock.next(), vtep: cfg.VTEP, mac: cfg.MAC, vnis: slices.Clone(cfg.VNIs),
 		macs: cfg.PinnedMACs, addrs: cfg.PinnedAddrs}
 
 	mc := memberlist.DefaultLANConfig()
@@ -489,6 +522,15 @@ func New(cfg Config) (*Node, error) {
 	}
 	if cfg.Tune != nil {
 		cfg.Tune(mc)
+	}
+	// The highest metadata version we read travels in every alive message
+	// (memberlist's DMax); releases before version 5 leave it 0, so the
+	// others know to speak version 4 to them. memberlist only checks that
+	// every node's current delegate version (0 everywhere) is within every
+	// node's range, which [0, 0] and [0, 5] both hold.
+	mc.DelegateProtocolVersion, mc.DelegateProtocolMin, mc.DelegateProtocolMax = 0, 0, protoVersion
+	if cfg.v4 {
+		mc.DelegateProtocolMax = 0 // as releases before version 5
 	}
 	shutTransport := func() {}
 	if !cfg.Offline { // offline, nothing listens
@@ -549,10 +591,70 @@ func New(cfg Config) (*Node, error) {
 	return n, nil
 }
 
-// encodeSelfLocked encodes our metadata with the digest of our records.
+// encodeSelfLocked encodes our metadata, in the version we speak now, with
+// the digest of our records (from version 5 on).
 func (n *Node) encodeSelfLocked() []byte {
-	n.self.digest, n.self.hasDigest = n.store.digest(n.name), true
+	n.self.digest, n.self.hasDigest = n.store.digest(n.name), n.self.version >= 5
 	return n.self.encode()
+}
+
+// maxVersion is the highest metadata version this node speaks and reads:
+// protoVersion, or 4 when it emulates an older release (Config.v4).
+func (n *Node) maxVersion() uint8 {
+	if n.cfg.v4 {
+		return 4
+	}
+	return protoVersion
+}
+
+// spokenVersion returns the metadata version to speak to members that
+// read at most the versions in dmax (memberlist's DMax of each alive member
+// but us): the highest that all of them read. Releases before version 5
+// advertise none (0): they read version 4 only.
+func spokenVersion(dmax []uint8) uint8 {
+	v := uint8(protoVersion)
+	for _, d := range dmax {
+		v = min(v, max(d, minProtoVersion))
+	}
+	return v
+}
+
+// chooseVersionLocked sets the version of our metadata (n.self.version) to
+// what every alive member reads, after a join, an update or a departure.
+// When it changes, the switch is counted and logged, and Run's loop
+// publishes the metadata (metaDirty): memberlist calls us with its node
+// lock held, so UpdateNode cannot be called from here.
+func (n *Node) chooseVersionLocked() {
+	if n.cfg.v4 {
+		return
+	}
+	var dmax []uint8
+	oldest := ""
+	for _, m := range n.members {
+		if m.alive && m.name != n.name {
+			dmax = append(dmax, m.dmax)
+			if m.dmax < protoVersion {
+				oldest = m.name
+			}
+		}
+	}
+	v := spokenVersion(dmax)
+	if v == n.self.version {
+		return
+	}
+	if v < protoVersion {
+		n.log.Info("speaking an older gossip metadata version: a member reads no later one",
+			"version", v, "was", n.self.version, "member", oldest)
+	} else {
+		n.log.Info("speaking the current gossip metadata version again: every member reads it",
+			"version", v, "was", n.self.version)
+	}
+	n.self.version = v
+	n.stats.protocolSwitches.Add(1)
+	select {
+	case n.metaDirty <- struct{}{}:
+	default:
+	}
 }
 
 // publishMeta re-encodes our metadata with the digest of our records and,
@@ -1083,6 +1185,7 @@ func (n *Node) Members() []Member {
 			Name: m.name, Addr: m.addr, VTEP: m.meta.vtep, VNIs: slices.Clone(m.meta.vnis),
 			MAC: m.meta.mac, State: state, Entries: entries, Self: m.name == n.name,
 			PinnedMACs: slices.Clone(m.meta.macs), PinnedAddrs: slices.Clone(m.meta.addrs),
+			Protocol: m.meta.version,
 		})
 	}
 	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })
@@ -1113,6 +1216,7 @@ func (n *Node) Stats() Stats {
 		Pulls:                n.stats.pulls.Load(),
 		Answers:              n.stats.answers.Load(),
 		RefusedPulls:         n.stats.pullsRefused.Load(),
+		ProtocolSwitches:     n.stats.protocolSwitches.Load(),
 	}
 	n.mu.Lock()
 	s.Pending, s.Records = uint64(len(n.pending)), uint64(n.store.n)

@@ -1,0 +1,238 @@
+package gossip
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/uvxlan/uvxlan/fdb"
+)
+
+// Mixed clusters: nodes of this release beside nodes of a release before
+// version 5 (Config.v4 emulates one), as in a rolling upgrade or a rollback.
+
+func TestSpokenVersion(t *testing.T) {
+	for _, tc := range []struct {
+		desc string
+		dmax []uint8
+		want uint8
+	}{
+		{"alone", nil, protoVersion},
+		{"all current", []uint8{5, 5, 5}, 5},
+		{"one release before version 5", []uint8{5, 0, 5}, 4},
+		{"only old ones", []uint8{0, 0}, 4},
+		{"a later release", []uint8{5, 6}, protoVersion},
+		{"an odd range below 4", []uint8{2, 5}, minProtoVersion},
+		{"version 4 advertised", []uint8{4, 5}, 4},
+	} {
+		if got := spokenVersion(tc.dmax); got != tc.want {
+			t.Errorf("%s: spokenVersion(%v) = %d, want %d", tc.desc, tc.dmax, got, tc.want)
+		}
+	}
+}
+
+// startNode starts node i, joining seed (unless nil), as an old release
+// (before version 5) when old.
+func startNode(t *testing.T, i int, seed *testNode, old bool) *testNode {
+	t.Helper()
+	cfg := testConfig(i, 0, nil)
+	if seed != nil {
+		cfg.Seeds = []string{seed.Addr().String()}
+	}
+	cfg.v4 = old
+	return start(t, cfg)
+}
+
+// protocolsAre checks that every node sees every node of nodes (itself
+// included) alive and speaking version want, and that memberlist carries
+// the delegate version range each advertises (DMax 0 for old releases).
+func protocolsAre(nodes []*testNode, want uint8) func() error {
+	return func() error {
+		for _, n := range nodes {
+			byName := map[string]Member{}
+			for _, m := range n.Members() {
+				byName[m.Name] = m
+			}
+			for _, o := range nodes {
+				m, ok := byName[o.name]
+				switch {
+				case !ok || m.State != "alive":
+					return fmt.Errorf("%s sees %s %q", n.name, o.name, m.State)
+				case m.Protocol != want:
+					return fmt.Errorf("%s sees %s speak version %d, want %d", n.name, o.name, m.Protocol, want)
+				}
+			}
+			for _, m := range n.ml.Members() {
+				for _, o := range nodes {
+					if o.name == m.Name && m.DMax != o.Node.ml.LocalNode().DMax {
+						return fmt.Errorf("%s holds DMax %d for %s, which advertises %d", n.name, m.DMax, o.name, o.Node.ml.LocalNode().DMax)
+					}
+				}
+			}
+		}
+		return nil
+	}
+}
+
+// digestsOn checks that every node holds a digest for every other one.
+func digestsOn(nodes []*testNode) func() error {
+	return func() error {
+		for _, n := range nodes {
+			n.mu.Lock()
+			for _, o := range nodes {
+				if m := n.members[o.name]; m == nil || !m.meta.hasDigest {
+					n.mu.Unlock()
+					return fmt.Errorf("%s holds no digest for %s", n.name, o.name)
+				}
+			}
+			n.mu.Unlock()
+		}
+		return nil
+	}
+}
+
+// announceEach announces an endpoint MAC on every node and waits until
+// every other node maps it to its owner's VTEP.
+func announceEach(t *testing.T, nodes []*testNode, tag byte) {
+	t.Helper()
+	macs := make([]fdb.MAC, len(nodes))
+	for i, n := range nodes {
+		macs[i] = fdb.MAC{0x02, 0xee, tag, 0, 0, byte(i)}
+		if err := n.AnnounceMAC(testVNI, macs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, converge, "entries everywhere", func() error {
+		for i, n := range nodes {
+			if err := fdbOn(nodes, n.name, testVNI, macs[i], n.cfg.VTEP)(); err != nil {
+				return err
+			}
+			if err := fdbOn(nodes, n.name, testVNI, testMAC(memberIndex(t, n.name)), n.cfg.VTEP)(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// A rolling upgrade: a node of this release joins a cluster of old ones
+// (which refuse version 5 metadata), then a second one joins the first.
+// Both speak version 4 and are members everywhere; entries go both ways.
+// When the old nodes crash and are declared dead, the new ones speak
+// version 5 again, with digests.
+func TestRollingUpgrade(t *testing.T) {
+	old := []*testNode{startNode(t, 0, nil, true)}
+	old = append(old, startNode(t, 1, old[0], true), startNode(t, 2, old[0], true))
+	t.Cleanup(func() { stopAll(old) })
+	waitMembers(t, old)
+	if v := old[0].ml.LocalNode().DMax; v != 0 {
+		t.Fatalf("an old node advertises DMax %d, want 0", v)
+	}
+
+	n3 := startNode(t, 3, old[0], false) // the seed refuses it at first
+	all := append(old[:len(old):len(old)], n3)
+	t.Cleanup(func() { stopAll(all[3:]) })
+	eventually(t, converge, "the new node a member everywhere, speaking version 4", protocolsAre(all, 4))
+	if n3.Stats().ProtocolSwitches != 1 {
+		t.Errorf("ProtocolSwitches = %d, want 1", n3.Stats().ProtocolSwitches)
+	}
+	announceEach(t, all, 1)
+
+	n4 := startNode(t, 4, n3, false) // joins a new node, speaking version 4
+	all = append(all, n4)
+	eventually(t, converge, "a second new node a member everywhere", protocolsAre(all, 4))
+	announceEach(t, all, 2)
+
+	news := all[3:]
+	stopAll(old)
+	eventually(t, 20*time.Second, "version 5 again when the old nodes are dead", func() error {
+		for _, n := range news {
+			for _, o := range old {
+				if s := memberState(n.Node, o.name); s != "dead" {
+					return fmt.Errorf("%s sees %s %s", n.name, o.name, s)
+				}
+			}
+		}
+		if err := protocolsAre(news, protoVersion)(); err != nil {
+			return err
+		}
+		return digestsOn(news)()
+	})
+	if s := n3.Stats().ProtocolSwitches; s != 2 {
+		t.Errorf("ProtocolSwitches = %d, want 2 (to 4 and back)", s)
+	}
+	announceEach(t, news, 3)
+}
+
+// An upgrade in place: an old node stops (leaving) and starts again, of
+// this release, under the same name, address and port; the others still
+// hold its previous run, at a higher incarnation than the new run's first.
+func TestUpgradeInPlace(t *testing.T) {
+	old := []*testNode{startNode(t, 0, nil, true)}
+	old = append(old, startNode(t, 1, old[0], true), startNode(t, 2, old[0], true))
+	t.Cleanup(func() { stopAll(old) })
+	waitMembers(t, old)
+	announceEach(t, old, 1)
+
+	x := old[2]
+	x.stop()
+	eventually(t, converge, "the old run left", func() error {
+		for _, n := range old[:2] {
+			if s := memberState(n.Node, x.name); s != "left" {
+				return fmt.Errorf("%s sees %s %s", n.name, x.name, s)
+			}
+		}
+		return nil
+	})
+	cfg := testConfig(2, int(x.Addr().Port()), nil)
+	cfg.Seeds = []string{old[0].Addr().String()}
+	y := start(t, cfg)
+	all := []*testNode{old[0], old[1], y}
+	t.Cleanup(func() { y.kill() })
+	eventually(t, converge, "the new run a member everywhere, speaking version 4", protocolsAre(all, 4))
+	announceEach(t, all, 2)
+}
+
+// A rollback: an old node joins a cluster of new ones. They switch to
+// version 4 and it becomes a member everywhere; entries go both ways. When
+// it leaves, they speak version 5 again, with digests.
+func TestRollback(t *testing.T) {
+	news := startCluster(t, 3, nil)
+	waitMembers(t, news)
+	eventually(t, converge, "version 5", protocolsAre(news, protoVersion))
+	if err := digestsOn(news)(); err != nil {
+		t.Fatal(err)
+	}
+	if v := news[0].ml.LocalNode().DMax; v != protoVersion {
+		t.Fatalf("a new node advertises DMax %d, want %d", v, protoVersion)
+	}
+
+	o := startNode(t, 3, news[0], true)
+	all := append(news[:3:3], o)
+	eventually(t, converge, "the old node a member everywhere, all speaking version 4", protocolsAre(all, 4))
+	select {
+	case <-o.joinedCh:
+	default:
+		t.Error("the old node does not count itself joined")
+	}
+	announceEach(t, all, 1)
+
+	o.stop() // leaves
+	eventually(t, converge, "version 5 again when the old node has left", func() error {
+		for _, n := range news {
+			if s := memberState(n.Node, o.name); s != "left" {
+				return fmt.Errorf("%s sees %s %s", n.name, o.name, s)
+			}
+		}
+		if err := protocolsAre(news, protoVersion)(); err != nil {
+			return err
+		}
+		return digestsOn(news)()
+	})
+	for _, n := range news {
+		if s := n.Stats().ProtocolSwitches; s != 2 {
+			t.Errorf("%s: ProtocolSwitches = %d, want 2 (to 4 and back)", n.name, s)
+		}
+	}
+	announceEach(t, news, 2)
+}
