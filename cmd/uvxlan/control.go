@@ -405,6 +405,9 @@ type memberRow struct {
 	Entries   int            `json:"entries"` // entries it owns that this node holds
 	Self      bool           `json:"self"`
 	PathMTU   int            `json:"path_mtu"` // measured path MTU to its VTEP; 0: unknown
+	// Protocol is the gossip metadata version it speaks now: 5, or 4 while
+	// a member of an older release is in the cluster.
+	Protocol uint8 `json:"protocol"`
 	// The keys pinned to it: TAP MACs, TAP addresses (see gossip/pinned.go).
 	PinnedMACs  []fdb.MAC           `json:"pinned_macs"`
 	PinnedAddrs []gossip.PinnedAddr `json:"pinned_addresses"`

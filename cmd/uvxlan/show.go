@@ -90,7 +90,7 @@ func printNeigh(w io.Writer, rows []neighRow) error {
 
 func printMembers(w io.Writer, rows []memberRow) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tADDRESS\tVTEP\tSTATE\tVNIS\tENTRIES\tPMTU")
+	fmt.Fprintln(tw, "NAME\tADDRESS\tVTEP\tSTATE\tVNIS\tENTRIES\tPMTU\tPROTO")
 	for _, r := range rows {
 		name := r.Name
 		if r.Self {
@@ -104,7 +104,7 @@ func printMembers(w io.Writer, rows []memberRow) error {
 		if r.PathMTU > 0 {
 			pmtu = fmt.Sprint(r.PathMTU)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", name, r.Address, r.VTEP, r.State, strings.Join(vnis, ","), r.Entries, pmtu)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d\n", name, r.Address, r.VTEP, r.State, strings.Join(vnis, ","), r.Entries, pmtu, r.Protocol)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
