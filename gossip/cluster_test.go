@@ -590,11 +590,11 @@ func snapshot(n *testNode) ([]string, []string, []string) {
 		nb = append(nb, fmt.Sprint(e.VNI, e.IP, e.MAC, e.Origin))
 	}
 	n.mu.Lock()
-	for _, byKey := range n.store.byOwner {
-		for _, r := range byKey {
+	n.store.owners(func(_ string, recs []*stored) {
+		for _, r := range recs {
 			s = append(s, fmt.Sprintf("%+v", r.record))
 		}
-	}
+	})
 	n.mu.Unlock()
 	slices.Sort(s)
 	return f, nb, s

@@ -121,7 +121,7 @@ func (n *Node) holdLocked(r *record, now time.Time) {
 	} else {
 		n.pendingBy[r.owner]++
 	}
-	n.pending[pk] = &stored{*r, now}
+	n.pending[pk] = &stored{record: *r, at: now}
 }
 
 // mergeOwnLocked handles a record in our own name coming back from a peer.
@@ -157,7 +157,7 @@ func (n *Node) mergeOwnLocked(r *record, now time.Time) {
 // brings the tables up to date.
 func (n *Node) putLocked(r *record, now time.Time) {
 	old := n.winnerLocked(r.key)
-	n.store.put(&stored{*r, now})
+	n.store.put(&stored{record: *r, at: now})
 	if p := n.pending[pendingKey{r.key, r.owner}]; p != nil && !p.newer(r) {
 		n.dropPendingLocked(pendingKey{r.key, r.owner})
 	}
@@ -191,7 +191,7 @@ func (n *Node) effectiveLocked(r *stored) bool {
 // greater owner name.
 func (n *Node) winnerLocked(k key) *stored {
 	var best *stored
-	for _, r := range n.store.byKey[k] {
+	for r := n.store.first(k); r != nil; r = r.next {
 		if !n.effectiveLocked(r) {
 			continue
 		}
@@ -315,7 +315,7 @@ func (n *Node) memberUpLocked(node *memberlist.Node) bool {
 		m.alive, m.leaving, m.left, m.since = true, false, false, now
 	}
 	if m.meta.boot != md.boot { // a new run: drop the records of the old one
-		for _, r := range n.store.byOwner[node.Name] {
+		for _, r := range slices.Clone(n.store.owned(node.Name)) {
 			if r.version < md.boot {
 				n.store.del(r.key, r.owner)
 			}
@@ -345,7 +345,7 @@ func (n *Node) memberUpLocked(node *memberlist.Node) bool {
 		case cur == nil && n.store.n >= maxRecords:
 			n.stats.tableErrors.Add(1)
 		default:
-			n.store.put(&stored{p.record, now})
+			n.store.put(&stored{record: p.record, at: now})
 			n.stats.applied.Add(1)
 			n.broadcastLocked(&p.record) // relayed now that it checks out
 		}
@@ -478,14 +478,18 @@ func (n *Node) publishFloodLocked(vni fdb.VNI) {
 func (n *Node) gc(now time.Time) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	for owner, recs := range n.store.byOwner {
+	var drop []*stored
+	n.store.owners(func(owner string, recs []*stored) {
 		m := n.members[owner]
 		gone := owner != n.name && (m == nil || (!m.alive && now.Sub(m.since) > n.tombstoneTTL))
-		for k, r := range recs {
+		for _, r := range recs {
 			if gone || (r.deleted && now.Sub(r.at) > n.tombstoneTTL) {
-				n.store.del(k, owner)
+				drop = append(drop, r)
 			}
 		}
+	})
+	for _, r := range drop {
+		n.store.del(r.key, r.owner)
 	}
 	for name, m := range n.members {
 		if !m.alive && now.Sub(m.since) > n.tombstoneTTL {
@@ -520,15 +524,15 @@ func (n *Node) gc(now time.Time) {
 func (n *Node) localState(join bool) []byte {
 	n.mu.Lock()
 	recs := make([]record, 0, n.store.n)
-	for owner, byKey := range n.store.byOwner {
+	n.store.owners(func(owner string, owned []*stored) {
 		m := n.members[owner]
 		if owner != n.name && (m == nil || !m.alive || (!join && m.meta.hasDigest)) {
-			continue
+			return
 		}
-		for _, r := range byKey {
+		for _, r := range owned {
 			recs = append(recs, r.record)
 		}
-	}
+	})
 	n.mu.Unlock()
 	sections := make([]section, len(n.exts))
 	for i, e := range n.exts { // without n.mu: see extension.go

@@ -1176,7 +1176,7 @@ func (n *Node) Members() []Member {
 			state = "dead"
 		}
 		entries := 0
-		for _, r := range n.store.byOwner[m.name] {
+		for _, r := range n.store.owned(m.name) {
 			if !r.deleted {
 				entries++
 			}

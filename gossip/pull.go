@@ -256,7 +256,7 @@ func (n *Node) answer(name string, boot uint64) {
 		return
 	}
 	addr := m.addr
-	own := n.store.byOwner[n.name]
+	own := n.store.owned(n.name)
 	recs := make([]record, 0, len(own))
 	for _, r := range own {
 		if !r.deleted {

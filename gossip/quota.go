@@ -88,15 +88,15 @@ func (n *Node) roomLocked(r *record) bool {
 			return false
 		}
 	}
-	if cur != nil || len(n.store.byOwner[r.owner]) < 4*limit+maxVNIs {
+	if cur != nil || len(n.store.owned(r.owner)) < 4*limit+maxVNIs {
 		return true
 	}
 	if r.deleted {
 		return false
 	}
-	for k, t := range n.store.byOwner[r.owner] {
+	for _, t := range n.store.owned(r.owner) {
 		if t.deleted {
-			n.store.del(k, r.owner)
+			n.store.del(t.key, r.owner) // and stop ranging: the slice changed
 			return true
 		}
 	}

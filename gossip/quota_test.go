@@ -130,7 +130,7 @@ func TestQuotaMerge(t *testing.T) {
 	}
 	n.merge(recs, false)
 	n.mu.Lock()
-	held := len(n.store.byOwner["peer"])
+	held := len(n.store.owned("peer"))
 	n.mu.Unlock()
 	if bound := 4*max + maxVNIs; held > bound {
 		t.Errorf("the store holds %d records of the peer, more than %d", held, bound)
