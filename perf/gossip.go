@@ -25,7 +25,8 @@
 // Modes (GossipConfig.Mode). "loopback": every node's memberlist on its own
 // UDP and TCP sockets. "memory": on an in-memory network (memnet.go), the
 // rest being the same code; it takes less of the machine than a thousand
-// pairs of sockets. TimeScale k > 1 stretches every timing (memberlist's
+// pairs of sockets. "sim": that network in virtual time, a discrete-event
+// simulation (sim.go; SimulateGossip runs it, RunGossip refuses it). TimeScale k > 1 stretches every timing (memberlist's
 // intervals and timeouts, the rejoin interval, and so gossip's own, which
 // derive from the gossip interval) by k and divides every measured time by
 // k (bytes per second are per stretched second divided by k): a cluster

@@ -331,3 +331,21 @@ func TestMemNetworkLatency(t *testing.T) {
 		}
 	})
 }
+
+// The memory a simulation needs grows with the nodes squared and with their
+// endpoints, from the bytes per entry measured.
+func TestSimMemory(t *testing.T) {
+	big := SimMemory(GossipConfig{Nodes: 1000})
+	if want := int64(1000) * (1000*21 + DefaultGossipAnnounces) * simBytesPerEntry; big != want {
+		t.Errorf("1000 nodes of 10 endpoints: %d bytes, want %d", big, want)
+	}
+	if small := SimMemory(GossipConfig{Nodes: 100}); small*90 > big || small <= 0 {
+		t.Errorf("100 nodes: %d bytes against %d for 1000", small, big)
+	}
+	if SimMemory(GossipConfig{Nodes: 100, NodeEndpoints: -1}) >= SimMemory(GossipConfig{Nodes: 100}) {
+		t.Error("endpoints cost nothing")
+	}
+	if SimMemory(GossipConfig{Nodes: 2}) != 0 {
+		t.Error("a bad config has an estimate")
+	}
+}
