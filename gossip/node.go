@@ -154,7 +154,24 @@ const (
 	// whole state both ways (a megabyte at 1000 nodes of 10 endpoints), and
 	// a cold start of N nodes makes N of them.
 	settlePeers = 1
+	// maxSettles bounds the settling syncs after a join. A node syncs again
+	// (after half the settle delay) while its count of alive members grew
+	// by settleGrowth or more since the sync before: in a cold start of
+	// hundreds of nodes a member learns most others from syncs, each
+	// carrying a peer's whole view, and only slowly from memberlist's
+	// broadcasts (every node relays each alive message a dozen times, a
+	// dozen to a packet: a minute for 1000 nodes). A node that joins a
+	// cluster at rest learns it all at its join, and syncs once.
+	maxSettles   = 6
+	settleGrowth = 0.05
 )
+
+// settleAgain reports whether a node whose count of alive members went
+// from before (after its previous sync, or at its join) to now (after the
+// sync it just made, its settles-th), syncs once more.
+func settleAgain(before, now, settles int) bool {
+	return settles < maxSettles && now-before >= max(2, int(float64(before)*settleGrowth))
+}
 
 // Config of a Node. Fields without a default are required unless they say
 // otherwise.
@@ -909,6 +926,7 @@ func (n *Node) loop(ctx context.Context) {
 	settle := time.NewTimer(n.settleDelay)
 	settle.Stop()
 	defer settle.Stop()
+	settles, counted := 0, 0 // settling syncs since the join, alive members at the last
 	if len(seeds) == 0 {
 		n.setJoined()
 	}
@@ -954,6 +972,7 @@ func (n *Node) loop(ctx context.Context) {
 				n.setJoined()
 				rejoin.Reset(n.cfg.RejoinInterval)
 				settle.Reset(n.settleDelay)
+				settles, counted = 0, n.AliveMembers()
 				continue
 			}
 			if m := n.mismatch.Load(); m != nil && !n.joined.Load() {
@@ -979,9 +998,16 @@ func (n *Node) loop(ctx context.Context) {
 				join.Stop()
 				rejoin.Reset(n.cfg.RejoinInterval)
 				settle.Reset(n.settleDelay)
+				settles, counted = 0, n.AliveMembers()
 			}
 		case <-settle.C:
 			n.settle()
+			settles++
+			now := n.AliveMembers()
+			if settleAgain(counted, now, settles) {
+				settle.Reset(n.settleDelay / 2)
+			}
+			counted = now
 		case <-rejoin.C:
 			n.rejoin()
 		}
@@ -1067,6 +1093,10 @@ func (n *Node) shutdown(leave bool) {
 
 // LocalNode returns this node's name.
 func (n *Node) LocalNode() string { return n.name }
+
+// AliveMembers returns how many members this node counts alive, itself
+// included. It is lock-free.
+func (n *Node) AliveMembers() int { return int(n.numAlive.Load()) }
 
 // Addr returns the gossip address this node listens on.
 func (n *Node) Addr() netip.AddrPort { return n.addr }

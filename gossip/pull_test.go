@@ -379,3 +379,25 @@ func TestPullLiar(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// A node syncs again while its view of the cluster grows (a cold start),
+// and once only when it joined a cluster at rest.
+func TestSettleAgain(t *testing.T) {
+	for _, tt := range []struct {
+		before, now, settles int
+		want                 bool
+	}{
+		{999, 999, 1, false},  // joined a cluster at rest
+		{999, 1000, 1, false}, // one more member: not a cold start
+		{10, 600, 1, true},    // an early joiner of a cold start
+		{600, 950, 2, true},
+		{950, 990, 3, false}, // 4%: settled
+		{2, 4, 1, true},      // a small cluster still growing
+		{2, 3, 1, false},
+		{100, 900, maxSettles, false}, // bounded
+	} {
+		if got := settleAgain(tt.before, tt.now, tt.settles); got != tt.want {
+			t.Errorf("settleAgain(%d, %d, %d) = %v, want %v", tt.before, tt.now, tt.settles, got, tt.want)
+		}
+	}
+}
