@@ -155,22 +155,22 @@ const (
 	// a cold start of N nodes makes N of them.
 	settlePeers = 1
 	// maxSettles bounds the settling syncs after a join. A node syncs again
-	// (after half the settle delay) while its count of alive members grew
-	// by settleGrowth or more since the sync before: in a cold start of
-	// hundreds of nodes a member learns most others from syncs, each
-	// carrying a peer's whole view, and only slowly from memberlist's
+	// (after half the settle delay) while its count of alive members still
+	// grows (by settleGrowth or more since the sync before): in a cold
+	// start of hundreds of nodes a member learns most others from syncs,
+	// each carrying a peer's whole view, and only slowly from memberlist's
 	// broadcasts (every node relays each alive message a dozen times, a
 	// dozen to a packet: a minute for 1000 nodes). A node that joins a
 	// cluster at rest learns it all at its join, and syncs once.
 	maxSettles   = 6
-	settleGrowth = 0.05
+	settleGrowth = 2
 )
 
 // settleAgain reports whether a node whose count of alive members went
 // from before (after its previous sync, or at its join) to now (after the
 // sync it just made, its settles-th), syncs once more.
 func settleAgain(before, now, settles int) bool {
-	return settles < maxSettles && now-before >= max(2, int(float64(before)*settleGrowth))
+	return settles < maxSettles && now-before >= settleGrowth
 }
 
 // Config of a Node. Fields without a default are required unless they say
