@@ -90,7 +90,7 @@ while any node works and jumping to the next timer when all wait, so the
 figures do not depend on the machine keeping up (1000 nodes on 2 cores
 cannot); packets take 100µs, the nodes start 1 ms apart, and the work a node
 does takes no time. It needs memory for every node's replica of the tables
-(about 15 GiB for 1000 nodes of 10 endpoints) and --steady defaults to 200s
+(11 GiB of Go heap for 1000 nodes of 10 endpoints) and --steady defaults to 200s
 of virtual time there, to span memberlist's push/pull interval. The report
 states the mode.
 
