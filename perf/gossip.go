@@ -292,26 +292,32 @@ func readMemory(nodes int) Memory {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	m := Memory{HeapInuseBytes: int64(ms.HeapInuse), HeapPerNodeBytes: int64(ms.HeapInuse) / int64(nodes)}
-	b, err := os.ReadFile("/proc/self/status")
+	m.RSSBytes = procBytes("/proc/self/status", "VmRSS")
+	m.PeakRSSBytes = procBytes("/proc/self/status", "VmHWM")
+	return m
+}
+
+// MemAvailable is the memory available to start new work (MemAvailable in
+// /proc/meminfo), in bytes; 0 if unknown.
+func MemAvailable() int64 { return procBytes("/proc/meminfo", "MemAvailable") }
+
+// procBytes reads the field "name:  N kB" of a /proc file, in bytes; 0 if
+// the file or the field is missing.
+func procBytes(path, name string) int64 {
+	b, err := os.ReadFile(path)
 	if err != nil {
-		return m
+		return 0
 	}
 	for line := range strings.Lines(string(b)) {
-		name, v, ok := strings.Cut(line, ":")
-		if !ok || (name != "VmRSS" && name != "VmHWM") {
-			continue
-		}
-		kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-		if err != nil {
-			continue
-		}
-		if name == "VmRSS" {
-			m.RSSBytes = kb << 10
-		} else {
-			m.PeakRSSBytes = kb << 10
+		if v, ok := strings.CutPrefix(line, name+":"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				return 0
+			}
+			return kb << 10
 		}
 	}
-	return m
+	return 0
 }
 
 // Distribution summarizes timed samples, in milliseconds.

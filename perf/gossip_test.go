@@ -349,3 +349,17 @@ func TestSimMemory(t *testing.T) {
 		t.Error("a bad config has an estimate")
 	}
 }
+
+// procBytes reads a /proc field in kB as bytes, and 0 when it is missing.
+func TestProcBytes(t *testing.T) {
+	if got := MemAvailable(); got <= 0 {
+		t.Errorf("MemAvailable() = %d", got)
+	}
+	rss := procBytes("/proc/self/status", "VmRSS")
+	if rss <= 1<<20 || rss%1024 != 0 {
+		t.Errorf("VmRSS %d bytes", rss)
+	}
+	if procBytes("/proc/self/status", "NoSuchField") != 0 || procBytes("/nonexistent", "VmRSS") != 0 {
+		t.Error("a missing field or file is not 0")
+	}
+}

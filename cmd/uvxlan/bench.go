@@ -230,7 +230,7 @@ func benchGossipAction(c *cli.Context) error {
 		if !c.IsSet("steady") {
 			cfg.Steady = perf.DefaultGossipSimSteady
 		}
-		if need, avail := perf.SimMemory(cfg), memAvailable(); avail > 0 && need > avail*9/10 {
+		if need, avail := perf.SimMemory(cfg), perf.MemAvailable(); avail > 0 && need > avail*9/10 {
 			return badFlag("nodes", fmt.Sprint(cfg.Nodes), "--mode sim holds every node's tables in one process: about %.1f GiB for %d nodes of %d endpoints, and this machine has %.1f GiB available; lower --nodes or --node-endpoints",
 				float64(need)/(1<<30), cfg.Nodes, max(cfg.NodeEndpoints, 0), float64(avail)/(1<<30))
 		}

@@ -21,7 +21,6 @@ import (
 	"os"
 	"os/exec"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -101,7 +100,7 @@ func simChild() {
 		// Every node's tables are in this process: let the collector work
 		// harder as the heap nears what the machine has, rather than
 		// double it.
-		if avail := memAvailable(); avail > 0 {
+		if avail := perf.MemAvailable(); avail > 0 {
 			debug.SetMemoryLimit(avail * 9 / 10)
 		}
 	}
@@ -118,21 +117,4 @@ func simChild() {
 			}
 			os.Exit(exitOK) // before testing prints PASS
 		}}}, nil, nil)
-}
-
-// memAvailable is /proc/meminfo's MemAvailable in bytes, 0 if unknown.
-func memAvailable() int64 {
-	b, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		return 0
-	}
-	for line := range strings.Lines(string(b)) {
-		if v, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			if err == nil {
-				return kb << 10
-			}
-		}
-	}
-	return 0
 }
