@@ -1,11 +1,13 @@
 # uvxlan — userspace VXLAN overlay.
-#   make build  bin/uvxlan (the agent and CLI) and bin/uvxlan-cni (the CNI plugin)
+#   make build  bin/uvxlan (the agent and CLI), bin/uvxlan-cni (the CNI plugin) and
+#               bin/uvxlan-sim (the simulation that `uvxlan bench gossip --mode sim` runs)
 #   make demo   build, make a 3-host namespace testbed, run agents, ping, show the FDB, tear down
 #   make test   gofmt check, go vet, go test -race (unit + namespace integration tests; root for the latter)
 
 GO      ?= go
 BIN     := bin/uvxlan
 CNI_BIN := bin/uvxlan-cni
+SIM_BIN := bin/uvxlan-sim
 PKGS    := ./...
 
 .PHONY: all build test fmt-check vet unit demo deps clean
@@ -15,6 +17,7 @@ all: build
 build:
 	$(GO) build -o $(BIN) ./cmd/uvxlan
 	$(GO) build -o $(CNI_BIN) ./cmd/uvxlan-cni
+	$(GO) build -o $(SIM_BIN) ./cmd/uvxlan-sim
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

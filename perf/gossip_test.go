@@ -271,7 +271,7 @@ func TestRunGossipMemory(t *testing.T) {
 // the simulated network, which arrive exactly SimLatency after they left.
 func TestSimulateGossip(t *testing.T) {
 	var progress bytes.Buffer
-	rep, err := SimulateGossip(t, GossipConfig{Nodes: 20, Announces: 3, Kills: 2, NodeEndpoints: 3, Steady: 45 * time.Second, Progress: &progress})
+	rep, err := SimulateGossip(testBubble(t), GossipConfig{Nodes: 20, Announces: 3, Kills: 2, NodeEndpoints: 3, Steady: 45 * time.Second, Progress: &progress})
 	if err != nil {
 		t.Fatalf("%v\nprogress:\n%s", err, progress.String())
 	}
@@ -301,7 +301,7 @@ func TestSimulateGossip(t *testing.T) {
 	if _, err := RunGossip(t.Context(), GossipConfig{Nodes: 5, Mode: "sim"}); err == nil {
 		t.Error("RunGossip ran mode sim outside a bubble")
 	}
-	if _, err := SimulateGossip(t, GossipConfig{Nodes: 5, TimeScale: 2}); err == nil {
+	if _, err := SimulateGossip(testBubble(t), GossipConfig{Nodes: 5, TimeScale: 2}); err == nil {
 		t.Error("a simulation with a time scale: want an error")
 	}
 }
@@ -362,4 +362,9 @@ func TestProcBytes(t *testing.T) {
 	if procBytes("/proc/self/status", "NoSuchField") != 0 || procBytes("/nonexistent", "VmRSS") != 0 {
 		t.Error("a missing field or file is not 0")
 	}
+}
+
+// testBubble is the simulation's bubble in a test.
+func testBubble(t *testing.T) Bubble {
+	return func(f func()) { synctest.Test(t, func(*testing.T) { f() }) }
 }

@@ -18,16 +18,29 @@ package perf
 // push/pull answers later than a simulated one), loss on the wire, and the
 // bandwidth of links (a stream's bytes arrive at once).
 //
-// The bubble needs a *testing.T, so SimulateGossip runs under a test: in
-// `go test`, or in a child process that runs it with testing.Main
-// (cmd/uvxlan's bench gossip --mode sim).
+// The bubble needs a *testing.T, and perf links no test code (cmd/uvxlan
+// imports it, and the agent that runs as root must not carry the test
+// runtime), so the caller brings the bubble (Bubble): a test, or the
+// helper program cmd/uvxlan-sim, which `uvxlan bench gossip --mode sim`
+// runs as a child.
 
 import (
 	"context"
-	"testing"
-	"testing/synctest"
 	"time"
 )
+
+// Bubble runs f in a testing/synctest bubble and returns once every
+// goroutine f started has ended; in a test:
+//
+//	func(f func()) { synctest.Test(t, func(*testing.T) { f() }) }
+type Bubble func(f func())
+
+// SimResult is what cmd/uvxlan-sim writes to its standard output, as JSON:
+// the report, or why there is none.
+type SimResult struct {
+	Report *GossipReport `json:"report,omitempty"`
+	Error  string        `json:"error,omitempty"`
+}
 
 // SimLatency is the simulated network's one-way delay of a packet, a LAN's.
 const SimLatency = 100 * time.Microsecond
@@ -69,11 +82,11 @@ func SimMemory(cfg GossipConfig) int64 {
 }
 
 // SimulateGossip runs the gossip bench of RunGossip as a simulation in
-// virtual time (see the top of this file), in a synctest bubble of t. It
+// virtual time (see the top of this file), in the bubble bubble makes. It
 // takes cfg.Mode "sim" whatever cfg says; a zero cfg.Steady is
 // DefaultGossipSimSteady. The report's times (ElapsedSeconds too) are
 // virtual; WallSeconds is how long the simulation took.
-func SimulateGossip(t *testing.T, cfg GossipConfig) (*GossipReport, error) {
+func SimulateGossip(bubble Bubble, cfg GossipConfig) (*GossipReport, error) {
 	cfg.Mode = "sim"
 	if cfg.Steady == 0 {
 		cfg.Steady = DefaultGossipSimSteady
@@ -84,7 +97,7 @@ func SimulateGossip(t *testing.T, cfg GossipConfig) (*GossipReport, error) {
 	var rep *GossipReport
 	var err error
 	wall := time.Now()
-	synctest.Test(t, func(*testing.T) {
+	bubble(func() {
 		// The context's channels must be the bubble's: a goroutine that
 		// waits on a channel from outside it stops the clock.
 		rep, err = runGossip(context.Background(), cfg)

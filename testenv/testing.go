@@ -12,9 +12,24 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"testing"
 	"time"
 )
+
+// T is what Require and NewForTest use of a test: *testing.T and
+// *testing.B have it. testenv names it rather than import package testing,
+// because the uvxlan binary (testbed, demo, bench) imports testenv, and the
+// agent that runs as root must not carry the test runtime.
+type T interface {
+	Helper()
+	Cleanup(func())
+	TempDir() string
+	Failed() bool
+	Logf(format string, args ...any)
+	Errorf(format string, args ...any)
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+	Skipf(format string, args ...any)
+}
 
 // RequireEnv is the environment variable that turns Require's skips into
 // failures. CI sets it to 1.
@@ -24,7 +39,7 @@ const RequireEnv = "UVXLAN_REQUIRE_NETNS"
 // testbeds: not root, without CAP_SYS_ADMIN and CAP_NET_ADMIN, no
 // /dev/net/tun, or no `ip`. With UVXLAN_REQUIRE_NETNS=1 it fails the test
 // instead of skipping.
-func Require(t testing.TB) {
+func Require(t T) {
 	t.Helper()
 	err := checkPrivileges()
 	if err == nil {
@@ -77,7 +92,7 @@ func effectiveCaps() (uint64, error) {
 // random prefix and a per-test log directory unless cfg sets them) and
 // registers its teardown with t.Cleanup. When the test has failed, the
 // teardown first logs the tail of every process log. Errors are fatal.
-func NewForTest(t testing.TB, cfg Config) *Testbed {
+func NewForTest(t T, cfg Config) *Testbed {
 	t.Helper()
 	Require(t)
 	if cfg.LogDir == "" {
@@ -104,7 +119,7 @@ func NewForTest(t testing.TB, cfg Config) *Testbed {
 }
 
 // logTails logs the last 4 KiB of each process log.
-func (tb *Testbed) logTails(t testing.TB) {
+func (tb *Testbed) logTails(t T) {
 	tb.mu.Lock()
 	procs := append([]*Proc(nil), tb.procs...)
 	tb.mu.Unlock()

@@ -29,9 +29,6 @@ const (
 )
 
 func main() {
-	if isSimChild() {
-		simChild() // bench gossip --mode sim's child; see simulate.go
-	}
 	os.Exit(run(os.Args, os.Stdout, os.Stderr))
 }
 
