@@ -292,32 +292,44 @@ func readMemory(nodes int) Memory {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	m := Memory{HeapInuseBytes: int64(ms.HeapInuse), HeapPerNodeBytes: int64(ms.HeapInuse) / int64(nodes)}
-	m.RSSBytes = procBytes("/proc/self/status", "VmRSS")
-	m.PeakRSSBytes = procBytes("/proc/self/status", "VmHWM")
+	// One read for both: the kernel shows VmHWM as the larger of the
+	// recorded peak and the RSS of the moment, and records the peak only
+	// lazily, so an RSS read before a fall can exceed a VmHWM read after.
+	v := procBytes("/proc/self/status", "VmRSS", "VmHWM")
+	m.RSSBytes, m.PeakRSSBytes = v[0], v[1]
+	return m
+}
+
+// laterMemory is readMemory after earlier: its peak is at least earlier's,
+// which the kernel's VmHWM (see readMemory) does not promise.
+func laterMemory(nodes int, earlier Memory) Memory {
+	m := readMemory(nodes)
+	m.PeakRSSBytes = max(m.PeakRSSBytes, earlier.PeakRSSBytes)
 	return m
 }
 
 // MemAvailable is the memory available to start new work (MemAvailable in
 // /proc/meminfo), in bytes; 0 if unknown.
-func MemAvailable() int64 { return procBytes("/proc/meminfo", "MemAvailable") }
+func MemAvailable() int64 { return procBytes("/proc/meminfo", "MemAvailable")[0] }
 
-// procBytes reads the field "name:  N kB" of a /proc file, in bytes; 0 if
-// the file or the field is missing.
-func procBytes(path, name string) int64 {
+// procBytes reads the fields "name:  N kB" of one read of a /proc file, in
+// bytes, in the order of names; 0 for a field (or a file) that is missing.
+func procBytes(path string, names ...string) []int64 {
+	v := make([]int64, len(names))
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return 0
+		return v
 	}
 	for line := range strings.Lines(string(b)) {
-		if v, ok := strings.CutPrefix(line, name+":"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			if err != nil {
-				return 0
+		name, val, ok := strings.Cut(line, ":")
+		if i := slices.Index(names, name); ok && i >= 0 {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(val), " kB"), 10, 64)
+			if err == nil {
+				v[i] = kb << 10
 			}
-			return kb << 10
 		}
 	}
-	return 0
+	return v
 }
 
 // Distribution summarizes timed samples, in milliseconds.
@@ -696,7 +708,7 @@ func timeEndpoints(ctx context.Context, nodes []*gnode, n int, say func(string, 
 	rep.PerNode = distribution(took)
 	rep.AllSeconds = slices.Max(took).Seconds()
 	say("all %d others hold all %d entries after %.2f s (median node %.2f s)", len(others), 2*n, rep.AllSeconds, rep.PerNode.P50Millis/1000)
-	rep.After = readMemory(len(nodes))
+	rep.After = laterMemory(len(nodes), rep.Before)
 	return rep, nil
 }
 

@@ -355,11 +355,11 @@ func TestProcBytes(t *testing.T) {
 	if got := MemAvailable(); got <= 0 {
 		t.Errorf("MemAvailable() = %d", got)
 	}
-	rss := procBytes("/proc/self/status", "VmRSS")
-	if rss <= 1<<20 || rss%1024 != 0 {
-		t.Errorf("VmRSS %d bytes", rss)
+	v := procBytes("/proc/self/status", "VmHWM", "VmRSS", "NoSuchField")
+	if hwm, rss := v[0], v[1]; rss <= 1<<20 || rss%1024 != 0 || hwm < rss {
+		t.Errorf("VmHWM %d, VmRSS %d bytes", hwm, rss)
 	}
-	if procBytes("/proc/self/status", "NoSuchField") != 0 || procBytes("/nonexistent", "VmRSS") != 0 {
+	if v[2] != 0 || procBytes("/nonexistent", "VmRSS")[0] != 0 {
 		t.Error("a missing field or file is not 0")
 	}
 }
