@@ -1,10 +1,14 @@
 package testenv
 
 import (
+	"bufio"
 	"context"
+	"fmt"
 	"net/netip"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -436,3 +440,81 @@ func TestEventually(t *testing.T) {
 		t.Fatalf("want a timeout error, got %v", err)
 	}
 }
+
+// A test run killed half-way (SIGKILL: no cleanup runs) leaves its testbed
+// and the processes in it; the next run's ReapStale removes them, and
+// leaves alone the testbeds of runs still going.
+func TestReapStale(t *testing.T) {
+	if prefix := os.Getenv(reapChildEnv); prefix != "" {
+		// The run to be killed: a testbed, a process in it, then wait.
+		tb := NewForTest(t, Config{Prefix: prefix, Hosts: 1})
+		// Host.Start's processes die with their parent; a daemon started
+		// in the namespace (or an agent from an older testenv) does not.
+		if err := exec.Command("ip", "netns", "exec", tb.Host(1).Netns, "sleep", "600").Start(); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Println("up")
+		time.Sleep(10 * time.Minute)
+		return
+	}
+	Require(t)
+	live := NewForTest(t, Config{Hosts: 1}) // this run's: must survive
+	prefix := RandomPrefix()
+	t.Cleanup(func() { _ = Cleanup(prefix) })
+	child := exec.Command(os.Args[0], "-test.run=^TestReapStale$", "-test.v")
+	child.Env = append(os.Environ(), reapChildEnv+"="+prefix)
+	out, err := child.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	up := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if sc.Text() == "up" {
+				up <- true
+			}
+		}
+		close(up)
+	}()
+	if !<-up {
+		child.Wait()
+		t.Fatal("the child run did not build its testbed")
+	}
+	child.Process.Kill()
+	child.Wait()
+	if got := namespacesWith(t, prefix); len(got) != 2 {
+		t.Fatalf("after the kill: namespaces %v, want the killed run's two", got)
+	}
+	pids, err := run(t.Context(), "ip", "netns", "pids", prefix+"-h1")
+	if err != nil || strings.TrimSpace(pids) == "" {
+		t.Fatalf("no process left in the killed run's host (%v)", err)
+	}
+
+	reaped, err := ReapStale()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(reaped, prefix) || slices.Contains(reaped, live.Config().Prefix) {
+		t.Errorf("reaped %v: want %s, not this run's %s", reaped, prefix, live.Config().Prefix)
+	}
+	if got := namespacesWith(t, prefix); len(got) != 0 {
+		t.Errorf("after ReapStale: namespaces %v remain", got)
+	}
+	if got := namespacesWith(t, live.Config().Prefix); len(got) != 2 {
+		t.Errorf("this run's testbed: namespaces %v, want 2", got)
+	}
+	for _, pid := range strings.Fields(pids) {
+		if n, _ := strconv.Atoi(pid); anyAlive([]int{n}) {
+			t.Errorf("process %d of the killed run survived", n)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(ClaimDir, prefix)); err == nil {
+		t.Error("the killed run's claim is still there")
+	}
+}
+
+const reapChildEnv = "UVXLAN_TESTENV_REAP_CHILD"

@@ -90,7 +90,9 @@ func effectiveCaps() (uint64, error) {
 
 // NewForTest calls Require, builds the testbed described by cfg (with a
 // random prefix and a per-test log directory unless cfg sets them) and
-// registers its teardown with t.Cleanup. When the test has failed, the
+// registers its teardown with t.Cleanup. The testbed is claimed for this
+// process (reap.go): if the process dies before the teardown, the first
+// NewForTest of a later run removes it. When the test has failed, the
 // teardown first logs the tail of every process log. Errors are fatal.
 func NewForTest(t T, cfg Config) *Testbed {
 	t.Helper()
@@ -98,9 +100,22 @@ func NewForTest(t T, cfg Config) *Testbed {
 	if cfg.LogDir == "" {
 		cfg.LogDir = t.TempDir() // before Cleanup(Down): removed after Down runs
 	}
+	reapOnce.Do(func() {
+		reaped, err := ReapStale()
+		if len(reaped) > 0 {
+			t.Logf("removed the testbeds %v, left by test runs stopped half-way", reaped)
+		}
+		if err != nil {
+			t.Logf("removing the testbeds of test runs stopped half-way: %v", err)
+		}
+	})
 	tb, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	release, err := claim(tb.cfg.Prefix)
+	if err != nil {
+		t.Fatalf("testenv: recording the testbed %s for the next run to remove if this one is killed: %v", tb.cfg.Prefix, err)
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -108,6 +123,8 @@ func NewForTest(t T, cfg Config) *Testbed {
 		}
 		if err := tb.Down(); err != nil {
 			t.Errorf("testbed teardown: %v", err)
+		} else {
+			release()
 		}
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
