@@ -5,9 +5,11 @@
 // checksum and segmentation offloads are on: Read cuts the 64 KB TCP and UDP
 // super-frames the kernel hands over into MTU-sized frames (GSOSplit), and
 // Write coalesces consecutive segments of a flow into super-frames (GRO)
-// that the kernel takes in one write. The offload primitives (VirtioNetHdr,
-// Checksum, GSOSplit, GRO) are pure functions that allocate nothing, usable
-// and tested on their own.
+// that the kernel takes in one write. The offload primitives allocate
+// nothing per frame and are usable and tested on their own: VirtioNetHdr,
+// Checksum and GSOSplit are pure functions; GRO is a type that keeps its
+// scratch space (and whether UDP is coalesced) between batches, so one
+// GRO serves one writer at a time.
 //
 // The engine sees only the Device interface, so it can be tested with a fake.
 package tap

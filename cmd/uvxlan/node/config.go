@@ -25,7 +25,8 @@ type Segment struct {
 	// MTU of the TAP (--segment mtu=, --mtu): 68 or more.
 	MTU int
 	// MAC of the TAP (--mac); zero: the one kept in StateDir, else one
-	// derived from the node's name, underlay address and VNI.
+	// hashed from the node's name, underlay address and TAP name
+	// (derivedMAC).
 	MAC fdb.MAC
 }
 

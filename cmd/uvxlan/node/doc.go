@@ -2,7 +2,8 @@
 // its TAP and engines), the shared underlay sockets and their
 // demultiplexers, the tables, the gossip member, the endpoints behind each
 // TAP, the path MTU measured to each member (pmtu.go), and routed mode's
-// host networking. New builds a node from a
+// subnet lease (lease.go; the host networking that uses it, routes and ARP
+// answers and masquerade, is package routed's). New builds a node from a
 // validated Config, Run runs it, Close releases it; the read API (Status,
 // Entries, Neighbors, Members, PathMTU, Leases, Stats) is what the control socket and
 // the metrics of package main are adapters over.
