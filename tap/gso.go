@@ -138,103 +138,20 @@ func gsoSplit(in []byte, hdr VirtioNetHdr, outs [][]byte, sizes []int, tails [][
 		return 0, ErrGSOType
 	}
 	if hdr.GSOType == GSONone {
-		if len(outs) < 1 || len(sizes) < 1 {
-			return 0, ErrTooManySegments
-		}
-		if len(outs[0])-outOffset < len(in) {
-			return 0, io.ErrShortBuffer
-		}
-		f := outs[0][outOffset : outOffset+len(in)]
-		copy(f, in)
-		if err := CompleteChecksum(f, hdr); err != nil {
-			return 0, err
-		}
-		sizes[0] = len(in)
-		if tails != nil {
-			tails[0] = nil
-		}
-		return 1, nil
+		return copyWhole(in, hdr, outs, sizes, tails, outOffset)
 	}
-
-	gsoType := hdr.GSOType &^ GSOECN
-	if gsoType == GSOUDP {
-		return 0, ErrGSOType
-	}
-	if len(in) < ethHdrLen {
-		return 0, ErrMalformed
-	}
-	var (
-		v4    bool
-		ipHL  int
-		proto uint8
-	)
-	switch binary.BigEndian.Uint16(in[12:]) {
-	case ethTypeIPv4:
-		if len(in) < ethHdrLen+ipv4MinHdrLen || in[ethHdrLen]>>4 != 4 {
-			return 0, ErrMalformed
-		}
-		ipHL = int(in[ethHdrLen]&0x0f) * 4
-		if ipHL < ipv4MinHdrLen || len(in) < ethHdrLen+ipHL {
-			return 0, ErrMalformed
-		}
-		if binary.BigEndian.Uint16(in[ethHdrLen+6:])&0x3fff != 0 {
-			return 0, ErrNotOffloadable // MF or a fragment offset
-		}
-		v4, proto = true, in[ethHdrLen+9]
-	case ethTypeIPv6:
-		if len(in) < ethHdrLen+ipv6HdrLen || in[ethHdrLen]>>4 != 6 {
-			return 0, ErrMalformed
-		}
-		ipHL, proto = ipv6HdrLen, in[ethHdrLen+6]
-	default:
-		return 0, ErrNotOffloadable
-	}
-	if proto != protoTCP && proto != protoUDP {
-		return 0, ErrNotOffloadable // IPv6 extension headers land here
-	}
-	tcp := gsoType == GSOTCPv4 || gsoType == GSOTCPv6
-	if tcp && (proto != protoTCP || v4 != (gsoType == GSOTCPv4)) ||
-		!tcp && proto != protoUDP {
-		return 0, ErrGSOHeader
-	}
-
-	l4Off := ethHdrLen + ipHL
-	l4HL, csumOff := udpHdrLen, udpCsumOffset
-	if tcp {
-		if len(in) < l4Off+tcpMinHdrLen {
-			return 0, ErrMalformed
-		}
-		l4HL, csumOff = int(in[l4Off+12]>>4)*4, tcpCsumOffset
-		if l4HL < tcpMinHdrLen {
-			return 0, ErrMalformed
-		}
-	}
-	hdrLen := l4Off + l4HL
-	if len(in) < hdrLen {
-		return 0, ErrMalformed
-	}
-	if hdr.Flags&FlagNeedsCsum != 0 && (int(hdr.CsumStart) != l4Off || int(hdr.CsumOffset) != csumOff) {
-		return 0, ErrGSOHeader
+	l, err := parseGSO(in, hdr)
+	if err != nil {
+		return 0, err
 	}
 	gso := int(hdr.GSOSize)
-	if int(hdr.HdrLen) > len(in) || gso == 0 {
-		return 0, ErrGSOHeader
-	}
-	payload := len(in) - hdrLen
-	first := min(gso, payload) // length of the first (longest) segment
-	ipLen := l4HL + first      // IPv6 payload length, UDP length
-	if v4 {
-		ipLen += ipHL // IPv4 total length
-	}
-	if ipLen > maxIPLen {
-		return 0, ErrGSOHeader
-	}
+	payload := len(in) - l.hdrLen
 	nseg := max(1, (payload+gso-1)/gso)
 	if nseg > len(outs) || nseg > len(sizes) {
 		return 0, ErrTooManySegments
 	}
 	for i := range nseg {
-		need := hdrLen
+		need := l.hdrLen
 		if tails == nil {
 			need += min(gso, payload-i*gso)
 		}
@@ -242,68 +159,191 @@ func gsoSplit(in []byte, hdr VirtioNetHdr, outs [][]byte, sizes []int, tails [][
 			return 0, io.ErrShortBuffer
 		}
 	}
-
-	const ip = ethHdrLen
-	var (
-		sum0  = pseudoHeaderSum(in, v4, proto) // addresses and protocol
-		seq   uint32
-		flags uint8
-		id    uint16
-	)
-	if tcp {
-		seq = binary.BigEndian.Uint32(in[l4Off+4:])
-		flags = in[l4Off+13]
-	}
-	if v4 {
-		id = binary.BigEndian.Uint16(in[ip+4:])
-	}
+	f := l.firstSegment(in)
 	for i := range nseg {
-		start := hdrLen + i*gso
+		start := l.hdrLen + i*gso
 		segLen := min(gso, len(in)-start)
 		var out, tail []byte
 		if tails == nil {
-			out = outs[i][outOffset : outOffset+hdrLen+segLen]
-			copy(out[hdrLen:], in[start:start+segLen])
+			out = outs[i][outOffset : outOffset+l.hdrLen+segLen]
+			copy(out[l.hdrLen:], in[start:start+segLen])
 		} else {
-			out = outs[i][outOffset : outOffset+hdrLen]
+			out = outs[i][outOffset : outOffset+l.hdrLen]
 			tail = in[start : start+segLen]
 			tails[i] = tail
 		}
-		copy(out, in[:hdrLen])
-
-		l4Len := l4HL + segLen
-		if v4 {
-			binary.BigEndian.PutUint16(out[ip+2:], uint16(ipHL+l4Len))
-			binary.BigEndian.PutUint16(out[ip+4:], id+uint16(i))
-			out[ip+10], out[ip+11] = 0, 0
-			binary.BigEndian.PutUint16(out[ip+10:], ^FoldChecksum(Checksum(out[ip:ip+ipHL], 0)))
-		} else {
-			binary.BigEndian.PutUint16(out[ip+4:], uint16(l4Len))
-		}
-		if tcp {
-			binary.BigEndian.PutUint32(out[l4Off+4:], seq+uint32(i*gso))
-			f := flags
-			if i != nseg-1 {
-				f &^= tcpFlagFIN | tcpFlagPSH
-			}
-			if i != 0 {
-				f &^= tcpFlagCWR
-			}
-			out[l4Off+13] = f
-		} else {
-			binary.BigEndian.PutUint16(out[l4Off+4:], uint16(l4Len))
-		}
-		out[l4Off+csumOff], out[l4Off+csumOff+1] = 0, 0
-		// The L4 header is of even length (TCP: a multiple of 4; UDP:
-		// 8), so the tail's words line up after it.
-		c := ^FoldChecksum(Checksum(tail, Checksum(out[l4Off:], sum0+uint64(l4Len))))
-		if c == 0 && !tcp {
-			c = 0xffff // 0 means "no checksum" in UDP
-		}
-		binary.BigEndian.PutUint16(out[l4Off+csumOff:], c)
+		copy(out, in[:l.hdrLen])
+		l.fixSegment(out, tail, f, i, nseg, gso, segLen)
 		sizes[i] = len(out)
 	}
 	return nseg, nil
+}
+
+// copyWhole is gsoSplit of a frame that is not a super-frame (GSONone):
+// one copy, its checksum completed.
+func copyWhole(in []byte, hdr VirtioNetHdr, outs [][]byte, sizes []int, tails [][]byte, outOffset int) (int, error) {
+	if len(outs) < 1 || len(sizes) < 1 {
+		return 0, ErrTooManySegments
+	}
+	if len(outs[0])-outOffset < len(in) {
+		return 0, io.ErrShortBuffer
+	}
+	f := outs[0][outOffset : outOffset+len(in)]
+	copy(f, in)
+	if err := CompleteChecksum(f, hdr); err != nil {
+		return 0, err
+	}
+	sizes[0] = len(in)
+	if tails != nil {
+		tails[0] = nil
+	}
+	return 1, nil
+}
+
+// gsoLayout is where a super-frame's headers lie, as parseGSO found them.
+type gsoLayout struct {
+	v4, tcp bool
+	proto   uint8
+	ipHL    int // IP header length
+	l4Off   int // where the TCP or UDP header starts
+	l4HL    int // its length
+	csumOff int // the L4 checksum's offset in it
+	hdrLen  int // every header: l4Off + l4HL
+}
+
+// parseGSO checks a super-frame's headers against hdr (a GSO type other
+// than GSONone) and says where they lie.
+func parseGSO(in []byte, hdr VirtioNetHdr) (gsoLayout, error) {
+	var l gsoLayout
+	gsoType := hdr.GSOType &^ GSOECN
+	if gsoType == GSOUDP {
+		return l, ErrGSOType
+	}
+	if len(in) < ethHdrLen {
+		return l, ErrMalformed
+	}
+	switch binary.BigEndian.Uint16(in[12:]) {
+	case ethTypeIPv4:
+		if len(in) < ethHdrLen+ipv4MinHdrLen || in[ethHdrLen]>>4 != 4 {
+			return l, ErrMalformed
+		}
+		l.ipHL = int(in[ethHdrLen]&0x0f) * 4
+		if l.ipHL < ipv4MinHdrLen || len(in) < ethHdrLen+l.ipHL {
+			return l, ErrMalformed
+		}
+		if binary.BigEndian.Uint16(in[ethHdrLen+6:])&0x3fff != 0 {
+			return l, ErrNotOffloadable // MF or a fragment offset
+		}
+		l.v4, l.proto = true, in[ethHdrLen+9]
+	case ethTypeIPv6:
+		if len(in) < ethHdrLen+ipv6HdrLen || in[ethHdrLen]>>4 != 6 {
+			return l, ErrMalformed
+		}
+		l.ipHL, l.proto = ipv6HdrLen, in[ethHdrLen+6]
+	default:
+		return l, ErrNotOffloadable
+	}
+	if l.proto != protoTCP && l.proto != protoUDP {
+		return l, ErrNotOffloadable // IPv6 extension headers land here
+	}
+	l.tcp = gsoType == GSOTCPv4 || gsoType == GSOTCPv6
+	if l.tcp && (l.proto != protoTCP || l.v4 != (gsoType == GSOTCPv4)) ||
+		!l.tcp && l.proto != protoUDP {
+		return l, ErrGSOHeader
+	}
+
+	l.l4Off = ethHdrLen + l.ipHL
+	l.l4HL, l.csumOff = udpHdrLen, udpCsumOffset
+	if l.tcp {
+		if len(in) < l.l4Off+tcpMinHdrLen {
+			return l, ErrMalformed
+		}
+		l.l4HL, l.csumOff = int(in[l.l4Off+12]>>4)*4, tcpCsumOffset
+		if l.l4HL < tcpMinHdrLen {
+			return l, ErrMalformed
+		}
+	}
+	l.hdrLen = l.l4Off + l.l4HL
+	if len(in) < l.hdrLen {
+		return l, ErrMalformed
+	}
+	if hdr.Flags&FlagNeedsCsum != 0 && (int(hdr.CsumStart) != l.l4Off || int(hdr.CsumOffset) != l.csumOff) {
+		return l, ErrGSOHeader
+	}
+	gso := int(hdr.GSOSize)
+	if int(hdr.HdrLen) > len(in) || gso == 0 {
+		return l, ErrGSOHeader
+	}
+	first := min(gso, len(in)-l.hdrLen) // length of the first (longest) segment
+	ipLen := l.l4HL + first             // IPv6 payload length, UDP length
+	if l.v4 {
+		ipLen += l.ipHL // IPv4 total length
+	}
+	if ipLen > maxIPLen {
+		return l, ErrGSOHeader
+	}
+	return l, nil
+}
+
+// gsoFirst is what the segments take from the super-frame's headers and
+// advance: the pseudo-header's sum without the length, the TCP sequence
+// number and flags, the IPv4 ID.
+type gsoFirst struct {
+	sum0  uint64
+	seq   uint32
+	flags uint8
+	id    uint16
+}
+
+func (l *gsoLayout) firstSegment(in []byte) gsoFirst {
+	f := gsoFirst{sum0: pseudoHeaderSum(in, l.v4, l.proto)}
+	if l.tcp {
+		f.seq = binary.BigEndian.Uint32(in[l.l4Off+4:])
+		f.flags = in[l.l4Off+13]
+	}
+	if l.v4 {
+		f.id = binary.BigEndian.Uint16(in[ethHdrLen+4:])
+	}
+	return f
+}
+
+// fixSegment makes out, the headers of segment i of nseg (copied from the
+// super-frame) followed by its segLen bytes of payload, or by tail when
+// the payload is not copied, a valid packet: lengths, IPv4 ID and header
+// checksum, TCP sequence number and flags, L4 checksum.
+func (l *gsoLayout) fixSegment(out, tail []byte, f gsoFirst, i, nseg, gso, segLen int) {
+	const ip = ethHdrLen
+	l4Off, csumOff := l.l4Off, l.csumOff
+	l4Len := l.l4HL + segLen
+	if l.v4 {
+		binary.BigEndian.PutUint16(out[ip+2:], uint16(l.ipHL+l4Len))
+		binary.BigEndian.PutUint16(out[ip+4:], f.id+uint16(i))
+		out[ip+10], out[ip+11] = 0, 0
+		binary.BigEndian.PutUint16(out[ip+10:], ^FoldChecksum(Checksum(out[ip:ip+l.ipHL], 0)))
+	} else {
+		binary.BigEndian.PutUint16(out[ip+4:], uint16(l4Len))
+	}
+	if l.tcp {
+		binary.BigEndian.PutUint32(out[l4Off+4:], f.seq+uint32(i*gso))
+		fl := f.flags
+		if i != nseg-1 {
+			fl &^= tcpFlagFIN | tcpFlagPSH
+		}
+		if i != 0 {
+			fl &^= tcpFlagCWR
+		}
+		out[l4Off+13] = fl
+	} else {
+		binary.BigEndian.PutUint16(out[l4Off+4:], uint16(l4Len))
+	}
+	out[l4Off+csumOff], out[l4Off+csumOff+1] = 0, 0
+	// The L4 header is of even length (TCP: a multiple of 4; UDP: 8), so
+	// the tail's words line up after it.
+	c := ^FoldChecksum(Checksum(tail, Checksum(out[l4Off:], f.sum0+uint64(l4Len))))
+	if c == 0 && !l.tcp {
+		c = 0xffff // 0 means "no checksum" in UDP
+	}
+	binary.BigEndian.PutUint16(out[l4Off+csumOff:], c)
 }
 
 // pseudoHeaderSum is the running sum of the pseudo-header of the IP packet
