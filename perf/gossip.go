@@ -444,21 +444,74 @@ func (cfg *GossipConfig) normalize() error {
 // runGossip is RunGossip on a normalized cfg, in a simulation's bubble when
 // cfg.Mode is "sim".
 func runGossip(ctx context.Context, cfg GossipConfig) (rep *GossipReport, err error) {
-	out := cfg.Progress
-	if out == nil {
-		out = io.Discard
+	r := &gossipRun{cfg: cfg, out: cfg.Progress, k: cfg.TimeScale, start: time.Now()}
+	if r.out == nil {
+		r.out = io.Discard
 	}
-	say := func(format string, args ...any) { fmt.Fprintf(out, "==> "+format+"\n", args...) }
-	k := cfg.TimeScale
-	scaled := func(d time.Duration) time.Duration { return time.Duration(float64(d) * k) }
-	sim := func(d time.Duration) time.Duration { return time.Duration(float64(d) / k) } // measured → reported
-
-	start := time.Now()
-	rep = &GossipReport{Machine: machine(), Started: start, Nodes: cfg.Nodes, Mode: cfg.Mode, TimeScale: k, NodeEndpoints: cfg.NodeEndpoints,
+	r.rep = &GossipReport{Machine: machine(), Started: r.start, Nodes: cfg.Nodes, Mode: cfg.Mode, TimeScale: r.k, NodeEndpoints: cfg.NodeEndpoints,
 		Timings: "memberlist DefaultLANConfig, as the agent uses it"}
-	if k != 1 {
-		rep.Timings = fmt.Sprintf("memberlist DefaultLANConfig, as the agent uses it, every timing ×%g (times reported ÷%g)", k, k)
+	if r.k != 1 {
+		r.rep.Timings = fmt.Sprintf("memberlist DefaultLANConfig, as the agent uses it, every timing ×%g (times reported ÷%g)", r.k, r.k)
 	}
+	defer func() {
+		r.say("stopping %d nodes", len(r.nodes))
+		if serr := stopNodes(r.nodes); serr != nil && err == nil {
+			rep, err = nil, serr
+		}
+	}()
+	if err := r.startNodes(); err != nil {
+		return nil, err
+	}
+	// 1. Cold start, then the steady state of a quiet cluster.
+	if err := r.coldStart(ctx); err != nil {
+		return nil, err
+	}
+	before, t0 := sentCounts(r.nodes), time.Now()
+	if err := sleep(ctx, r.scaled(cfg.Steady)); err != nil {
+		return nil, err
+	}
+	r.rep.Steady = traffic(r.nodes, before, r.sim(time.Since(t0)).Seconds())
+	r.say("steady state: %.0f B/s per node (the most: %.0f B/s) over %v", r.rep.Steady.BytesPerSecondPerNode, r.rep.Steady.MaxBytesPerSecond, cfg.Steady)
+	// 2. Announces, one at a time.
+	if err := r.announces(ctx); err != nil {
+		return nil, err
+	}
+	// 3. Endpoints, all at once, from the first node (never crashed).
+	if cfg.Endpoints > 0 {
+		if r.rep.Endpoints, err = timeEndpoints(ctx, r.nodes, cfg.Endpoints, r.say); err != nil {
+			return nil, err
+		}
+	}
+	// 4. Crashes, together.
+	if err := r.crashes(ctx); err != nil {
+		return nil, err
+	}
+	r.rep.ElapsedSeconds = time.Since(r.start).Seconds()
+	return r.rep, nil
+}
+
+// gossipRun is one run of the gossip bench: its nodes and its report.
+type gossipRun struct {
+	cfg   GossipConfig
+	out   io.Writer // progress
+	k     float64   // cfg.TimeScale
+	start time.Time
+	rep   *GossipReport
+	nodes []*gnode
+}
+
+func (r *gossipRun) say(format string, args ...any) {
+	fmt.Fprintf(r.out, "==> "+format+"\n", args...)
+}
+
+// scaled stretches a timing by the time scale; sim turns a measured time
+// into a reported one.
+func (r *gossipRun) scaled(d time.Duration) time.Duration { return time.Duration(float64(d) * r.k) }
+func (r *gossipRun) sim(d time.Duration) time.Duration    { return time.Duration(float64(d) / r.k) }
+
+// startNodes starts the nodes, every one joining the first.
+func (r *gossipRun) startNodes() error {
+	cfg := r.cfg
 	var mem *memNetwork
 	where := fmt.Sprintf("%s-%s", gossipAddr(0), gossipAddr(cfg.Nodes-1))
 	switch cfg.Mode {
@@ -468,33 +521,31 @@ func runGossip(ctx context.Context, cfg GossipConfig) (rep *GossipReport, err er
 	case "sim":
 		mem = newMemNetwork(SimLatency)
 		where += fmt.Sprintf(" on a simulated network (%v one way), in virtual time", SimLatency)
-		rep.Timings += ", in virtual time"
+		r.rep.Timings += ", in virtual time"
 	}
-	say("starting %d gossip nodes on %s, %d endpoints each", cfg.Nodes, where, cfg.NodeEndpoints)
-	var nodes []*gnode
-	defer func() {
-		say("stopping %d nodes", len(nodes))
-		if serr := stopNodes(nodes); serr != nil && err == nil {
-			rep, err = nil, serr
-		}
-	}()
+	r.say("starting %d gossip nodes on %s, %d endpoints each", cfg.Nodes, where, cfg.NodeEndpoints)
 	for i := range cfg.Nodes {
 		var seeds []string
 		if i > 0 {
-			seeds = []string{nodes[0].Addr().String()}
+			seeds = []string{r.nodes[0].Addr().String()}
 		}
 		if cfg.Mode == "sim" && i > 0 {
 			time.Sleep(simStartGap) // see simStartGap
 		}
 		n, err := startNode(i, seeds, cfg, mem)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		nodes = append(nodes, n)
+		r.nodes = append(r.nodes, n)
 	}
+	return nil
+}
 
-	// 1. Cold start: every node holds every other node's TAP MAC (formed),
-	// then every entry.
+// coldStart waits until every node holds every other node's TAP MAC
+// (formed), then every entry, and reports both, the traffic and the
+// memory.
+func (r *gossipRun) coldStart(ctx context.Context) error {
+	nodes, cfg, rep := r.nodes, r.cfg, r.rep
 	macCursor := make([]int, len(nodes)) // nodes[:macCursor[i]] have their TAP MAC on node i
 	var members time.Duration            // until the last node counted every other alive
 	counted := make([]bool, len(nodes))
@@ -502,7 +553,7 @@ func runGossip(ctx context.Context, cfg GossipConfig) (rep *GossipReport, err er
 		// A TAP MAC is taken only from an alive member: membership comes
 		// first, and this is asked until formed.
 		if !counted[i] && g.AliveMembers() == len(nodes) {
-			counted[i], members = true, time.Since(start)
+			counted[i], members = true, time.Since(r.start)
 		}
 		for macCursor[i] < len(nodes) {
 			o := nodes[macCursor[i]]
@@ -524,58 +575,54 @@ func runGossip(ctx context.Context, cfg GossipConfig) (rep *GossipReport, err er
 		return func(held int) {
 			if time.Since(tick) >= 10*time.Second {
 				tick = time.Now()
-				say("%v: %d of %d nodes hold %s", sim(time.Since(start)).Round(time.Second), held, len(nodes), what)
+				r.say("%v: %d of %d nodes hold %s", r.sim(time.Since(r.start)).Round(time.Second), held, len(nodes), what)
 			}
 		}
 	}
-	if err := waitAllIndexed(ctx, scaled(formTimeout), nodes, formed, report("every TAP MAC")); err != nil {
-		return nil, fmt.Errorf("perf: gossip: cluster of %d not formed: %w", cfg.Nodes, err)
+	if err := waitAllIndexed(ctx, r.scaled(formTimeout), nodes, formed, report("every TAP MAC")); err != nil {
+		return fmt.Errorf("perf: gossip: cluster of %d not formed: %w", cfg.Nodes, err)
 	}
-	rep.FormSeconds = sim(time.Since(start)).Seconds()
-	rep.MembersSeconds = sim(members).Seconds()
-	say("cluster formed in %.2f s: every node holds the %d others' TAP MACs (every node counted every other alive at %.2f s)",
+	rep.FormSeconds = r.sim(time.Since(r.start)).Seconds()
+	rep.MembersSeconds = r.sim(members).Seconds()
+	r.say("cluster formed in %.2f s: every node holds the %d others' TAP MACs (every node counted every other alive at %.2f s)",
 		rep.FormSeconds, cfg.Nodes-1, rep.MembersSeconds)
-	if err := waitAll(ctx, scaled(formTimeout), nodes, complete, report("every entry")); err != nil {
-		return nil, fmt.Errorf("perf: gossip: cold start of %d not complete: %w", cfg.Nodes, err)
+	if err := waitAll(ctx, r.scaled(formTimeout), nodes, complete, report("every entry")); err != nil {
+		return fmt.Errorf("perf: gossip: cold start of %d not complete: %w", cfg.Nodes, err)
 	}
-	cold := time.Since(start)
-	rep.ColdStart = ColdStartReport{Seconds: sim(cold).Seconds(), Entries: entries,
-		Traffic: traffic(nodes, make([]int64, len(nodes)), sim(cold).Seconds())}
+	cold := r.sim(time.Since(r.start))
+	rep.ColdStart = ColdStartReport{Seconds: cold.Seconds(), Entries: entries,
+		Traffic: traffic(nodes, make([]int64, len(nodes)), cold.Seconds())}
 	for _, n := range nodes {
 		st := n.Stats()
 		rep.ColdStart.Pulls += st.Pulls
 		rep.ColdStart.PullAnswers += st.Answers
 		rep.ColdStart.RefusedStreams += st.RefusedStreams
 	}
-	say("cold start complete in %.2f s: every node holds all %d entries; %.0f bytes sent per node (%.0f B/s), %d pulls",
+	r.say("cold start complete in %.2f s: every node holds all %d entries; %.0f bytes sent per node (%.0f B/s), %d pulls",
 		rep.ColdStart.Seconds, entries, rep.ColdStart.Traffic.BytesPerNode, rep.ColdStart.Traffic.BytesPerSecondPerNode, rep.ColdStart.Pulls)
 	rep.Memory = readMemory(len(nodes))
-	say("memory: %s RSS, %s Go heap per node", fmtBytes(rep.Memory.RSSBytes), fmtBytes(rep.Memory.HeapPerNodeBytes))
+	r.say("memory: %s RSS, %s Go heap per node", fmtBytes(rep.Memory.RSSBytes), fmtBytes(rep.Memory.HeapPerNodeBytes))
+	return nil
+}
 
-	// Steady state: the traffic of a quiet cluster.
-	before, t0 := sentCounts(nodes), time.Now()
-	if err := sleep(ctx, scaled(cfg.Steady)); err != nil {
-		return nil, err
-	}
-	rep.Steady = traffic(nodes, before, sim(time.Since(t0)).Seconds())
-	say("steady state: %.0f B/s per node (the most: %.0f B/s) over %v", rep.Steady.BytesPerSecondPerNode, rep.Steady.MaxBytesPerSecond, cfg.Steady)
-
-	// 2. Announces, one at a time.
+// announces times cfg.Announces new entries, one at a time, each from a
+// random node, to 99 % of the others and to all of them.
+func (r *gossipRun) announces(ctx context.Context) error {
 	var took, took99 []time.Duration
-	for r := range cfg.Announces {
-		owner := nodes[rand.IntN(len(nodes))]
-		mac := fdb.MAC{0x02, 0xaa, 0, 0, byte(r >> 8), byte(r)}
-		others := slices.DeleteFunc(slices.Clone(nodes), func(n *gnode) bool { return n == owner })
-		fmt.Fprintf(out, "[%d/%d] announce from %s ...", r+1, cfg.Announces, owner.name)
+	for i := range r.cfg.Announces {
+		owner := r.nodes[rand.IntN(len(r.nodes))]
+		mac := fdb.MAC{0x02, 0xaa, 0, 0, byte(i >> 8), byte(i)}
+		others := slices.DeleteFunc(slices.Clone(r.nodes), func(n *gnode) bool { return n == owner })
+		fmt.Fprintf(r.out, "[%d/%d] announce from %s ...", i+1, r.cfg.Announces, owner.name)
 		t0 := time.Now()
 		if err := owner.AnnounceMAC(gossipVNI, mac); err != nil {
-			fmt.Fprintln(out, " failed")
-			return nil, fmt.Errorf("perf: gossip: announce: %w", err)
+			fmt.Fprintln(r.out, " failed")
+			return fmt.Errorf("perf: gossip: announce: %w", err)
 		}
 		owner.macs = append(owner.macs, mac)
 		var at99 time.Duration
 		need99 := (len(others)*99 + 99) / 100
-		err := waitAll(ctx, scaled(announceTimeout), others, func(n *gnode) bool {
+		err := waitAll(ctx, r.scaled(announceTimeout), others, func(n *gnode) bool {
 			v, ok := n.fdb.Lookup(gossipVNI, mac)
 			return ok && v == owner.vtep
 		}, func(held int) {
@@ -584,40 +631,36 @@ func runGossip(ctx context.Context, cfg GossipConfig) (rep *GossipReport, err er
 			}
 		})
 		if err != nil {
-			fmt.Fprintln(out, " failed")
-			return nil, fmt.Errorf("perf: gossip: %s from %s did not reach every node: %w", mac, owner.name, err)
+			fmt.Fprintln(r.out, " failed")
+			return fmt.Errorf("perf: gossip: %s from %s did not reach every node: %w", mac, owner.name, err)
 		}
-		took = append(took, sim(time.Since(t0)))
-		took99 = append(took99, sim(at99))
-		fmt.Fprintf(out, " on 99%% in %v, on all %d others in %v\n", took99[r].Round(time.Millisecond), len(others), took[r].Round(time.Millisecond))
+		took = append(took, r.sim(time.Since(t0)))
+		took99 = append(took99, r.sim(at99))
+		fmt.Fprintf(r.out, " on 99%% in %v, on all %d others in %v\n", took99[i].Round(time.Millisecond), len(others), took[i].Round(time.Millisecond))
 	}
-	rep.Announce = distribution(took)
-	rep.Announce99 = distribution(took99)
+	r.rep.Announce = distribution(took)
+	r.rep.Announce99 = distribution(took99)
+	return nil
+}
 
-	// 3. Endpoints, all at once, from the first node (never crashed).
-	if cfg.Endpoints > 0 {
-		if rep.Endpoints, err = timeEndpoints(ctx, nodes, cfg.Endpoints, say); err != nil {
-			return nil, err
-		}
-	}
-
-	// 4. Crashes, together.
-	victims := slices.Clone(nodes[1:]) // never the seed
+// crashes crashes cfg.Kills nodes at once (never the seed) and times how
+// long the survivors take to withdraw their entries.
+func (r *gossipRun) crashes(ctx context.Context) error {
+	victims := slices.Clone(r.nodes[1:])
 	rand.Shuffle(len(victims), func(i, j int) { victims[i], victims[j] = victims[j], victims[i] })
-	victims = victims[:cfg.Kills]
-	survivors := slices.DeleteFunc(slices.Clone(nodes), func(n *gnode) bool { return slices.Contains(victims, n) })
+	victims = victims[:r.cfg.Kills]
+	survivors := slices.DeleteFunc(slices.Clone(r.nodes), func(n *gnode) bool { return slices.Contains(victims, n) })
 	names := make([]string, len(victims))
 	for i, v := range victims {
 		names[i] = v.name
 	}
-	say("crashing %s at once; waiting for the %d others to withdraw their entries", strings.Join(names, ", "), len(survivors))
-	deaths, err := timeDeaths(ctx, victims, survivors, out, k)
+	r.say("crashing %s at once; waiting for the %d others to withdraw their entries", strings.Join(names, ", "), len(survivors))
+	deaths, err := timeDeaths(ctx, victims, survivors, r.out, r.k)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	rep.Death = distribution(deaths)
-	rep.ElapsedSeconds = time.Since(start).Seconds()
-	return rep, nil
+	r.rep.Death = distribution(deaths)
+	return nil
 }
 
 // nodeEndpointMAC and nodeEndpointIP are endpoint j of node i (announced at
