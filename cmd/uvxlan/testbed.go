@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -129,7 +130,7 @@ func demoCommand() *cli.Command {
 
 // runDemo is `uvxlan demo`: everything it builds is removed before it
 // returns, also on failure or interruption.
-func runDemo(ctx context.Context, w interface{ Write([]byte) (int, error) }, prefix string, hosts int) (err error) {
+func runDemo(ctx context.Context, w io.Writer, prefix string, hosts int) (err error) {
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -160,90 +161,123 @@ func runDemo(ctx context.Context, w interface{ Write([]byte) (int, error) }, pre
 	}
 	defer os.RemoveAll(logDir)
 
-	key, err := newGossipKey()
-	if err != nil {
+	d := &demo{tb: tb, say: say, logDir: logDir, self: self}
+	if err := d.startAgents(ctx); err != nil {
 		return err
 	}
-	keyFile := filepath.Join(logDir, "gossip.key")
-	if err := os.WriteFile(keyFile, []byte(key+"\n"), 0o600); err != nil {
-		return err
-	}
-	say("gossip key: uvxlan keygen > %s (every agent gets the same one)", keyFile)
-	overlay := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 42, 0, byte(i)}) }
-	control := func(h *testenv.Host) string { return filepath.Join(logDir, h.Name+".sock") }
-	// h1 founds the gossip cluster; every other host knows only h1.
-	for i, h := range tb.Hosts() {
-		args := []string{"run", "--name", h.Name, "--local", h.Underlay.String(),
-			"--address", netip.PrefixFrom(overlay(i+1), 24).String(), "--control", control(h), "--gossip-key-file", keyFile}
-		if i > 0 {
-			args = append(args, "--join", tb.Host(1).Underlay.String())
-		}
-		say("%s: uvxlan %s", h.Name, strings.Join(args, " "))
-		if _, err := h.Start(ctx, filepath.Join(logDir, h.Name+".log"), self, args...); err != nil {
-			return err
-		}
-	}
-	for _, h := range tb.Hosts() {
-		if err := waitForSocket(ctx, control(h), 10*time.Second); err != nil {
-			return fmt.Errorf("%s: agent did not start: %w", h.Name, err)
-		}
-	}
-
 	say("waiting for the cluster to converge (every node sees %d alive members)", hosts)
 	start := time.Now()
 	for _, h := range tb.Hosts() {
-		if err := waitForMembers(ctx, control(h), hosts, 30*time.Second); err != nil {
+		if err := waitForMembers(ctx, d.control(h), hosts, 30*time.Second); err != nil {
 			return fmt.Errorf("%s: %w", h.Name, err)
 		}
 	}
 	say("converged in %v", time.Since(start).Round(10*time.Millisecond))
-	rows, _, err := newControlClient(control(tb.Host(1))).members()
+	rows, _, err := newControlClient(d.control(tb.Host(1))).members()
 	if err != nil {
 		return err
 	}
 	say("uvxlan members (on h1)")
 	printMembers(w, rows)
 
-	failed := 0
-	for i, h := range tb.Hosts() {
-		for j := range tb.Hosts() {
-			if i == j {
-				continue
-			}
-			dst := overlay(j + 1)
-			r, err := h.Ping(ctx, dst, 3)
-			if err != nil {
-				say("%s -> %s: FAILED: %v", h.Name, dst, err)
-				failed++
-				continue
-			}
-			say("%s -> %s: %d/%d replies, rtt avg %v", h.Name, dst, r.Received, r.Sent, r.Avg)
-		}
-	}
-
-	h1 := tb.Host(1)
-	say("uvxlan fdb show (on %s)", h1.Name)
-	fdbRows, _, err := newControlClient(control(h1)).fdb()
-	if err != nil {
+	failed := d.pingAll(ctx)
+	if err := d.show(w, tb.Host(1)); err != nil {
 		return err
 	}
-	printFDB(w, fdbRows)
-	say("uvxlan neigh show (on %s)", h1.Name)
-	neighRows, _, err := newControlClient(control(h1)).neigh()
-	if err != nil {
-		return err
-	}
-	printNeigh(w, neighRows)
-	say("uvxlan stats (on %s)", h1.Name)
-	st, _, err := newControlClient(control(h1)).stats()
-	if err != nil {
-		return err
-	}
-	printStats(w, st)
 	if failed > 0 {
 		return fmt.Errorf("demo: %d of %d pings failed", failed, hosts*(hosts-1))
 	}
 	say("all %d pairs reach each other over the overlay", hosts*(hosts-1))
+	return nil
+}
+
+// demo is a running `uvxlan demo`: its testbed, and where its agents keep
+// their keys, logs and control sockets.
+type demo struct {
+	tb     *testenv.Testbed
+	say    func(format string, args ...any)
+	logDir string
+	self   string // this executable, which the agents run
+}
+
+// overlay is host i's overlay address.
+func (d *demo) overlay(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 42, 0, byte(i)}) }
+
+func (d *demo) control(h *testenv.Host) string { return filepath.Join(d.logDir, h.Name+".sock") }
+
+// startAgents makes the gossip key and starts an agent on every host: h1
+// founds the gossip cluster; every other host knows only h1.
+func (d *demo) startAgents(ctx context.Context) error {
+	key, err := newGossipKey()
+	if err != nil {
+		return err
+	}
+	keyFile := filepath.Join(d.logDir, "gossip.key")
+	if err := os.WriteFile(keyFile, []byte(key+"\n"), 0o600); err != nil {
+		return err
+	}
+	d.say("gossip key: uvxlan keygen > %s (every agent gets the same one)", keyFile)
+	for i, h := range d.tb.Hosts() {
+		args := []string{"run", "--name", h.Name, "--local", h.Underlay.String(),
+			"--address", netip.PrefixFrom(d.overlay(i+1), 24).String(), "--control", d.control(h), "--gossip-key-file", keyFile}
+		if i > 0 {
+			args = append(args, "--join", d.tb.Host(1).Underlay.String())
+		}
+		d.say("%s: uvxlan %s", h.Name, strings.Join(args, " "))
+		if _, err := h.Start(ctx, filepath.Join(d.logDir, h.Name+".log"), d.self, args...); err != nil {
+			return err
+		}
+	}
+	for _, h := range d.tb.Hosts() {
+		if err := waitForSocket(ctx, d.control(h), 10*time.Second); err != nil {
+			return fmt.Errorf("%s: agent did not start: %w", h.Name, err)
+		}
+	}
+	return nil
+}
+
+// pingAll pings every host's overlay address from every other host and
+// returns how many pairs failed.
+func (d *demo) pingAll(ctx context.Context) (failed int) {
+	for i, h := range d.tb.Hosts() {
+		for j := range d.tb.Hosts() {
+			if i == j {
+				continue
+			}
+			dst := d.overlay(j + 1)
+			r, err := h.Ping(ctx, dst, 3)
+			if err != nil {
+				d.say("%s -> %s: FAILED: %v", h.Name, dst, err)
+				failed++
+				continue
+			}
+			d.say("%s -> %s: %d/%d replies, rtt avg %v", h.Name, dst, r.Received, r.Sent, r.Avg)
+		}
+	}
+	return failed
+}
+
+// show prints the FDB, the neighbour table and the counters of h's agent.
+func (d *demo) show(w io.Writer, h *testenv.Host) error {
+	c := newControlClient(d.control(h))
+	d.say("uvxlan fdb show (on %s)", h.Name)
+	fdbRows, _, err := c.fdb()
+	if err != nil {
+		return err
+	}
+	printFDB(w, fdbRows)
+	d.say("uvxlan neigh show (on %s)", h.Name)
+	neighRows, _, err := c.neigh()
+	if err != nil {
+		return err
+	}
+	printNeigh(w, neighRows)
+	d.say("uvxlan stats (on %s)", h.Name)
+	st, _, err := c.stats()
+	if err != nil {
+		return err
+	}
+	printStats(w, st)
 	return nil
 }
 
