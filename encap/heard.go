@@ -75,14 +75,3 @@ func (h *Heard) Silent(d time.Duration, now time.Time) map[netip.Addr]time.Time 
 	}
 	return out
 }
-
-// Last returns when VXLAN last arrived from addr (zero: never, or not
-// watched).
-func (h *Heard) Last(addr netip.Addr) time.Time {
-	if e := h.load()[addr.Unmap()]; e != nil {
-		if ns := e.last.Load(); ns != 0 {
-			return time.Unix(0, ns)
-		}
-	}
-	return time.Time{}
-}

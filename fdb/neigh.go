@@ -138,14 +138,6 @@ func (n *Neighbors) SetSubnets(s []SubnetNeigh) error {
 	return nil
 }
 
-// Subnets returns the subnet bindings.
-func (n *Neighbors) Subnets() []SubnetNeigh {
-	if s := n.subnets.Load(); s != nil {
-		return slices.Clone(*s)
-	}
-	return nil
-}
-
 // Set binds e.IP to e.MAC in e.VNI. It refuses an invalid VNI, IP or MAC,
 // a gossip binding over a local or static one (ErrOutranked), and a new key
 // when the table is full (ErrFull). It reports whether anything changed.
