@@ -29,7 +29,7 @@ vet:
 # The integration tests build the binary themselves; they need root,
 # /dev/net/tun, iproute2, ping, iperf3 and tcpdump (see scripts/deps.sh).
 test: fmt-check vet
-	$(GO) test -race -count=1 -timeout 25m $(PKGS)
+	$(GO) test -race -count=1 -parallel 4 -timeout 25m $(PKGS)
 
 demo: deps build
 	./$(BIN) demo

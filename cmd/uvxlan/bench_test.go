@@ -76,6 +76,7 @@ func namespacesOf(t *testing.T, prefix string) []string {
 }
 
 func TestBenchSmoke(t *testing.T) {
+	t.Parallel()
 	testenv.Require(t)
 	requireTool(t, "iperf3")
 	prefix := testenv.RandomPrefix()
@@ -281,6 +282,7 @@ func (l *lockedBuffer) String() string {
 
 // SIGTERM in the middle of a run stops it and removes the testbed.
 func TestBenchSIGTERMTearsDown(t *testing.T) {
+	t.Parallel()
 	testenv.Require(t)
 	requireTool(t, "iperf3")
 	prefix := testenv.RandomPrefix()
@@ -334,6 +336,7 @@ func TestBenchSIGTERMTearsDown(t *testing.T) {
 }
 
 func TestBenchGossipSmoke(t *testing.T) {
+	t.Parallel()
 	stdout, stderr, code := runBench(t, 3*time.Minute, "bench", "gossip", "--nodes", "10", "--json")
 	if code != 0 {
 		t.Fatalf("exit status %d\nstderr:\n%s", code, stderr)
@@ -369,6 +372,7 @@ func TestBenchGossipSmoke(t *testing.T) {
 // bench gossip --mode sim: the real binary runs the simulation in a child
 // of itself and reports in virtual time.
 func TestBenchGossipSim(t *testing.T) {
+	t.Parallel()
 	stdout, stderr, code := runBench(t, 3*time.Minute, "bench", "gossip", "--mode", "sim", "--nodes", "30", "--announces", "3", "--kills", "2", "--json")
 	if code != 0 {
 		t.Fatalf("exit status %d\nstderr:\n%s", code, stderr)
@@ -395,6 +399,7 @@ func TestBenchGossipSim(t *testing.T) {
 // Bad flags of bench are exit status 2 with the flag named, before anything
 // is built.
 func TestBenchBadFlags(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		args []string
 		flag string

@@ -115,6 +115,7 @@ func TestBadFlagsExit2(t *testing.T) {
 }
 
 func TestClientWithoutAgent(t *testing.T) {
+	t.Parallel()
 	code, stderr := runBinary(t, nil, "stats", "--control", t.TempDir()+"/none.sock")
 	if code != exitError || !strings.Contains(stderr, "no agent answers") {
 		t.Errorf("exit %d, stderr %q: want 1 and a message that no agent answers", code, stderr)
@@ -122,6 +123,7 @@ func TestClientWithoutAgent(t *testing.T) {
 }
 
 func TestParsePeer(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		in   string
 		want string
@@ -147,6 +149,7 @@ func TestParsePeer(t *testing.T) {
 }
 
 func TestParsePortRange(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		in     string
 		lo, hi uint16
@@ -245,6 +248,7 @@ func TestGossipKeyFlags(t *testing.T) {
 // keygen prints a new 32-byte base64 key each time, which --gossip-key-file
 // accepts.
 func TestKeygen(t *testing.T) {
+	t.Parallel()
 	var keys []string
 	for range 2 {
 		out, err := exec.Command(uvxlanBin, "keygen").Output()

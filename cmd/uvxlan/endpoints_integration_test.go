@@ -22,6 +22,7 @@ import (
 // updates its ARP cache at once, and both agents bind the address to the
 // new MAC.
 func TestGARPFloodedNotAnswered(t *testing.T) {
+	t.Parallel()
 	tb := testenv.NewForTest(t, testenv.Config{Hosts: 2})
 	agents := startGossipCluster(t, tb)
 	a1, a2 := agents[0], agents[1]
@@ -98,6 +99,7 @@ func nodeCounter(t *testing.T, a *agent, name string) uint64 {
 // MAC are withdrawn on every node within 10 s (ageing alone took over
 // 300 s).
 func TestProbeWithdrawsVanished(t *testing.T) {
+	t.Parallel()
 	tb := testenv.NewForTest(t, testenv.Config{Hosts: 3})
 	agents := startGossipCluster(t, tb, "--probe-interval", "2s", "--probe-retries", "3")
 	if err := waitForMembers(context.Background(), agents[0].control, 3, 20*time.Second); err != nil {
@@ -161,6 +163,7 @@ func TestProbeWithdrawsVanished(t *testing.T) {
 // its old endpoint, gets no answer, and withdraws its binding, so h1 itself
 // reaches the new place too.
 func TestMoveAcrossHosts(t *testing.T) {
+	t.Parallel()
 	tb := testenv.NewForTest(t, testenv.Config{Hosts: 3})
 	agents := startGossipCluster(t, tb, "--probe-interval", "2s")
 	if err := waitForMembers(context.Background(), agents[0].control, 3, 20*time.Second); err != nil {
@@ -251,6 +254,7 @@ func longestGap(out string, interval time.Duration) (time.Duration, int) {
 // and h2 yields, so the binding h3 sees changes twice and then stays h1's:
 // no flapping.
 func TestDuplicateAddress(t *testing.T) {
+	t.Parallel()
 	tb := testenv.NewForTest(t, testenv.Config{Hosts: 3})
 	agents := startGossipCluster(t, tb, "--probe-interval", "2s")
 	if err := waitForMembers(context.Background(), agents[0].control, 3, 20*time.Second); err != nil {
@@ -316,6 +320,7 @@ func TestDuplicateAddress(t *testing.T) {
 // broadcast at once (ucast_solicit 0), so that the time measured is the
 // overlay's, not the kernel's default 15–45 s and unicast probes.
 func TestSilentReuseSameHost(t *testing.T) {
+	t.Parallel()
 	tb := testenv.NewForTest(t, testenv.Config{Hosts: 2})
 	agents := startGossipCluster(t, tb, "--probe-interval", "2s", "--probe-retries", "3")
 	if err := waitForMembers(context.Background(), agents[0].control, 2, 20*time.Second); err != nil {

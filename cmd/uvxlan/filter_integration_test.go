@@ -34,6 +34,7 @@ import (
 // VXLAN leaves h1 for h3 and nothing is learned, while the member h2 still
 // reaches h1; with --allow-vtep covering h3 it is accepted again.
 func TestUnderlayFilter(t *testing.T) {
+	t.Parallel()
 	tb := testenv.NewForTest(t, testenv.Config{Hosts: 3})
 	h1, h2, h3 := tb.Host(1), tb.Host(2), tb.Host(3)
 	ctx := context.Background()
@@ -210,6 +211,7 @@ func broadcastStorm(netns, iface string, d time.Duration) (int, error) {
 // With UVXLAN_STORM_BASELINE=1 the test first measures the same storm with
 // --bum-rate 0 (no storm control: uvxlan before it), and only reports it.
 func TestBroadcastStorm(t *testing.T) {
+	t.Parallel()
 	tb := testenv.NewForTest(t, testenv.Config{Hosts: 3})
 	h1, h2, h3 := tb.Host(1), tb.Host(2), tb.Host(3)
 	ctx := context.Background()

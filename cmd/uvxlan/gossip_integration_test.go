@@ -74,6 +74,7 @@ func eventuallyT(t *testing.T, timeout time.Duration, what string, cond func() b
 // others' TAP MACs from gossip, and ARP for gossiped addresses never crosses
 // the underlay.
 func TestGossipCluster(t *testing.T) {
+	t.Parallel()
 	tb := testenv.NewForTest(t, testenv.Config{Hosts: 3})
 	agents := startGossipCluster(t, tb, "--learning=false")
 	h1, h2, h3 := agents[0], agents[1], agents[2]
@@ -243,6 +244,7 @@ func TestConfigFileAndMetrics(t *testing.T) {
 // announced and reachable from h2; when it goes quiet for --ageing it is
 // withdrawn everywhere.
 func TestEndpointBehindTAP(t *testing.T) {
+	t.Parallel()
 	tb := testenv.NewForTest(t, testenv.Config{Hosts: 2})
 	h1, h2 := tb.Host(1), tb.Host(2)
 	a1 := startAgent(t, h1, "--ageing", "5s")

@@ -201,6 +201,7 @@ func countPackets(t *testing.T, pcap, filter string) int {
 }
 
 func TestMeshStaticPeers(t *testing.T) {
+	t.Parallel()
 	tb := testenv.NewForTest(t, testenv.Config{Hosts: 3})
 	agents := startMesh(t, tb)
 
@@ -313,6 +314,7 @@ func TestMeshStaticPeers(t *testing.T) {
 // TAP GRO, two queues) and without (one frame per syscall, and no UDP GSO:
 // --offload=false turns off every offload, the sockets' too).
 func TestIperfTCPAcrossOverlay(t *testing.T) {
+	t.Parallel()
 	for _, mode := range [][]string{{"--queues", "2"}, {"--offload=false"}} {
 		t.Run(strings.Join(mode, " "), func(t *testing.T) {
 			tb := testenv.NewForTest(t, testenv.Config{Hosts: 2})
@@ -380,6 +382,7 @@ func iperfTCP(t *testing.T, cliHost, srv *testenv.Host, dst netip.Addr, secs int
 
 // A Linux kernel VXLAN device is a valid peer both ways: ping and TCP.
 func TestKernelVXLANInterop(t *testing.T) {
+	t.Parallel()
 	const vni = 0x12ab34 // all three bytes non-zero
 	tb := testenv.NewForTest(t, testenv.Config{Hosts: 2})
 	h1, h2 := tb.Host(1), tb.Host(2)
@@ -418,6 +421,7 @@ func TestKernelVXLANInterop(t *testing.T) {
 
 // What uvxlan puts on the wire decodes as VXLAN in tshark, with our VNI.
 func TestUnderlayDecodesAsVXLAN(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("tshark"); err != nil {
 		t.Fatalf("tshark is not installed: %v", err)
 	}
@@ -455,6 +459,7 @@ func TestUnderlayDecodesAsVXLAN(t *testing.T) {
 
 // SIGTERM stops the agent cleanly and removes the TAP it created.
 func TestSignalRemovesTAP(t *testing.T) {
+	t.Parallel()
 	tb := testenv.NewForTest(t, testenv.Config{Hosts: 1})
 	h := tb.Host(1)
 	a := startAgent(t, h)
@@ -475,6 +480,7 @@ func TestSignalRemovesTAP(t *testing.T) {
 // Hostile datagrams from another host: each is dropped and counted under its
 // reason, and none reaches the TAP.
 func TestHostilePacketsAreCounted(t *testing.T) {
+	t.Parallel()
 	const vni = 0x12ab34
 	tb := testenv.NewForTest(t, testenv.Config{Hosts: 2})
 	h1, h2 := tb.Host(1), tb.Host(2)

@@ -121,6 +121,7 @@ func forgedDeadAttack(t *testing.T, tb *testenv.Testbed, agents []*agent, d time
 // its entries. This half shows the attack is real (so the keyed half below
 // can fail); the keyed cluster, the default, ignores it.
 func TestForgedDeadMessages(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		extra []string
@@ -175,6 +176,7 @@ func TestForgedDeadMessages(t *testing.T) {
 // none, exits non-zero saying the key is the problem (instead of retrying
 // forever); the cluster does not list it.
 func TestKeyMismatchExits(t *testing.T) {
+	t.Parallel()
 	tb := testenv.NewForTest(t, testenv.Config{Hosts: 4})
 	h1, h4 := tb.Host(1), tb.Host(4)
 	a1 := startAgent(t, h1)

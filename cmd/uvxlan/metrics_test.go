@@ -18,6 +18,7 @@ import (
 // one for no segment's, gossip's levels are gauges, and the values are the
 // snapshot's.
 func TestMetricsFromDeclarations(t *testing.T) {
+	t.Parallel()
 	var seg42, seg43 encap.Stats
 	for i := range encap.NumCounters {
 		seg42.Counters[i] = 100 + uint64(i)

@@ -232,6 +232,7 @@ func checkByHandMembers(t *testing.T, controls []string) {
 // or through another one; the member keeps its lease (routed mode), its
 // membership and its reachability.
 func TestDuplicateNameRefused(t *testing.T) {
+	t.Parallel()
 	tb := testenv.NewForTest(t, testenv.Config{Hosts: 3})
 	dir := t.TempDir()
 	h1, h2, h3 := tb.Host(1), tb.Host(2), tb.Host(3)

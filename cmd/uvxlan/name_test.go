@@ -9,6 +9,7 @@ import (
 )
 
 func TestDefaultName(t *testing.T) {
+	t.Parallel()
 	long := strings.Repeat("h", 200)
 	tests := []struct {
 		desc     string
@@ -49,6 +50,7 @@ func TestDefaultName(t *testing.T) {
 // gives the hostname, that version's default, so an upgraded node keeps its
 // lease; a bad name file is an error naming --state-dir.
 func TestSavedName(t *testing.T) {
+	t.Parallel()
 	local := netip.MustParseAddr("198.18.0.1")
 	dir := t.TempDir()
 	if got, err := savedName("", "uvx0", "host", local); err != nil || got != "host-198.18.0.1" {

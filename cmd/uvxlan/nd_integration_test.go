@@ -60,6 +60,7 @@ func neighHas(rows []neighRow, ip netip.Addr, mac fdb.MAC, o fdb.Origin) bool {
 // agent (nd_suppressed) and never crosses the underlay, while one for an
 // address nobody announced does.
 func TestNDSuppression(t *testing.T) {
+	t.Parallel()
 	tb := testenv.NewForTest(t, testenv.Config{Hosts: 2})
 	ctx := context.Background()
 	agents := startGossipCluster(t, tb)

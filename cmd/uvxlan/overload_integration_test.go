@@ -20,6 +20,7 @@ import (
 // (drops tap_queue_full, the TAP's tx_dropped), so an operator sees where
 // an overload loses packets instead of guessing.
 func TestUDPOverloadAccounted(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("iperf3"); err != nil {
 		t.Fatalf("iperf3 is not installed: %v", err)
 	}

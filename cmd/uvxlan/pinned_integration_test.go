@@ -158,6 +158,7 @@ func counters(t *testing.T, a *agent) (drops, gossip map[string]uint64) {
 // binding for 10.42.0.1, no other host's kernel ARP cache is poisoned, and
 // h2 and h3 keep pinging h1 without loss.
 func TestPinnedAddressGARP(t *testing.T) {
+	t.Parallel()
 	tb := testenv.NewForTest(t, testenv.Config{Hosts: 3})
 	agents := startGossipCluster(t, tb)
 	a1, a2, a3 := agents[0], agents[1], agents[2]
@@ -250,6 +251,7 @@ func TestPinnedAddressGARP(t *testing.T) {
 // naming the conflict with h1; h1's entries are untouched everywhere and
 // h2 keeps pinging h1.
 func TestPinnedKeysRogueMember(t *testing.T) {
+	t.Parallel()
 	tb := testenv.NewForTest(t, testenv.Config{Hosts: 4})
 	h1, h2, h4 := tb.Host(1), tb.Host(2), tb.Host(4)
 	seed := h1.Underlay.String()
@@ -338,6 +340,7 @@ func TestPinnedKeysRogueMember(t *testing.T) {
 // TAP's /32 (the subnet's network address) and the gateway (the bridge
 // address); its peers list them as its pinned keys, with its TAP MAC.
 func TestPinnedRoutedLease(t *testing.T) {
+	t.Parallel()
 	tb := testenv.NewForTest(t, testenv.Config{Hosts: 2})
 	dir := t.TempDir()
 	h1, h2 := tb.Host(1), tb.Host(2)

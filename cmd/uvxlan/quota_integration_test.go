@@ -37,6 +37,7 @@ const quotaKey = "MDEyMzQ1Njc4OWFiY2RlZg=="
 // attack against another binary (without --max-endpoints) and only reports
 // what it saw.
 func TestMACFloodQuota(t *testing.T) {
+	t.Parallel()
 	max := 500
 	if os.Getenv("UVXLAN_QUOTA_MAX") == "default" {
 		max = 0
@@ -48,6 +49,7 @@ func TestMACFloodQuota(t *testing.T) {
 // configured otherwise, or a hostile one): h2 and h3 still hold at most
 // their own quota of h1's entries, and count the rest as rejected_quota.
 func TestMACFloodQuotaReceivers(t *testing.T) {
+	t.Parallel()
 	macFloodTest(t, 1500, 500)
 }
 

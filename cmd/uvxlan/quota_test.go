@@ -12,6 +12,7 @@ import (
 // Every node counter (node.Counters) is in `stats --json` under "node" and
 // has a Prometheus series with its value.
 func TestNodeCounters(t *testing.T) {
+	t.Parallel()
 	st := node.Stats{Node: node.Counters{EndpointsRefused: 17}}
 	names := counterMap(st.Node)
 	if len(names) == 0 {

@@ -33,6 +33,7 @@ func tapState(t *testing.T, h *testenv.Host, dev string) (exists bool, addrs, li
 // membership, and the next start attaches to them; a clean stop removes them
 // unless --keep-tap; a TAP made by someone else is never removed.
 func TestTAPOutlivesTheProcess(t *testing.T) {
+	t.Parallel()
 	tb := testenv.NewForTest(t, testenv.Config{Hosts: 2})
 	h1, h2 := tb.Host(1), tb.Host(2)
 	peer := func(h *testenv.Host) []string { return []string{"--peer", h.Underlay.String()} }
@@ -151,6 +152,7 @@ func TestTAPOutlivesTheProcess(t *testing.T) {
 
 // `uvxlan status` shows an agent at a glance, as a table and as JSON.
 func TestStatusCommand(t *testing.T) {
+	t.Parallel()
 	tb := testenv.NewForTest(t, testenv.Config{Hosts: 2})
 	h1, h2 := tb.Host(1), tb.Host(2)
 	a1 := startAgent(t, h1)
@@ -179,6 +181,7 @@ func TestStatusCommand(t *testing.T) {
 // never withdraw its entries in between: the TAP MAC stays in h2's FDB,
 // and its address in h2's neighbour table, at every poll (every 50 ms).
 func TestCrashRestartKeepsEntries(t *testing.T) {
+	t.Parallel()
 	tb := testenv.NewForTest(t, testenv.Config{Hosts: 2})
 	h1, h2 := tb.Host(1), tb.Host(2)
 	a1 := startAgent(t, h1)

@@ -203,6 +203,7 @@ func pingAll(t *testing.T, byHost map[string][]container) {
 // that keeps the subnet and the MAC, and a departure that takes the routes
 // and ARP answers away.
 func TestRoutedOverlay(t *testing.T) {
+	t.Parallel()
 	tb := testenv.NewForTest(t, testenv.Config{Hosts: 4}) // h4: outside the cluster
 	dir := t.TempDir()
 	seed := tb.Host(1).Underlay.String()
@@ -374,6 +375,7 @@ func arpFlooded(t *testing.T, control string) uint64 {
 // Five nodes started at the same moment lease five distinct subnets; a node
 // with another --network is refused with both networks in the error.
 func TestRoutedLeasesAtOnce(t *testing.T) {
+	t.Parallel()
 	tb := testenv.NewForTest(t, testenv.Config{Hosts: 6})
 	dir := t.TempDir()
 	seed := tb.Host(1).Underlay.String()

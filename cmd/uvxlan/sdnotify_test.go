@@ -11,6 +11,7 @@ import (
 )
 
 func TestSuccessorCommand(t *testing.T) {
+	t.Parallel()
 	wd, err := os.Getwd()
 	if err != nil {
 		t.Fatal(err)

@@ -185,6 +185,7 @@ func segIPv4Hex(a netip.Addr) string {
 }
 
 func TestSegments(t *testing.T) {
+	t.Parallel()
 	start := time.Now()
 	defer func() { t.Logf("TestSegments took %v", time.Since(start).Round(time.Millisecond)) }()
 

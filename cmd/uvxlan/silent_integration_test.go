@@ -16,6 +16,7 @@ import (
 // agent reports the peer as silent (status, one warning naming --port);
 // a second kernel peer on 4789, which is heard, is not reported.
 func TestSilentPeerReported(t *testing.T) {
+	t.Parallel()
 	tb := testenv.NewForTest(t, testenv.Config{Hosts: 3})
 	ctx := context.Background()
 	h1, h2, h3 := tb.Host(1), tb.Host(2), tb.Host(3)

@@ -45,6 +45,7 @@ import (
 // UVXLAN_STREAMS_BEFORE=/path/to/old/uvxlan runs the same attacks against
 // another binary (one without the bounds) and only reports what it saw.
 func TestGossipStreams(t *testing.T) {
+	t.Parallel()
 	before := os.Getenv("UVXLAN_STREAMS_BEFORE")
 	if before != "" {
 		old := uvxlanBin

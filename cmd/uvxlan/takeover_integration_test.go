@@ -53,6 +53,7 @@ func pingGaps(h *testenv.Host, dst string, count int) (time.Duration, int, error
 // hold h1's entries at every poll, the old agent exits 0 and the new one
 // answers.
 func TestTakeover(t *testing.T) {
+	t.Parallel()
 	a1, a2 := startJoinedPair(t)
 	h1, h2 := a1.host, a2.host
 
@@ -164,6 +165,7 @@ func startJoinedPair(t *testing.T) (a1, a2 *agent) {
 // --takeover with no agent on the control socket, or an agent of another
 // TAP, is a clear error, exit 2, and changes nothing.
 func TestTakeoverRefused(t *testing.T) {
+	t.Parallel()
 	tb := testenv.NewForTest(t, testenv.Config{Hosts: 1})
 	h1 := tb.Host(1)
 	args := []string{"run", "--name", h1.Name, "--local", h1.Underlay.String(), "--takeover", "--control", t.TempDir() + "/none.sock", "--gossip-key-file", testKeyFile}

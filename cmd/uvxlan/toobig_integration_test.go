@@ -25,6 +25,7 @@ import (
 // MTU, a 1350-byte ping then crosses, and TCP (whose first segments are
 // sized for the TAP's MTU) completes a transfer.
 func TestTooBig(t *testing.T) {
+	t.Parallel()
 	tb := testenv.NewForTest(t, testenv.Config{Hosts: 2})
 	ctx := context.Background()
 	for _, h := range tb.Hosts() {
@@ -93,6 +94,7 @@ func TestTooBig(t *testing.T) {
 // 1400-byte DF ping, which fits its TAP (1450) but not the path, with
 // "fragmentation needed"; a ping sized for the measured path crosses.
 func TestPathMTU(t *testing.T) {
+	t.Parallel()
 	tb := testenv.NewForTest(t, testenv.Config{Hosts: 2})
 	ctx := context.Background()
 	for _, h := range tb.Hosts() {

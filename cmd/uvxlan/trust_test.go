@@ -7,6 +7,7 @@ import (
 )
 
 func TestParseAllowVTEP(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		desc, in, want string // want "" : an error
 	}{

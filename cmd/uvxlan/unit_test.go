@@ -12,6 +12,7 @@ import (
 // starts pointed at the one under test), where systemd is installed; and
 // its reload is the SIGHUP takeover, its type notify.
 func TestUnitFileVerifies(t *testing.T) {
+	t.Parallel()
 	b, err := os.ReadFile(filepath.Join("..", "..", "deploy", "uvxlan.service"))
 	if err != nil {
 		t.Fatal(err)
