@@ -337,7 +337,7 @@ func TestBenchSIGTERMTearsDown(t *testing.T) {
 
 func TestBenchGossipSmoke(t *testing.T) {
 	t.Parallel()
-	stdout, stderr, code := runBench(t, 3*time.Minute, "bench", "gossip", "--nodes", "10", "--json")
+	stdout, stderr, code := runBench(t, 3*time.Minute, "bench", "gossip", "--nodes", "10", "--steady", "1s", "--json")
 	if code != 0 {
 		t.Fatalf("exit status %d\nstderr:\n%s", code, stderr)
 	}
@@ -358,7 +358,7 @@ func TestBenchGossipSmoke(t *testing.T) {
 		}
 	}
 	// And the table.
-	stdout, stderr, code = runBench(t, 3*time.Minute, "bench", "gossip", "--nodes", "4", "--announces", "2", "--kills", "1")
+	stdout, stderr, code = runBench(t, 3*time.Minute, "bench", "gossip", "--nodes", "4", "--announces", "2", "--kills", "1", "--steady", "1s")
 	if code != 0 {
 		t.Fatalf("table: exit status %d\nstderr:\n%s", code, stderr)
 	}
