@@ -111,8 +111,8 @@ func (f *Filter) SetMembers(m map[netip.Addr]Ports) { f.members.Store(&m) }
 // take too. The Filter keeps m: the caller must not modify it afterwards.
 func (f *Filter) SetStatic(m map[netip.Addr]uint16) { f.static.Store(&m) }
 
-// member returns the ports of the member at addr, if one is there.
-func (f *Filter) member(addr netip.Addr) (Ports, bool) {
+// Member returns the ports of the member at addr, if one is there.
+func (f *Filter) Member(addr netip.Addr) (Ports, bool) {
 	if f == nil {
 		return Ports{}, false
 	}
@@ -168,7 +168,7 @@ func (f *Filter) check(from netip.AddrPort, flood []netip.AddrPort) (member bool
 	if f == nil {
 		return false, 0, true
 	}
-	ports, member := f.member(from.Addr())
+	ports, member := f.Member(from.Addr())
 	if member && !ports.Has(from.Port()) {
 		return true, DropSrcPort, false
 	}
