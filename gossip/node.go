@@ -829,6 +829,9 @@ func (c *Config) check() error {
 	if c.Neigh == nil {
 		return errors.New("config Neigh is nil")
 	}
+	if !c.SourcePorts.valid() {
+		return fmt.Errorf("config SourcePorts %+v: ports beyond 65535", c.SourcePorts)
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
