@@ -122,6 +122,7 @@ func garpDatagram(vni fdb.VNI, ip netip.Addr, mac fdb.MAC) []byte {
 // address but not from a source port its agent holds: they are dropped
 // (src_port), h1's neighbour entry keeps h2's MAC and h1 still reaches h2.
 func TestUnprivilegedInjection(t *testing.T) {
+	t.Parallel()
 	tb := testenv.NewForTest(t, testenv.Config{Hosts: 3})
 	agents := startGossipCluster(t, tb)
 	a1, a2 := agents[0], agents[1]
@@ -187,6 +188,7 @@ func TestUnprivilegedInjection(t *testing.T) {
 // Now the VTEP named by the static entry is admitted like a --peer, while
 // the entry exists; after `fdb del` it is dropped again.
 func TestStaticFDBKernelPeer(t *testing.T) {
+	t.Parallel()
 	tb := testenv.NewForTest(t, testenv.Config{Hosts: 2})
 	h1, h2 := tb.Host(1), tb.Host(2)
 	ctx := context.Background()
@@ -275,6 +277,7 @@ func rowsBehind(t *testing.T, a *agent, vtep netip.Addr) map[fdb.Origin]int {
 // peers (h3, h4: --gossip=false, --peer) h4 still learns, at most
 // --max-endpoints toward h3, and counts the rest (learn_refused_quota).
 func TestMACFloodCapped(t *testing.T) {
+	t.Parallel()
 	tb := testenv.NewForTest(t, testenv.Config{Hosts: 4})
 	h1, h2, h3, h4 := tb.Host(1), tb.Host(2), tb.Host(3), tb.Host(4)
 	ctx := context.Background()
