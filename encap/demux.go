@@ -10,14 +10,24 @@ package encap
 //     run of datagrams (UDP GRO) is cut into its datagrams in place;
 //  2. validate the VXLAN header (length, I flag, reserved bits): a failure is
 //     a drop counted by the Demux, as is a VNI no engine serves (wrong_vni);
-//  3. the engine of the VNI checks the source VTEP against its filter
-//     (unknown_vtep, see filter.go; once per run of datagrams from one
-//     source), validates the inner frame (length, source MAC) and learns
-//     inner source MAC → outer source VTEP when learning is on; those drops
-//     and the rx counters are the engine's (its segment's); a path MTU
-//     probe or ack (pmtu.go) is reported to the node and goes no further
-//     (neither learned from nor written to the TAP);
-//  4. the frames of the batch are collected per engine, in order, and each
+//  3. the engine of the VNI checks the source against its filter
+//     (unknown_vtep, and src_port for a member's address from a port its
+//     agent does not hold: see filter.go; once per run of datagrams from
+//     one source address and port), validates the inner frame (length,
+//     source MAC); those drops and the rx counters are the engine's (its
+//     segment's); a path MTU probe or ack (pmtu.go) is reported to the
+//     node and goes no further (neither learned from nor written to the
+//     TAP);
+//  4. the wire gets no more trust than gossip gives: a frame whose source
+//     MAC gossip places behind another VTEP is dropped (foreign_mac);
+//     nothing is learned from a member's datagrams (its MACs come from
+//     gossip), and from the others' (static peers, VTEPs of static
+//     entries, --allow-vtep) only when learning is on, at most
+//     --max-endpoints behind each (fdb.Config.MaxLearned); once per run of
+//     datagrams of one source MAC from one source;
+//  5. an ARP packet, NS or NA that binds an address pinned to a node to a
+//     MAC that is not that node's is dropped (pinned_address, pinned.go);
+//  6. the frames of the batch are collected per engine, in order, and each
 //     engine's go to its TAP in one Write, so that the TAP can coalesce a
 //     flow's segments into one frame again (GRO).
 //
@@ -41,18 +51,21 @@ type Demux struct {
 	engines []*Engine
 	byVNI   map[fdb.VNI]int // index into engines
 	c       counters        // drops that belong to no engine
-	// The last (engine, source MAC, VTEP) learned in the current batch, so
-	// that a run of datagrams of one flow is learned once. Receive loop
-	// only.
+	// The last (engine, source MAC, source) checked (and learned) in the
+	// current batch, and the verdict, so that a run of datagrams of one
+	// flow is looked at once. Receive loop only.
 	lastEng    *Engine
 	lastSrc    fdb.MAC
 	lastFrom   netip.AddrPort
-	lastLearnt bool
-	// The last (engine, source address) checked against the engine's
-	// filter in the current batch, and the verdict. Receive loop only.
+	lastOK     bool
+	lastLearnt bool // the fields above are valid
+	// The last (engine, source) checked against the engine's filter in
+	// the current batch, and the verdict. Receive loop only.
 	checkEng     *Engine
-	checkFrom    netip.Addr
+	checkFrom    netip.AddrPort
 	checkOK      bool
+	checkMember  bool
+	checkDrop    DropReason
 	checkedBatch bool
 }
 
@@ -216,8 +229,9 @@ func (d *Demux) accept(m *Message) int {
 		return -1
 	}
 	e := d.engines[i]
-	if !d.allowed(e, m.Addr.Addr()) {
-		e.c.drop(DropUnknownVTEP)
+	member, ok := d.allowed(e, m.Addr)
+	if !ok {
+		e.c.drop(d.checkDrop)
 		return -1
 	}
 	frame := pkt[HeaderLen:]
@@ -240,11 +254,35 @@ func (d *Demux) accept(m *Message) int {
 		e.c.drop(DropOwnMAC)
 		return -1
 	}
-	if e.cfg.Learning && (!d.lastLearnt || e != d.lastEng || src != d.lastSrc || m.Addr != d.lastFrom) {
-		e.learn(src, m.Addr.Addr())
+	if !d.lastLearnt || e != d.lastEng || src != d.lastSrc || m.Addr != d.lastFrom {
+		d.lastOK = e.admitSource(src, m.Addr.Addr(), member)
 		d.lastEng, d.lastSrc, d.lastFrom, d.lastLearnt = e, src, m.Addr, true
 	}
+	if !d.lastOK {
+		e.c.drop(DropForeignMAC)
+		return -1
+	}
+	if e.cfg.Pinned != nil {
+		if ip, mac, ok := rxBinding(frame); ok && !e.cfg.Pinned.binds(h.VNI, ip, mac) {
+			e.c.drop(DropPinnedAddr)
+			return -1
+		}
+	}
 	return i
+}
+
+// admitSource decides on a run of frames with source MAC src from the VTEP
+// at addr (a member's, or not): a MAC that gossip places behind another
+// VTEP is refused; otherwise, when learning is on and addr is no member's,
+// src is learned behind addr.
+func (e *Engine) admitSource(src fdb.MAC, addr netip.Addr, member bool) bool {
+	if vtep, origin, ok := e.fdb.LookupOrigin(e.cfg.VNI, src); ok && origin == fdb.OriginGossip && vtep.Addr() != addr {
+		return false
+	}
+	if e.cfg.Learning && !member {
+		e.learn(src, addr)
+	}
+	return true
 }
 
 // pmtu counts a path MTU probe or ack and reports it to the node, without
@@ -264,20 +302,22 @@ func (e *Engine) pmtu(msg PMTUMessage, vni fdb.VNI, m *Message) {
 	}
 }
 
-// allowed reports whether e's filter lets datagrams from addr in. The
+// allowed reports whether e's filter lets datagrams from `from` in (when
+// not, d.checkDrop says why), and whether they come from a member. The
 // verdict is kept for the rest of the batch: a run of datagrams from one
-// source is checked once, and a flood list that changes is seen by the next
-// batch.
-func (d *Demux) allowed(e *Engine, addr netip.Addr) bool {
-	if d.checkedBatch && e == d.checkEng && addr == d.checkFrom {
-		return d.checkOK
+// source is checked once, and a flood list or member set that changes is
+// seen by the next batch.
+func (d *Demux) allowed(e *Engine, from netip.AddrPort) (member, ok bool) {
+	if d.checkedBatch && e == d.checkEng && from == d.checkFrom {
+		return d.checkMember, d.checkOK
 	}
-	ok := e.cfg.Filter == nil || e.cfg.Filter.Allows(addr, e.fdb.Flood(e.cfg.VNI))
-	d.checkEng, d.checkFrom, d.checkOK, d.checkedBatch = e, addr, ok, true
+	var drop DropReason
+	member, drop, ok = e.cfg.Filter.check(from, e.fdb.Flood(e.cfg.VNI))
+	d.checkEng, d.checkFrom, d.checkOK, d.checkMember, d.checkDrop, d.checkedBatch = e, from, ok, member, drop, true
 	if ok && e.cfg.Heard != nil {
-		e.cfg.Heard.stamp(addr, time.Now().UnixNano())
+		e.cfg.Heard.stamp(from.Addr(), time.Now().UnixNano())
 	}
-	return ok
+	return member, ok
 }
 
 // deliver writes frames (datagrams: VXLAN header and frame) to the TAP and

@@ -41,9 +41,11 @@ package encap
 // Receive (underlay → TAP), one batch at a time:
 //  1. one ReadBatch (recvmmsg);
 //  2. validate each datagram (header length, I flag, reserved bits, VNI,
-//     source VTEP allowed, inner frame length, inner source MAC): a failure
-//     is a counted drop;
-//  3. learn inner source MAC → outer source VTEP when learning is on;
+//     source VTEP and port allowed, inner frame length, inner source MAC,
+//     inner source MAC not placed elsewhere by gossip, no pinned address
+//     bound to a stranger's MAC): a failure is a counted drop;
+//  3. learn inner source MAC → outer source VTEP when learning is on and
+//     the source is no member (see demux.go);
 //  4. write the inner frames to the TAP in one Write call.
 //
 // Nothing here allocates, locks or logs per packet: buffers and message
@@ -90,7 +92,10 @@ type EngineConfig struct {
 	// PeerPorts overrides Port for learned VTEPs at these addresses (static
 	// peers given as IP:PORT). The engine does not modify the map.
 	PeerPorts map[netip.Addr]uint16
-	// Learning turns source-MAC learning from received frames on.
+	// Learning turns source-MAC learning from received frames on; it
+	// never learns from a member's (Filter.SetMembers): a member's MACs
+	// come from gossip. The table caps what it learns behind one VTEP
+	// (fdb.Config.MaxLearned).
 	Learning bool
 	// Neigh, when set, turns ARP and ND suppression on: requests and
 	// solicitations for its addresses are answered locally.
@@ -102,18 +107,22 @@ type EngineConfig struct {
 	// frame).
 	Snoop chan<- Sighting
 	// Filter, when set, filters the underlay (see filter.go): datagrams
-	// are accepted only from the VNI's flood list and the Filter's
-	// ranges, the others are dropped as unknown_vtep. nil accepts every
-	// source, as a kernel VXLAN device does.
+	// are accepted only from the VNI's flood list, the VTEPs of static
+	// FDB entries and the Filter's ranges, the others are dropped as
+	// unknown_vtep; a member's only from the source ports it announced
+	// (src_port). nil accepts every source, as a kernel VXLAN device
+	// does, and knows no members.
 	Filter *Filter
 	// BUM, when set, rate-limits the frames flooded from the TAP
 	// (broadcast, multicast, unknown unicast; see storm.go): the engines
 	// of one segment share one Bucket. nil: no limit.
 	BUM *Bucket
-	// Pinned, when set, holds the addresses pinned to other nodes: an ARP
-	// packet from behind the TAP whose sender claims one, or an NS whose
-	// source or an NA whose target is one, is dropped (DropPinnedAddr)
-	// and reported on Snoop with Pinned set, not snooped nor flooded.
+	// Pinned, when set, holds the addresses pinned to nodes: an ARP
+	// packet from behind the TAP whose sender claims one of another
+	// node's, or an NS whose source or an NA whose target is one, is
+	// dropped (DropPinnedAddr) and reported on Snoop with Pinned set, not
+	// snooped nor flooded; one from the underlay that binds a pinned
+	// address to a MAC not its node's is dropped too (see pinned.go).
 	Pinned *Pinned
 	// ProbeMAC, when not zero, is the source of the liveness probes the
 	// node sends into the TAP (Probe): frames from the TAP to it are
@@ -721,10 +730,13 @@ func (e *Engine) report(s Sighting) {
 	}
 }
 
-// learn records src as living behind the VTEP at addr.
+// learn records src as living behind the VTEP at addr: at the port its
+// static peer entry (--peer IP:PORT) or static FDB entries give, or Port.
 func (e *Engine) learn(src fdb.MAC, addr netip.Addr) {
 	port := e.cfg.Port
 	if p, ok := e.cfg.PeerPorts[addr]; ok {
+		port = p
+	} else if p, ok := e.cfg.Filter.staticPort(addr); ok {
 		port = p
 	}
 	switch e.fdb.Learn(e.cfg.VNI, src, netip.AddrPortFrom(addr, port)) {
@@ -734,6 +746,8 @@ func (e *Engine) learn(src fdb.MAC, addr netip.Addr) {
 		e.c.add(Moved, 1)
 	case fdb.LearnRefusedFull:
 		e.c.add(LearnRefusedFull, 1)
+	case fdb.LearnRefusedQuota:
+		e.c.add(LearnRefusedQuota, 1)
 	}
 }
 

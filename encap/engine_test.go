@@ -229,7 +229,7 @@ func TestEngineHotPathAllocs(t *testing.T) {
 	neigh.Set(fdb.Neigh{VNI: testVNI, IP: netip.MustParseAddr("10.42.0.1"), MAC: macA, Origin: fdb.OriginLocal})
 	snoop := make(chan Sighting, 1)
 	var pinned Pinned
-	pinned.Store(map[VNIAddr]struct{}{{testVNI, netip.MustParseAddr("10.42.0.7")}: {}})
+	pinned.Store(map[VNIAddr]Pin{{testVNI, netip.MustParseAddr("10.42.0.7")}: {MACs: []fdb.MAC{macB}}})
 	var pathMTUs PathMTUs
 	pathMTUs.Set(map[netip.Addr]int{vtepB.Addr(): 1300}) // smaller than UnderlayMTU: the limit to macB
 	pmtu := make(chan PMTUReport, 1)
@@ -279,10 +279,20 @@ func TestEngineHotPathAllocs(t *testing.T) {
 	PutHeader(probe, testVNI)
 	PutPMTUFrame(probe[HeaderLen:], macA, macB, PMTUMessage{Kind: PMTUProbe, Size: 536, Nonce: 1})
 	pm := Message{Buf: probe, N: len(probe), Addr: vtepB}
+	e.cfg.Filter.SetMembers(map[netip.Addr]Ports{vtepB.Addr(): {Listen: 4789, First: 49152, Mask: 1}})
+	spoofed := Message{Buf: rx, N: len(rx), Addr: netip.AddrPortFrom(vtepB.Addr(), 43310)}
+	rxGARP := vxlanDatagram(goodHeader(testVNI), gopacketARP(t, 2, macC, netip.MustParseAddr("10.42.0.7"), bcast, netip.MustParseAddr("10.42.0.7")))
+	pinnedRx := Message{Buf: rxGARP, N: len(rxGARP), Addr: vtepB}
 	if allocs := testing.AllocsPerRun(1000, func() {
 		e.own.checkedBatch = false // a new batch: the filter is checked again
 		if e.own.accept(&m) != 0 {
 			t.Fatal("good datagram rejected")
+		}
+		if e.own.accept(&spoofed) != -1 {
+			t.Fatal("a datagram from a port the member does not hold accepted")
+		}
+		if e.own.accept(&pinnedRx) != -1 {
+			t.Fatal("a GARP binding a pinned address to another MAC accepted")
 		}
 		if e.own.accept(&pm) != -1 { // reported (or the channel is full), not delivered
 			t.Fatal("a path MTU probe delivered")
@@ -397,7 +407,7 @@ func TestEngineNDSnoop(t *testing.T) {
 	snoop := make(chan Sighting, 8)
 	pinnedIP := netip.MustParseAddr("fd42::77")
 	var pinned Pinned
-	pinned.Store(map[VNIAddr]struct{}{{testVNI, pinnedIP}: {}})
+	pinned.Store(map[VNIAddr]Pin{{testVNI, pinnedIP}: {MACs: []fdb.MAC{macB}}})
 	conn := n.listen(vtepA)
 	e, err := NewEngine(EngineConfig{VNI: testVNI, MAC: macA, Local: vtepA.Addr(), Port: 4789, Neigh: neigh, Snoop: snoop, Pinned: &pinned},
 		newFakeDev(macA), conn, []Transport{conn}, table)

@@ -25,7 +25,7 @@ func TestEnginePinnedAddress(t *testing.T) {
 	if pinned.Has(testVNI, pinnedIP) {
 		t.Fatal("the zero Pinned holds an address")
 	}
-	pinned.Store(map[VNIAddr]struct{}{{testVNI, pinnedIP}: {}})
+	pinned.Store(map[VNIAddr]Pin{{testVNI, pinnedIP}: {MACs: []fdb.MAC{macB}}})
 	e, err := NewEngine(EngineConfig{VNI: testVNI, MAC: macA, Local: vtepA.Addr(), Port: 4789, Neigh: neigh, Snoop: snoop, Pinned: &pinned},
 		newFakeDev(macA), conn, []Transport{conn}, table)
 	if err != nil {

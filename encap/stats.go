@@ -17,23 +17,24 @@ type Counter uint8
 // written to the TAP, tx are VXLAN datagrams sent to the underlay (a flooded
 // frame counts once per VTEP).
 const (
-	RxPackets        Counter = iota // frames received from the underlay and written to the TAP
-	RxBytes                         // bytes of those frames
-	TxPackets                       // datagrams sent to the underlay
-	TxBytes                         // bytes of inner frames sent
-	Floods                          // frames replicated to the flood list
-	Learned                         // new learned entries
-	Moved                           // learned entries that moved to another VTEP
-	LearnRefusedFull                // learning refused: table full
-	ARPSuppressed                   // ARP requests answered from the neighbour table
-	ARPFlooded                      // broadcast ARP requests for unknown addresses, flooded
-	NDSuppressed                    // Neighbor Solicitations answered from the neighbour table
-	SnoopDropped                    // sightings lost because the Snoop channel was full
-	ProbesSent                      // liveness probes written into the TAP
-	ProbeAnswers                    // answers to them, read from the TAP
-	TooBig                          // ICMP too-big errors written into the TAP
-	PMTUProbes                      // path MTU probes received from members
-	PMTUAcks                        // acks to our path MTU probes received
+	RxPackets         Counter = iota // frames received from the underlay and written to the TAP
+	RxBytes                          // bytes of those frames
+	TxPackets                        // datagrams sent to the underlay
+	TxBytes                          // bytes of inner frames sent
+	Floods                           // frames replicated to the flood list
+	Learned                          // new learned entries
+	Moved                            // learned entries that moved to another VTEP
+	LearnRefusedFull                 // learning refused: table full
+	LearnRefusedQuota                // learning refused: the VTEP has --max-endpoints learned entries
+	ARPSuppressed                    // ARP requests answered from the neighbour table
+	ARPFlooded                       // broadcast ARP requests for unknown addresses, flooded
+	NDSuppressed                     // Neighbor Solicitations answered from the neighbour table
+	SnoopDropped                     // sightings lost because the Snoop channel was full
+	ProbesSent                       // liveness probes written into the TAP
+	ProbeAnswers                     // answers to them, read from the TAP
+	TooBig                           // ICMP too-big errors written into the TAP
+	PMTUProbes                       // path MTU probes received from members
+	PMTUAcks                         // acks to our path MTU probes received
 
 	NumCounters
 )
@@ -45,23 +46,24 @@ type Desc struct {
 }
 
 var counterDescs = [NumCounters]Desc{
-	RxPackets:        {"rx_packets", "Frames received from the underlay and written to the TAP."},
-	RxBytes:          {"rx_bytes", "Bytes of inner frames written to the TAP."},
-	TxPackets:        {"tx_packets", "VXLAN datagrams sent to the underlay (a flooded frame counts once per VTEP)."},
-	TxBytes:          {"tx_bytes", "Bytes of inner frames sent to the underlay."},
-	Floods:           {"floods", "Frames replicated to the flood list (broadcast, multicast, unknown unicast)."},
-	Learned:          {"learned", "FDB entries learned from received frames."},
-	Moved:            {"moved", "Learned FDB entries that moved to another VTEP."},
-	LearnRefusedFull: {"learn_refused_full", "Learning refused because the FDB is full."},
-	ARPSuppressed:    {"arp_suppressed", "ARP requests answered locally from the neighbour table."},
-	ARPFlooded:       {"arp_flooded", "Broadcast ARP requests for unknown addresses, flooded."},
-	NDSuppressed:     {"nd_suppressed", "IPv6 Neighbor Solicitations (address resolution, not DAD) answered locally from the neighbour table."},
-	SnoopDropped:     {"snoop_dropped", "Endpoint sightings lost because the agent was busy (they recur with the next frame)."},
-	ProbesSent:       {"probes_sent", "Liveness probes (ARP requests) written into the TAP to silent endpoints."},
-	ProbeAnswers:     {"probe_answers", "Answers to liveness probes read from the TAP."},
-	TooBig:           {"too_big", "ICMP errors (IPv4 fragmentation needed, IPv6 packet too big) written into the TAP to senders of frames too big for the underlay path (see drops too_big)."},
-	PMTUProbes:       {"pmtu_probes", "Path MTU probes received from members (answered by the agent, never written to the TAP)."},
-	PMTUAcks:         {"pmtu_acks", "Acks to this agent's path MTU probes received from members."},
+	RxPackets:         {"rx_packets", "Frames received from the underlay and written to the TAP."},
+	RxBytes:           {"rx_bytes", "Bytes of inner frames written to the TAP."},
+	TxPackets:         {"tx_packets", "VXLAN datagrams sent to the underlay (a flooded frame counts once per VTEP)."},
+	TxBytes:           {"tx_bytes", "Bytes of inner frames sent to the underlay."},
+	Floods:            {"floods", "Frames replicated to the flood list (broadcast, multicast, unknown unicast)."},
+	Learned:           {"learned", "FDB entries learned from received frames."},
+	Moved:             {"moved", "Learned FDB entries that moved to another VTEP."},
+	LearnRefusedFull:  {"learn_refused_full", "Learning refused because the FDB is full."},
+	LearnRefusedQuota: {"learn_refused_quota", "Learning refused because the VTEP (a static peer or an --allow-vtep one; nothing is learned from members) has --max-endpoints learned entries."},
+	ARPSuppressed:     {"arp_suppressed", "ARP requests answered locally from the neighbour table."},
+	ARPFlooded:        {"arp_flooded", "Broadcast ARP requests for unknown addresses, flooded."},
+	NDSuppressed:      {"nd_suppressed", "IPv6 Neighbor Solicitations (address resolution, not DAD) answered locally from the neighbour table."},
+	SnoopDropped:      {"snoop_dropped", "Endpoint sightings lost because the agent was busy (they recur with the next frame)."},
+	ProbesSent:        {"probes_sent", "Liveness probes (ARP requests) written into the TAP to silent endpoints."},
+	ProbeAnswers:      {"probe_answers", "Answers to liveness probes read from the TAP."},
+	TooBig:            {"too_big", "ICMP errors (IPv4 fragmentation needed, IPv6 packet too big) written into the TAP to senders of frames too big for the underlay path (see drops too_big)."},
+	PMTUProbes:        {"pmtu_probes", "Path MTU probes received from members (answered by the agent, never written to the TAP)."},
+	PMTUAcks:          {"pmtu_acks", "Acks to this agent's path MTU probes received from members."},
 }
 
 // Desc returns the counter's declaration.
@@ -103,7 +105,9 @@ const (
 	// DropPinnedAddr counts ARP packets from behind the TAP whose sender
 	// claims an address pinned to another node (its TAP address), and
 	// Neighbor Solicitations whose source or Advertisements whose target
-	// is one.
+	// is one; and, received from the underlay, ARP packets and Neighbor
+	// Solicitations or Advertisements that bind an address pinned to a
+	// node to a MAC that is not that node's.
 	DropPinnedAddr
 	// DropTooBig counts frames from the TAP too big for the underlay
 	// path: longer than the underlay MTU allows, or refused by the socket
@@ -114,6 +118,15 @@ const (
 	// host into the TAP because its queue to the agent was full (the
 	// TAP's tx_dropped); the node adds them to its segment's snapshot.
 	DropTAPQueue
+
+	// Receive side again.
+	//
+	// DropSrcPort counts datagrams from a member's address but from a
+	// source port its agent does not hold (see filter.go).
+	DropSrcPort
+	// DropForeignMAC counts frames whose inner source MAC gossip places
+	// behind another VTEP than the datagram's source.
+	DropForeignMAC
 
 	NumDropReasons
 )
@@ -133,7 +146,9 @@ var dropDescs = [NumDropReasons]Desc{
 	DropBUMLimited:   {"bum_rate_limited", "Broadcast, multicast and unknown unicast frames over the segment's --bum-rate, not flooded."},
 	DropSendError:    {"send_error", "Datagrams the underlay socket refused."},
 	DropTAPSplit:     {"tap_split_error", "Super-frames from the TAP that could not be split into segments."},
-	DropPinnedAddr:   {"pinned_address", "ARP and ND packets from behind the TAP claiming an address pinned to another node (its TAP address)."},
+	DropPinnedAddr:   {"pinned_address", "ARP and ND packets from behind the TAP claiming an address pinned to another node (its TAP address), and ARP and ND packets from the underlay binding an address pinned to a node to a MAC not its own."},
+	DropSrcPort:      {"src_port", "Datagrams from a member's address but not from a source port its agent holds (announced in its gossip metadata): another process on its host."},
+	DropForeignMAC:   {"foreign_mac", "Inner frames whose source MAC gossip places behind another VTEP than the datagram's source."},
 	DropTAPQueue:     {"tap_queue_full", "Frames the kernel dropped on their way from the host into the TAP (its tx_dropped since the agent opened it): they came faster than the agent read them, and a Linux TAP drops rather than make the sender wait."},
 	DropTooBig:       {"too_big", "Frames from the TAP too big for the underlay path (--underlay-mtu, or refused by the socket); the sender is told with an ICMP error (counter too_big) unless rate-limited."},
 }

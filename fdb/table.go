@@ -67,6 +67,12 @@ package fdb
 //     a peer costs no more than a lookup; refreshes and moves of known MACs
 //     still work, and Set of a new key fails with ErrFull.
 //
+//   - Quota per VTEP: with MaxLearned, at most that many learned entries
+//     sit behind one VTEP (all VNIs together); learning a new MAC behind a
+//     VTEP that has as many is refused (LearnRefusedQuota), without a lock
+//     (vtepquota.go). So a peer that floods source MACs fills its own share,
+//     not the table. Entries of other origins do not count.
+//
 //   - Reserve: Reserve of the MaxEntries slots are kept for reserved entries
 //     (Entry.Reserved: the members' own TAP MACs, ours and the gossiped
 //     ones), which the others (learned entries, endpoints, gossiped
@@ -142,6 +148,10 @@ type Config struct {
 	// (Entry.Reserved: members' TAP MACs) may take: the other entries are
 	// capped at MaxEntries-Reserve. Default 0; at most MaxEntries.
 	Reserve int
+	// MaxLearned caps the learned entries behind one VTEP (all VNIs
+	// together): learning a new MAC behind a VTEP that has as many is
+	// refused (LearnRefusedQuota). Default 0: no cap but MaxEntries.
+	MaxLearned int
 	// Now is the clock, for tests. Default: the real clock (time.Since the
 	// table's creation, monotonic). It is called on the packet path, so it
 	// must be cheap and safe for concurrent use.
@@ -165,6 +175,7 @@ type Table struct {
 	// (entry.reserved) in the high 32 bits.
 	count  atomic.Uint64
 	shards [numShards]shard
+	quota  vtepQuota // learned entries per VTEP (Config.MaxLearned)
 
 	floodMu sync.Mutex // serialises SetFlood
 	flood   atomic.Pointer[map[VNI][]netip.AddrPort]
@@ -217,6 +228,7 @@ func New(cfg Config) *Table {
 		maxOrd:  int64(cfg.MaxEntries - min(max(cfg.Reserve, 0), cfg.MaxEntries)),
 		now:     cfg.Now,
 	}
+	t.quota.max = cfg.MaxLearned
 	for i := range t.shards {
 		m := map[key]*entry{}
 		t.shards[i].m.Store(&m)
@@ -291,8 +303,12 @@ func (t *Table) reserve(reserved bool) bool {
 	}
 }
 
-// release gives back the slot of a removed entry.
+// release gives back the slot of a removed entry (and its place in its
+// VTEP's quota, when learned).
 func (t *Table) release(e *entry) {
+	if e.origin == OriginLearned {
+		t.quota.give(e.vtep)
+	}
 	if e.reserved {
 		t.count.Add(^(oneReserved - 1)) // minus oneReserved
 	} else {
@@ -361,6 +377,17 @@ func (t *Table) Lookup(vni VNI, mac MAC) (netip.AddrPort, bool) {
 	return e.vtep, true
 }
 
+// LookupOrigin is Lookup that also returns the entry's origin. It is
+// lock-free and does not allocate.
+func (t *Table) LookupOrigin(vni VNI, mac MAC) (netip.AddrPort, Origin, bool) {
+	k := key{vni, mac}
+	e, ok := t.shardOf(k).load()[k]
+	if !ok {
+		return netip.AddrPort{}, 0, false
+	}
+	return e.vtep, e.origin, true
+}
+
 // LearnResult says what Learn did.
 type LearnResult uint8
 
@@ -380,6 +407,9 @@ const (
 	// LearnRefusedInvalid: invalid VNI, zero or multicast MAC, or unusable
 	// VTEP (invalid or unspecified address, port 0). Nothing changed.
 	LearnRefusedInvalid
+	// LearnRefusedQuota: the VTEP already has Config.MaxLearned learned
+	// entries. Nothing changed.
+	LearnRefusedQuota
 )
 
 // String returns a short lower-case name, usable as a metric label.
@@ -397,14 +427,17 @@ func (r LearnResult) String() string {
 		return "refused_full"
 	case LearnRefusedInvalid:
 		return "refused_invalid"
+	case LearnRefusedQuota:
+		return "refused_quota"
 	}
 	return fmt.Sprintf("learnresult(%d)", uint8(r))
 }
 
 // Learn records that mac was seen as a source behind vtep. It is safe for
 // concurrent use. When the entry already exists with the same VTEP (the
-// common case), when a static or local entry exists, and when the table is
-// full, it takes no lock and does not allocate. Adds and moves take the
+// common case), when a static or local entry exists, when the table is
+// full and when the VTEP is at its quota (Config.MaxLearned), it takes no
+// lock and does not allocate. Adds and moves take the
 // shard's writer mutex briefly; they never make readers wait.
 func (t *Table) Learn(vni VNI, mac MAC, vtep netip.AddrPort) LearnResult {
 	k := key{vni, mac}
@@ -421,6 +454,8 @@ func (t *Table) Learn(vni VNI, mac MAC, vtep netip.AddrPort) LearnResult {
 		return LearnRefusedInvalid
 	case !ok && t.fullFor(t.count.Load(), false):
 		return LearnRefusedFull
+	case t.quota.isFull(vtep):
+		return LearnRefusedQuota
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -460,11 +495,18 @@ func (t *Table) learnLocked(s *shard, k key, vtep netip.AddrPort) LearnResult {
 		case e.vtep == vtep:
 			e.seen.Store(now)
 			return LearnRefreshed
+		case !t.quota.take(vtep):
+			return LearnRefusedQuota
 		}
+		t.quota.give(e.vtep)
 		s.putLocked(k, newEntry(vtep, OriginLearned, now))
 		return LearnMoved
 	}
+	if !t.quota.take(vtep) {
+		return LearnRefusedQuota
+	}
 	if !t.reserve(false) {
+		t.quota.give(vtep)
 		return LearnRefusedFull
 	}
 	s.putLocked(k, newEntry(vtep, OriginLearned, now))
@@ -515,6 +557,8 @@ func (t *Table) Set(e Entry) error {
 			return fail(errors.New("a local or static entry exists"))
 		case LearnRefusedFull:
 			return fail(ErrFull)
+		case LearnRefusedQuota:
+			return fail(errors.New("the VTEP's quota of learned entries is reached"))
 		}
 		return nil
 	}
@@ -524,6 +568,9 @@ func (t *Table) Set(e Entry) error {
 		return fail(ErrFull)
 	case ok && old.reserved != e.Reserved && !t.swapSlot(e.Reserved):
 		return fail(ErrFull)
+	}
+	if ok && old.origin == OriginLearned {
+		t.quota.give(old.vtep)
 	}
 	ne := newEntry(vtep, e.Origin, t.nanotime())
 	ne.reserved = e.Reserved
@@ -642,6 +689,10 @@ func (t *Table) Entries() []Entry {
 	})
 	return out
 }
+
+// LearnedBehind returns how many learned entries sit behind vtep, when
+// Config.MaxLearned caps them (0 otherwise). It is safe for concurrent use.
+func (t *Table) LearnedBehind(vtep netip.AddrPort) int { return t.quota.count(normVTEP(vtep)) }
 
 // Len returns the number of entries. It is safe for concurrent use.
 func (t *Table) Len() int {

@@ -312,6 +312,58 @@ func TestCap(t *testing.T) {
 	}
 }
 
+// TestLearnQuota: with MaxLearned, a VTEP holds at most that many learned
+// entries (all VNIs together); the others are refused (refused_quota) while
+// other VTEPs still learn; a removal, an expiry, a move away or an entry of
+// another origin taking the key frees a place; entries of other origins do
+// not count.
+func TestLearnQuota(t *testing.T) {
+	clock := newClock()
+	tb := New(Config{MaxLearned: 2, Ageing: 100 * time.Second, Now: clock.Now})
+	mustSet(t, tb, Entry{VNI: 1, MAC: macS, VTEP: vtepA, Origin: OriginStatic})
+	mac := func(i byte) MAC { return MAC{0x02, 0x11, 0, 0, 0, i} }
+	steps := []struct {
+		desc string
+		do   func() string
+		want string
+		a, b int // learned behind vtepA and vtepB afterwards
+	}{
+		{"first behind A", func() string { return tb.Learn(1, mac(1), vtepA).String() }, "added", 1, 0},
+		{"second, in another VNI", func() string { return tb.Learn(2, mac(2), vtepA).String() }, "added", 2, 0},
+		{"third is refused", func() string { return tb.Learn(1, mac(3), vtepA).String() }, "refused_quota", 2, 0},
+		{"a refresh still works", func() string { return tb.Learn(1, mac(1), vtepA).String() }, "refreshed", 2, 0},
+		{"B learns", func() string { return tb.Learn(1, mac(3), vtepB).String() }, "added", 2, 1},
+		{"a move to A is refused", func() string { return tb.Learn(1, mac(3), vtepA).String() }, "refused_quota", 2, 1},
+		{"a move to B frees a place at A", func() string { return tb.Learn(1, mac(1), vtepB).String() }, "moved", 1, 2},
+		{"so A learns again", func() string { return tb.Learn(1, mac(4), vtepA).String() }, "added", 2, 2},
+		{"Set learned is refused too", func() string {
+			return fmt.Sprint(tb.Set(Entry{VNI: 1, MAC: mac(5), VTEP: vtepA, Origin: OriginLearned}) != nil)
+		}, "true", 2, 2},
+		{"gossip takes a learned key", func() string {
+			return fmt.Sprint(tb.Set(Entry{VNI: 1, MAC: mac(4), VTEP: vtepA, Origin: OriginGossip}))
+		}, "<nil>", 1, 2},
+		{"a delete frees a place", func() string { tb.Delete(1, mac(3)); return tb.Learn(1, mac(6), vtepB).String() }, "added", 1, 2},
+		{"expiry frees them all", func() string {
+			clock.Advance(time.Hour)
+			return fmt.Sprint(tb.Expire())
+		}, "3", 0, 0},
+		{"A learns again", func() string { return tb.Learn(1, mac(7), vtepA).String() }, "added", 1, 0},
+	}
+	for _, s := range steps {
+		if got := s.do(); got != s.want {
+			t.Errorf("%s: got %s, want %s", s.desc, got, s.want)
+		}
+		if a, b := tb.LearnedBehind(vtepA), tb.LearnedBehind(vtepB); a != s.a || b != s.b {
+			t.Errorf("%s: learned behind A %d, B %d; want %d, %d", s.desc, a, b, s.a, s.b)
+		}
+	}
+	// At the quota, a refusal neither locks nor allocates.
+	tb.Learn(1, mac(8), vtepA)
+	if got := testing.AllocsPerRun(1000, func() { tb.Learn(1, mac(9), vtepA) }); got != 0 {
+		t.Errorf("Learn refused by the quota: %v allocs per run, want 0", got)
+	}
+}
+
 // TestCapParallel checks that the cap holds exactly when many shards are
 // written at once.
 func TestCapParallel(t *testing.T) {
@@ -432,6 +484,7 @@ func TestAllocs(t *testing.T) {
 		{"Lookup miss", func() { tb.Lookup(1, macB) }},
 		{"Learn refresh", func() { tb.Learn(1, macA, vtepA) }},
 		{"Flood", func() { tb.Flood(1) }},
+		{"LookupOrigin", func() { tb.LookupOrigin(1, macA) }},
 	}
 	for _, tt := range tests {
 		if got := testing.AllocsPerRun(1000, tt.f); got != 0 {
@@ -551,6 +604,7 @@ func TestLearnResultString(t *testing.T) {
 		{LearnRefusedStatic, "refused_static"},
 		{LearnRefusedFull, "refused_full"},
 		{LearnRefusedInvalid, "refused_invalid"},
+		{LearnRefusedQuota, "refused_quota"},
 		{42, "learnresult(42)"},
 	}
 	for _, tt := range tests {

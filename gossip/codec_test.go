@@ -170,7 +170,7 @@ func sampleMeta() meta {
 func TestMetaRoundTrip(t *testing.T) {
 	m := sampleMeta()
 	b := m.encode()
-	if want := 1 + 8 + 1 + 4 + 2 + 6 + 1 + 3*4 + 1 + 1 + 1 + digestLen; len(b) != want {
+	if want := 1 + 8 + 1 + 4 + 2 + 6 + 1 + 3*4 + 1 + 1 + 1 + srcPortsLen + digestLen; len(b) != want {
 		t.Errorf("encoded length %d, want %d", len(b), want)
 	}
 	got, err := decodeMeta(b)
@@ -196,6 +196,38 @@ func TestMetaRoundTrip(t *testing.T) {
 	}
 	if n := len(big.encode()); n > 512 {
 		t.Errorf("metadata with 64 VNIs, extensions and 8 pinned keys is %d bytes, more than memberlist's 512", n)
+	}
+}
+
+// Version 6 carries the source ports, version 5 decodes without them (any
+// port); ports beyond 65535 are refused.
+func TestMetaSourcePorts(t *testing.T) {
+	m := sampleMeta()
+	m.ports = SourcePorts{Extra: 40001, First: 49152, Mask: 0xff}
+	got, err := decodeMeta(m.encode())
+	if err != nil || !got.hasPorts || got.ports != m.ports || *got.sourcePorts() != m.ports {
+		t.Fatalf("decodeMeta(v6) = %+v, %v; want ports %+v", got, err, m.ports)
+	}
+	v5 := m
+	v5.version = 5
+	b := v5.encode()
+	if want := len(m.encode()) - srcPortsLen; len(b) != want {
+		t.Errorf("v5 metadata is %d bytes, want %d", len(b), want)
+	}
+	if got, err := decodeMeta(b); err != nil || got.hasPorts || got.sourcePorts() != nil || !got.hasDigest {
+		t.Errorf("decodeMeta(v5) = %+v, %v; want a digest and no ports", got, err)
+	}
+	for _, p := range []SourcePorts{{First: 65535, Mask: 2}, {First: 0, Mask: 1}} {
+		bad := sampleMeta()
+		bad.ports = p
+		if _, err := decodeMeta(bad.encode()); err == nil || !strings.Contains(err.Error(), "source ports") {
+			t.Errorf("decodeMeta(ports %+v) = %v; want refused", p, err)
+		}
+	}
+	ok := sampleMeta()
+	ok.ports = SourcePorts{First: 65472, Mask: 1 << 63} // the last port is 65535
+	if _, err := decodeMeta(ok.encode()); err != nil {
+		t.Errorf("decodeMeta(ports up to 65535) = %v", err)
 	}
 }
 

@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,14 +19,15 @@ func TestSpokenVersion(t *testing.T) {
 		want uint8
 	}{
 		{"alone", nil, protoVersion},
-		{"all current", []uint8{5, 5, 5}, 5},
-		{"one release before version 5", []uint8{5, 0, 5}, 4},
+		{"all current", []uint8{6, 6, 6}, 6},
+		{"one release of version 5", []uint8{6, 5, 6}, 5},
+		{"one release before version 5", []uint8{6, 0, 5}, 4},
 		{"only old ones", []uint8{0, 0}, 4},
-		{"a later release", []uint8{5, 6}, protoVersion},
-		{"an odd range below 4", []uint8{2, 5}, minProtoVersion},
-		{"version 4 advertised", []uint8{4, 5}, 4},
+		{"a later release", []uint8{6, 7}, protoVersion},
+		{"an odd range below 4", []uint8{2, 6}, minProtoVersion},
+		{"version 4 advertised", []uint8{4, 6}, 4},
 	} {
-		if got := spokenVersion(tc.dmax); got != tc.want {
+		if got := spokenVersion(protoVersion, tc.dmax); got != tc.want {
 			t.Errorf("%s: spokenVersion(%v) = %d, want %d", tc.desc, tc.dmax, got, tc.want)
 		}
 	}
@@ -234,5 +236,91 @@ func TestRollback(t *testing.T) {
 			t.Errorf("%s: ProtocolSwitches = %d, want 2 (to 4 and back)", n.name, s)
 		}
 	}
+	announceEach(t, news, 2)
+}
+
+// sourcesOf returns what n's Sources says of each member, by name: its
+// source ports, or nil.
+func sourcesOf(n *testNode) map[string]*SourcePorts {
+	out := map[string]*SourcePorts{}
+	for _, s := range n.Sources() {
+		out[s.Name] = s.Ports
+	}
+	return out
+}
+
+// A rolling upgrade from releases of version 5 (before the source ports):
+// a node of this release joins two of them and speaks version 5, so its
+// ports are not announced and every node accepts every member from any
+// port (Sources says nil). When the old nodes are gone, the new ones speak
+// version 6 and know each other's ports; SourcesChanged tells the
+// dataplane each time.
+func TestRollingUpgradeFromV5(t *testing.T) {
+	startV5 := func(i int, seed *testNode) *testNode {
+		cfg := testConfig(i, 0, nil)
+		if seed != nil {
+			cfg.Seeds = []string{seed.Addr().String()}
+		}
+		cfg.v5 = true
+		return start(t, cfg)
+	}
+	old := []*testNode{startV5(0, nil)}
+	old = append(old, startV5(1, old[0]))
+	t.Cleanup(func() { stopAll(old) })
+	waitMembers(t, old)
+	if v := old[0].ml.LocalNode().DMax; v != 5 {
+		t.Fatalf("a version 5 node advertises DMax %d, want 5", v)
+	}
+
+	var calls atomic.Int32
+	var last atomic.Pointer[[]Source]
+	newCfg := func(i int, seed *testNode) Config {
+		cfg := testConfig(i, 0, nil)
+		cfg.Seeds = []string{seed.Addr().String()}
+		cfg.SourcePorts = SourcePorts{First: uint16(50000 + 100*i), Mask: 0xf}
+		return cfg
+	}
+	cfg2 := newCfg(2, old[0])
+	cfg2.SourcesChanged = func(s []Source) { calls.Add(1); last.Store(&s) }
+	n2 := start(t, cfg2)
+	n3 := start(t, newCfg(3, old[0]))
+	news := []*testNode{n2, n3}
+	t.Cleanup(func() { stopAll(news) })
+	all := append(old[:2:2], news...)
+	eventually(t, converge, "the new nodes members everywhere, speaking version 5", protocolsAre(all, 5))
+	for _, n := range all {
+		for name, p := range sourcesOf(n) {
+			if p != nil {
+				t.Errorf("%s: %s announces source ports %+v while a version 5 node is alive", n.name, name, *p)
+			}
+		}
+	}
+	announceEach(t, all, 1)
+
+	stopAll(old)
+	eventually(t, 20*time.Second, "version 6 and ports when the old nodes are dead", func() error {
+		if err := protocolsAre(news, protoVersion)(); err != nil {
+			return err
+		}
+		for _, n := range news {
+			src := sourcesOf(n)
+			if len(src) != 2 {
+				return fmt.Errorf("%s: sources %v, want the 2 new nodes", n.name, src)
+			}
+			for _, o := range news {
+				if p := src[o.name]; p == nil || *p != o.cfg.SourcePorts {
+					return fmt.Errorf("%s holds ports %v for %s, want %+v", n.name, p, o.name, o.cfg.SourcePorts)
+				}
+			}
+		}
+		return nil
+	})
+	eventually(t, converge, "SourcesChanged told of the ports", func() error {
+		s := last.Load()
+		if s == nil || len(*s) != 2 || (*s)[0].Ports == nil || (*s)[1].Ports == nil {
+			return fmt.Errorf("last SourcesChanged: %+v (%d calls)", s, calls.Load())
+		}
+		return nil
+	})
 	announceEach(t, news, 2)
 }

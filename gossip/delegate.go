@@ -135,6 +135,7 @@ func (d *delegate) memberUp(node *memberlist.Node) {
 	}
 	d.n.mu.Unlock()
 	d.n.publishPins()
+	d.n.publishSources()
 	if up {
 		d.n.notifyMember(node.Name, true)
 	}
@@ -150,6 +151,7 @@ func (d *delegate) NotifyLeave(node *memberlist.Node) {
 	}
 	d.n.mu.Unlock()
 	d.n.publishPins()
+	d.n.publishSources()
 	if down {
 		d.n.notifyMember(node.Name, false)
 	}

@@ -322,6 +322,9 @@ func (n *Node) memberUpLocked(node *memberlist.Node) bool {
 		}
 	}
 	m.meta = md
+	if !wasAlive || sourcesDiffer(&oldMeta, &md) {
+		n.sourcesChanged = true
+	}
 	switch {
 	case !wasAlive:
 		n.addPinsLocked(m)
@@ -378,6 +381,7 @@ func (n *Node) memberDownLocked(name string) bool {
 		olds[i] = n.winnerLocked(k)
 	}
 	m.alive, m.left, m.since = false, m.leaving, time.Now()
+	n.sourcesChanged = true
 	n.rebuildPinsLocked()
 	for i, k := range keys {
 		n.applyLocked(k, olds[i], n.winnerLocked(k))

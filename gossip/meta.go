@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/bits"
 	"net/netip"
 	"slices"
 
@@ -20,6 +21,7 @@ import (
 //	| pinned MAC count (1) | MAC (6) × count
 //	| pinned address count (1) | (VNI (4) | address length (1) = 4 or 16 | address) × count
 //	| section count (1) | (extension type (1) | length (1) | data) × count
+//	| source ports: extra (2) | first (2) | mask (8)             (version 6 on)
 //	| digest: live record count (4) | record hash sum (8)       (version 5 on)
 //
 // version is the version the node speaks now (see protoVersion); a node
@@ -36,6 +38,13 @@ import (
 // of type; a node refuses a peer whose sections its extensions refuse, or
 // that has a section of an extension it does not run.
 //
+// The source ports (version 6) are the UDP ports the node's agent sends
+// VXLAN from besides its VTEP port (see SourcePorts): the receivers accept
+// its datagrams from those only (encap's filter), so that another process
+// on its host cannot speak for it. A node whose metadata has none (version
+// 4 or 5: a release before version 6, or a node of this release speaking
+// an older version to one) is accepted from any source port, as before.
+//
 // The digest (version 5) summarizes the records the node owns: how many are
 // live, and the sum (mod 2^64) of their hashes (recordHash). A node that
 // holds another digest for that owner lacks something, or holds what the
@@ -49,24 +58,49 @@ import (
 // refused. Version 3: extensions (sections in states and metadata). Version
 // 4: pinned keys in the metadata. Version 5: the digest in the metadata,
 // and the pull messages (pull.go); the entry and state formats are version
-// 4's.
+// 4's. Version 6: the source ports in the metadata; nothing else changes.
 //
 // Mixed clusters (a rolling upgrade, a rollback). Releases before version 5
-// refuse any metadata but version 4's, while we read both. So a node
-// advertises the highest version it reads in memberlist's alive messages
-// (the delegate protocol maximum, DMax: protoVersion here, 0 in those
-// releases, which leave it unset), and speaks version 5 only while every
-// alive member reads it; with a member of DMax 0 it speaks version 4,
-// without the digest (spokenVersion, chooseVersionLocked). memberlist only
+// refuse any metadata but version 4's, releases of version 5 any but 4's
+// and 5's, while we read all three. So a node advertises the highest
+// version it reads in memberlist's alive messages (the delegate protocol
+// maximum, DMax: protoVersion here, 5 in version 5 releases, 0 in those
+// before, which leave it unset), and speaks the highest version that every
+// alive member reads: with a member of DMax 5 it speaks version 5, without
+// the source ports, with one of DMax 0 version 4, without the digest either
+// (spokenVersion, chooseVersionLocked). memberlist only
 // checks the delegate versions in use, which are 0 everywhere, so the
 // maximum changes nothing else.
 const (
-	protoVersion    = 5
+	protoVersion    = 6
 	minProtoVersion = 4
 )
 
-// digestLen is the digest's size in the metadata.
-const digestLen = 4 + 8
+// digestLen is the digest's size in the metadata, and srcPortsLen the
+// source ports'.
+const (
+	digestLen   = 4 + 8
+	srcPortsLen = 2 + 2 + 8
+)
+
+// SourcePorts are the UDP ports a node's agent sends VXLAN from besides its
+// VTEP port: Extra (one socket; 0: none), and First+i for every bit i set
+// in Mask (its source port range, the ports it could bind; Mask 0: none).
+// They travel in the metadata from version 6 on.
+type SourcePorts struct {
+	Extra uint16 `json:"extra,omitempty"`
+	First uint16 `json:"first"`
+	Mask  uint64 `json:"mask"`
+}
+
+// valid reports whether every port of p is a port (1 to 65535).
+func (p SourcePorts) valid() bool {
+	if p.Mask == 0 {
+		return true
+	}
+	top := 63 - bits.LeadingZeros64(p.Mask) // the highest bit set
+	return p.First != 0 && int(p.First)+top <= 65535
+}
 
 // maxVNIs bounds Config.VNIs, so that the metadata always fits.
 const maxVNIs = 64
@@ -85,6 +119,10 @@ type meta struct {
 	macs    []fdb.MAC    // pinned MACs
 	addrs   []PinnedAddr // pinned addresses
 	ext     []section    // extensions' metadata, by increasing type
+	// ports are the source ports of the node's datagrams; hasPorts is
+	// false before version 6, which has none.
+	ports    SourcePorts
+	hasPorts bool
 	// digest of the node's own live records; hasDigest is false for
 	// version 4 metadata, which has none.
 	digest    digest
@@ -127,6 +165,11 @@ func (m meta) encode() []byte {
 	for _, s := range m.ext {
 		b = append(b, s.typ, byte(len(s.data)))
 		b = append(b, s.data...)
+	}
+	if m.version >= 6 {
+		b = binary.BigEndian.AppendUint16(b, m.ports.Extra)
+		b = binary.BigEndian.AppendUint16(b, m.ports.First)
+		b = binary.BigEndian.AppendUint64(b, m.ports.Mask)
 	}
 	if m.version >= 5 {
 		b = binary.BigEndian.AppendUint32(b, m.digest.count)
@@ -181,6 +224,9 @@ func decodeMeta(b []byte) (meta, error) {
 		}
 		m.ext = append(m.ext, section{typ: t, data: data})
 	}
+	if m.version >= 6 {
+		m.ports, m.hasPorts = SourcePorts{Extra: r.u16(), First: r.u16(), Mask: r.u64()}, true
+	}
 	if m.version >= 5 {
 		m.digest.count, m.digest.sum, m.hasDigest = r.u32(), r.u64(), true
 	}
@@ -202,6 +248,9 @@ func (m *meta) validate() error {
 	}
 	if m.mac.IsMulticast() {
 		return fmt.Errorf("multicast TAP MAC %s", m.mac)
+	}
+	if !m.ports.valid() {
+		return fmt.Errorf("source ports beyond 65535 (from %d, mask %#x)", m.ports.First, m.ports.Mask)
 	}
 	if len(m.vnis) == 0 || len(m.vnis) > maxVNIs {
 		return fmt.Errorf("%d VNIs, want 1 to %d", len(m.vnis), maxVNIs)

@@ -200,6 +200,17 @@ type Config struct {
 	// fit the node metadata with the VNIs (ErrMetaTooLarge).
 	PinnedMACs  []fdb.MAC
 	PinnedAddrs []PinnedAddr
+	// SourcePorts are the UDP ports this node's agent sends VXLAN from
+	// besides VTEP's port (its source port range, its path MTU probe
+	// socket), announced in the metadata from version 6 on: the others
+	// accept our datagrams from these ports only.
+	SourcePorts SourcePorts
+	// SourcesChanged, when set, is called with the VTEPs of the alive
+	// members (this node's included) and their source ports (as Sources
+	// returns them) whenever they change. It is called from memberlist's
+	// goroutines, one call at a time, and must not block; the slice is
+	// its own.
+	SourcesChanged func([]Source)
 	// PinsChanged, when set, is called with the keys pinned to the other
 	// alive members (as Pins returns them) whenever they change. It is
 	// called from memberlist's goroutines, one call at a time, and must
@@ -279,6 +290,9 @@ type Config struct {
 	// metadata, refuses metadata of any other version, and advertises no
 	// delegate protocol range (DMax 0), as those releases did.
 	v4 bool
+	// v5 emulates a release of version 5: it reads and speaks versions 4
+	// and 5 and advertises DMax 5, as those releases did.
+	v5 bool
 }
 
 // Node is one agent's member of the gossip cluster. Create it with New and
@@ -334,6 +348,9 @@ type Node struct {
 	answerLimit bucket
 	// pinsChanged: pins changed since the last publishPins.
 	pinsChanged bool
+	// sourcesChanged: the alive members' VTEPs or source ports changed
+	// since the last publishSources.
+	sourcesChanged bool
 
 	metaMu sync.Mutex // guards meta (SetPinnedAddrs changes it)
 
@@ -398,10 +415,21 @@ type Member struct {
 	// Entries counts the live entries it owns that we hold.
 	Entries int  `json:"entries"`
 	Self    bool `json:"self"`
-	// Protocol is the version of the metadata it speaks now: 5, or 4 for
-	// a node built before version 5 and for every node of a cluster that
-	// has one (see "Protocol versions" in node.go).
+	// Protocol is the version of the metadata it speaks now: 6, or 5 or
+	// 4 for a node built before version 6 or 5 and for every node of a
+	// cluster that has one (see "Mixed clusters" in meta.go).
 	Protocol uint8 `json:"protocol"`
+	// SourcePorts are the UDP ports it sends VXLAN from besides its VTEP
+	// port; nil when it does not say (Protocol before 6).
+	SourcePorts *SourcePorts `json:"source_ports,omitempty"`
+}
+
+// Source is an alive member's VTEP and the source ports of its VXLAN
+// (Ports nil: it does not say, any port is its).
+type Source struct {
+	Name  string
+	VTEP  netip.AddrPort
+	Ports *SourcePorts
 }
 
 // Stats are the node's counters. Each field is declared once, here: its
@@ -520,7 +548,7 @@ func New(cfg Config) (*Node, error) {
 		answered:     map[string]time.Time{},
 	}
 	n.self = meta{version: n.maxVersion(), boot: n.clock.next(), vtep: cfg.VTEP, mac: cfg.MAC, vnis: slices.Clone(cfg.VNIs),
-		macs: cfg.PinnedMACs, addrs: cfg.PinnedAddrs}
+		macs: cfg.PinnedMACs, addrs: cfg.PinnedAddrs, ports: cfg.SourcePorts}
 
 	mc := memberlist.DefaultLANConfig()
 	mc.Name = cfg.Name
@@ -544,8 +572,8 @@ func New(cfg Config) (*Node, error) {
 	// (memberlist's DMax); releases before version 5 leave it 0, so the
 	// others know to speak version 4 to them. memberlist only checks that
 	// every node's current delegate version (0 everywhere) is within every
-	// node's range, which [0, 0] and [0, 5] both hold.
-	mc.DelegateProtocolVersion, mc.DelegateProtocolMin, mc.DelegateProtocolMax = 0, 0, protoVersion
+	// node's range, which [0, 0] and [0, 6] both hold.
+	mc.DelegateProtocolVersion, mc.DelegateProtocolMin, mc.DelegateProtocolMax = 0, 0, n.maxVersion()
 	if cfg.v4 {
 		mc.DelegateProtocolMax = 0 // as releases before version 5
 	}
@@ -609,27 +637,33 @@ func New(cfg Config) (*Node, error) {
 }
 
 // encodeSelfLocked encodes our metadata, in the version we speak now, with
-// the digest of our records (from version 5 on).
+// the digest of our records (from version 5 on) and our source ports (from
+// version 6 on).
 func (n *Node) encodeSelfLocked() []byte {
 	n.self.digest, n.self.hasDigest = n.store.digest(n.name), n.self.version >= 5
+	n.self.hasPorts = n.self.version >= 6
 	return n.self.encode()
 }
 
 // maxVersion is the highest metadata version this node speaks and reads:
-// protoVersion, or 4 when it emulates an older release (Config.v4).
+// protoVersion, or 4 or 5 when it emulates an older release (Config.v4,
+// Config.v5).
 func (n *Node) maxVersion() uint8 {
-	if n.cfg.v4 {
+	switch {
+	case n.cfg.v4:
 		return 4
+	case n.cfg.v5:
+		return 5
 	}
 	return protoVersion
 }
 
-// spokenVersion returns the metadata version to speak to members that
-// read at most the versions in dmax (memberlist's DMax of each alive member
-// but us): the highest that all of them read. Releases before version 5
-// advertise none (0): they read version 4 only.
-func spokenVersion(dmax []uint8) uint8 {
-	v := uint8(protoVersion)
+// spokenVersion returns the metadata version to speak, at most top, to
+// members that read at most the versions in dmax (memberlist's DMax of
+// each alive member but us): the highest that all of them read. Releases
+// before version 5 advertise none (0): they read version 4 only.
+func spokenVersion(top uint8, dmax []uint8) uint8 {
+	v := top
 	for _, d := range dmax {
 		v = min(v, max(d, minProtoVersion))
 	}
@@ -650,16 +684,16 @@ func (n *Node) chooseVersionLocked() {
 	for _, m := range n.members {
 		if m.alive && m.name != n.name {
 			dmax = append(dmax, m.dmax)
-			if m.dmax < protoVersion {
+			if m.dmax < n.maxVersion() {
 				oldest = m.name
 			}
 		}
 	}
-	v := spokenVersion(dmax)
+	v := spokenVersion(n.maxVersion(), dmax)
 	if v == n.self.version {
 		return
 	}
-	if v < protoVersion {
+	if v < n.maxVersion() {
 		n.log.Info("speaking an older gossip metadata version: a member reads no later one",
 			"version", v, "was", n.self.version, "member", oldest)
 	} else {
@@ -794,6 +828,9 @@ func (c *Config) check() error {
 	}
 	if c.Neigh == nil {
 		return errors.New("config Neigh is nil")
+	}
+	if !c.SourcePorts.valid() {
+		return fmt.Errorf("config SourcePorts %+v: ports beyond 65535", c.SourcePorts)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -1215,7 +1252,7 @@ func (n *Node) Members() []Member {
 			Name: m.name, Addr: m.addr, VTEP: m.meta.vtep, VNIs: slices.Clone(m.meta.vnis),
 			MAC: m.meta.mac, State: state, Entries: entries, Self: m.name == n.name,
 			PinnedMACs: slices.Clone(m.meta.macs), PinnedAddrs: slices.Clone(m.meta.addrs),
-			Protocol: m.meta.version,
+			Protocol: m.meta.version, SourcePorts: m.meta.sourcePorts(),
 		})
 	}
 	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })

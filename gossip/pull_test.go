@@ -62,8 +62,8 @@ func TestMetaDigest(t *testing.T) {
 	old := sampleMeta()
 	old.version = 4
 	b := old.encode()
-	if len(b) != len(m.encode())-digestLen {
-		t.Errorf("v4 metadata is %d bytes, want %d", len(b), len(m.encode())-digestLen)
+	if want := len(m.encode()) - digestLen - srcPortsLen; len(b) != want {
+		t.Errorf("v4 metadata is %d bytes, want %d", len(b), want)
 	}
 	got, err = decodeMeta(b)
 	if err != nil || got.hasDigest || got.version != 4 || got.vtep != old.vtep {

@@ -405,9 +405,12 @@ type memberRow struct {
 	Entries   int            `json:"entries"` // entries it owns that this node holds
 	Self      bool           `json:"self"`
 	PathMTU   int            `json:"path_mtu"` // measured path MTU to its VTEP; 0: unknown
-	// Protocol is the gossip metadata version it speaks now: 5, or 4 while
-	// a member of an older release is in the cluster.
+	// Protocol is the gossip metadata version it speaks now: 6, or 5 or 4
+	// while a member of an older release is in the cluster.
 	Protocol uint8 `json:"protocol"`
+	// SourcePorts are the UDP ports it sends VXLAN from besides its VTEP
+	// port (protocol 6 on; absent: any port is accepted from it).
+	SourcePorts *gossip.SourcePorts `json:"source_ports,omitempty"`
 	// The keys pinned to it: TAP MACs, TAP addresses (see gossip/pinned.go).
 	PinnedMACs  []fdb.MAC           `json:"pinned_macs"`
 	PinnedAddrs []gossip.PinnedAddr `json:"pinned_addresses"`

@@ -32,6 +32,9 @@ import (
 var uvxlanBin string
 
 func TestMain(m *testing.M) {
+	if os.Getenv(sendUDPHelperEnv) != "" {
+		helperMain() // run by a test as another user; never returns
+	}
 	dir, err := os.MkdirTemp("", "uvxlan-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -206,4 +206,5 @@ func (n *Node) preload(h *Handover) {
 			n.table.SetFlood(vni, vteps)
 		}
 	}
+	n.refreshStatic()
 }

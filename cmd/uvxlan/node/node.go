@@ -42,9 +42,13 @@ type Node struct {
 	started     time.Time
 	rxs, srcs   []*encap.UDPConn // the underlay sockets, for a handover
 	handedOver  atomic.Bool      // Abandon was called: the TAPs stay
-	// pinned holds the TAP addresses of the other members, which an ARP
-	// packet from behind our TAPs may not claim (see pinned.go).
+	// pinned holds the TAP addresses of the members, which an ARP packet
+	// from behind our TAPs may not claim, nor one from the wire bind to a
+	// MAC not their owner's (see pinned.go).
 	pinned encap.Pinned
+	// filter is the underlay filter of every engine: it knows the
+	// members' source ports and the static entries' VTEPs (wire.go).
+	filter *encap.Filter
 	// heard records when VXLAN last arrived from the peers and members
 	// (silent.go).
 	heard encap.Heard
@@ -111,7 +115,9 @@ func New(cfg Config) (_ *Node, err error) {
 	}
 	// An eighth of the FDB (at most 1024 entries) is kept for members' TAP
 	// MACs (reserved entries): no flood of endpoints can take it.
-	n.table = fdb.New(fdb.Config{Ageing: cfg.Ageing, MaxEntries: cfg.FDBMax, Reserve: min(cfg.FDBMax/8, 1024)})
+	// Learning from a non-member VTEP stops at --max-endpoints entries
+	// behind it, as gossip caps a member's (wire.go).
+	n.table = fdb.New(fdb.Config{Ageing: cfg.Ageing, MaxEntries: cfg.FDBMax, Reserve: min(cfg.FDBMax/8, 1024), MaxLearned: cfg.MaxEndpoints})
 	n.quota = newEndpointQuota(cfg.MaxEndpoints, n.log)
 	n.neigh = fdb.NewNeighbors(cfg.FDBMax)
 	plain := false // a segment without TAP offloads
@@ -131,6 +137,14 @@ func New(cfg Config) (_ *Node, err error) {
 		}
 	}
 
+	n.filter = n.newFilter()
+	n.pinsChanged(nil, nil) // our own addresses, until gossip tells of the others'
+	n.pmtu = newPMTUProber(n)
+	var probePort uint16
+	if !cfg.GossipOff {
+		probePort = n.pmtu.open() // 0 if it cannot: run says so
+	}
+
 	var exts []gossip.Extension
 	if lc := n.leaseConfig(); lc != nil {
 		if n.leases, err = lease.New(*lc); err != nil {
@@ -139,25 +153,27 @@ func New(cfg Config) (_ *Node, err error) {
 		exts = append(exts, n.leases.Extension())
 	}
 	n.gossip, err = gossip.New(gossip.Config{
-		Name:         cfg.Name,
-		BindAddr:     cfg.GossipAddr,
-		BindPort:     cfg.GossipPort,
-		VTEP:         n.vtep,
-		VNIs:         cfg.VNIs(),
-		MAC:          n.segs[0].mac,
-		PinnedMACs:   n.pinnedMACs(),
-		PinnedAddrs:  n.pinnedAddrs(),
-		PinsChanged:  n.pinsChanged,
-		Contested:    n.contested,
-		Seeds:        cfg.Join,
-		SecretKeys:   cfg.GossipKeys,
-		Offline:      cfg.GossipOff,
-		StaticPeers:  cfg.Peers,
-		MaxEndpoints: cfg.MaxEndpoints,
-		FDB:          n.table,
-		Neigh:        n.neigh,
-		Logger:       n.log,
-		Extensions:   exts,
+		Name:           cfg.Name,
+		BindAddr:       cfg.GossipAddr,
+		BindPort:       cfg.GossipPort,
+		VTEP:           n.vtep,
+		VNIs:           cfg.VNIs(),
+		MAC:            n.segs[0].mac,
+		PinnedMACs:     n.pinnedMACs(),
+		PinnedAddrs:    n.pinnedAddrs(),
+		PinsChanged:    n.pinsChanged,
+		SourcePorts:    sourcePorts(srcs, probePort),
+		SourcesChanged: n.sourcesChanged,
+		Contested:      n.contested,
+		Seeds:          cfg.Join,
+		SecretKeys:     cfg.GossipKeys,
+		Offline:        cfg.GossipOff,
+		StaticPeers:    cfg.Peers,
+		MaxEndpoints:   cfg.MaxEndpoints,
+		FDB:            n.table,
+		Neigh:          n.neigh,
+		Logger:         n.log,
+		Extensions:     exts,
 	})
 	if err != nil {
 		if strings.Contains(err.Error(), "address already in use") {
@@ -188,7 +204,6 @@ func New(cfg Config) (_ *Node, err error) {
 	if cfg.Inherit != nil {
 		n.preload(cfg.Inherit)
 	}
-	n.pmtu = newPMTUProber(n)
 	if err := n.buildEngines(rxs, srcs); err != nil {
 		return nil, err
 	}
@@ -274,7 +289,6 @@ func (n *Node) buildEngines(rxs []*encap.UDPConn, srcs []*encap.UDPConn) error {
 	for _, p := range n.cfg.Peers {
 		peerPorts[p.Addr()] = p.Port()
 	}
-	filter := n.filter()
 	total := 0
 	for _, s := range n.segs {
 		total += len(s.devs)
@@ -310,7 +324,7 @@ func (n *Node) buildEngines(rxs []*encap.UDPConn, srcs []*encap.UDPConn) error {
 				Learning:    n.cfg.Learning,
 				Neigh:       n.neigh,
 				Snoop:       s.snoop,
-				Filter:      filter,
+				Filter:      n.filter,
 				BUM:         bum,
 				Pinned:      &n.pinned,
 				Heard:       &n.heard,
@@ -342,10 +356,11 @@ func (n *Node) buildEngines(rxs []*encap.UDPConn, srcs []*encap.UDPConn) error {
 	return nil
 }
 
-// filter is the underlay filter of every segment: besides the VTEPs of the
-// alive members serving its VNI (its flood list, kept by gossip), the
-// static peers and --allow-vtep.
-func (n *Node) filter() *encap.Filter {
+// newFilter makes the underlay filter of every segment: besides the VTEPs
+// of the alive members serving its VNI (its flood list, kept by gossip),
+// the static peers and --allow-vtep; gossip and the static entries fill in
+// the rest (wire.go).
+func (n *Node) newFilter() *encap.Filter {
 	var ranges []netip.Prefix
 	for _, p := range n.cfg.Peers {
 		ranges = append(ranges, netip.PrefixFrom(p.Addr(), p.Addr().BitLen()))

@@ -68,13 +68,25 @@ func (n *Node) pinnedAddrs() []gossip.PinnedAddr {
 }
 
 // pinsChanged is gossip's PinsChanged: it replaces the engines' set of
-// addresses pinned to other members.
-func (n *Node) pinsChanged(addrs map[gossip.PinnedAddr]string, _ map[fdb.MAC]string) {
-	set := make(map[encap.VNIAddr]struct{}, len(addrs))
-	for a := range addrs {
-		set[encap.VNIAddr{VNI: a.VNI, Addr: a.Addr}] = struct{}{}
+// pinned addresses: the other members' (addrs), each with the MACs pinned
+// to its owner (macs), and our own, with our TAP MACs.
+func (n *Node) pinsChanged(addrs map[gossip.PinnedAddr]string, macs map[fdb.MAC]string) {
+	byOwner := map[string][]fdb.MAC{}
+	for mac, owner := range macs {
+		byOwner[owner] = append(byOwner[owner], mac)
+	}
+	set := make(map[encap.VNIAddr]encap.Pin, len(addrs))
+	for a, owner := range addrs {
+		set[encap.VNIAddr{VNI: a.VNI, Addr: a.Addr}] = encap.Pin{MACs: byOwner[owner]}
+	}
+	own := n.pinnedMACs()
+	for _, a := range n.pinnedAddrs() {
+		set[encap.VNIAddr{VNI: a.VNI, Addr: a.Addr}] = encap.Pin{MACs: own, Own: true}
 	}
 	n.pinned.Store(set)
+	if addrs == nil {
+		addrs = map[gossip.PinnedAddr]string{}
+	}
 	n.pinOwners.Store(&addrs)
 }
 

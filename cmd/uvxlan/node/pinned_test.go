@@ -153,3 +153,70 @@ func TestConfigGossipKey(t *testing.T) {
 		t.Errorf("no key: %v, want it to say how to make one and how to go without", err)
 	}
 }
+
+// The engines' pinned set holds our own addresses too (the receive side
+// refuses a binding of them to a MAC not ours), but the transmit side's
+// Has says only the others'.
+func TestPinsChangedOwn(t *testing.T) {
+	own := netip.MustParsePrefix("10.42.0.1/24")
+	n := Node{segs: []*segment{{cfg: Segment{VNI: 42, Addresses: []netip.Prefix{own}}, mac: fdb.MAC{2, 0, 0, 0, 0, 1}}}}
+	other := netip.MustParseAddr("10.42.0.2")
+	n.pinsChanged(map[gossip.PinnedAddr]string{{VNI: 42, Addr: other}: "h2"}, map[fdb.MAC]string{{2, 0, 0, 0, 0, 2}: "h2"})
+	if n.pinned.Has(42, own.Addr()) || !n.pinned.Has(42, other) {
+		t.Error("Has: want h2's address, not ours")
+	}
+}
+
+// The source ports announced are those of the sockets held, relative to
+// the lowest, and the probe socket's.
+func TestSourcePorts(t *testing.T) {
+	// Three ports of a range, one skipped (in use), as openSources binds.
+	var conns []*encap.UDPConn
+	for base := uint16(42000); len(conns) < 3 && base < 43000; base += 8 {
+		for _, c := range conns {
+			c.Close()
+		}
+		conns = conns[:0]
+		for _, off := range []uint16{0, 1, 3} {
+			c, err := encap.ListenUDP(netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), base+off), encap.UDPOptions{})
+			if err != nil {
+				break
+			}
+			conns = append(conns, c)
+		}
+	}
+	if len(conns) < 3 {
+		t.Fatal("no three free ports")
+	}
+	t.Cleanup(func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	p := sourcePorts(conns, 40001)
+	if p.First != conns[0].LocalAddr().Port() || p.Mask != 0b1011 {
+		t.Errorf("ports %+v, want from %d, mask 0b1011", p, conns[0].LocalAddr().Port())
+	}
+	if p.Extra != 40001 {
+		t.Errorf("extra %d, want 40001", p.Extra)
+	}
+	ports := encap.Ports{Listen: 4789, Extra: p.Extra, First: p.First, Mask: p.Mask}
+	for _, c := range conns {
+		if port := c.LocalAddr().Port(); !ports.Has(port) || port < p.First {
+			t.Errorf("port %d not announced by %+v", port, p)
+		}
+	}
+	if got := sourcePorts(nil, 0); got != (gossip.SourcePorts{}) {
+		t.Errorf("no sockets: %+v, want none", got)
+	}
+	// And the filter learns them.
+	n := Node{filter: encap.NewFilter(nil)}
+	vtep := netip.MustParseAddrPort("198.18.0.2:4789")
+	n.sourcesChanged([]gossip.Source{{Name: "h2", VTEP: vtep, Ports: &p}, {Name: "old", VTEP: netip.MustParseAddrPort("198.18.0.3:4789")}})
+	if got, ok := n.filter.Member(vtep.Addr()); !ok || got != (encap.Ports{Listen: 4789, Extra: p.Extra, First: p.First, Mask: p.Mask}) {
+		t.Errorf("filter holds %+v %v for h2", got, ok)
+	}
+	if got, ok := n.filter.Member(netip.MustParseAddr("198.18.0.3")); !ok || got.Known() {
+		t.Errorf("filter holds %+v %v for a member announcing no ports, want any port", got, ok)
+	}
+}

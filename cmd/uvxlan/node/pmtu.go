@@ -62,7 +62,8 @@ type pathState struct {
 // pmtuProber measures the path MTUs. Safe for concurrent use.
 type pmtuProber struct {
 	n       *Node
-	conn    *net.UDPConn
+	conn    *net.UDPConn // opened by open
+	openErr error        // why it could not be
 	events  chan encap.PMTUReport
 	mu      sync.Mutex
 	paths   map[netip.Addr]*pathState // by VTEP address
@@ -112,11 +113,26 @@ func ipOverhead(addr netip.Addr) int {
 	return 40 + 8
 }
 
-// run answers probes, collects acks and starts rounds until ctx is done.
-func (p *pmtuProber) run(ctx context.Context) {
+// open opens the probes' socket, before the gossip metadata is made: its
+// port is one of the source ports the node announces (its probes and acks
+// come from it). It reports the port, 0 when the socket could not be
+// opened (run then says so, and probes nothing).
+func (p *pmtuProber) open() uint16 {
 	conn, err := listenProbe(p.n.cfg.Local)
 	if err != nil {
-		p.n.log.Warn("path MTU probes disabled: cannot open their socket", "err", err)
+		p.openErr = err
+		return 0
+	}
+	p.conn = conn
+	p.n.closers = append(p.n.closers, conn.Close)
+	return uint16(conn.LocalAddr().(*net.UDPAddr).Port)
+}
+
+// run answers probes, collects acks and starts rounds until ctx is done.
+func (p *pmtuProber) run(ctx context.Context) {
+	conn := p.conn
+	if conn == nil {
+		p.n.log.Warn("path MTU probes disabled: cannot open their socket", "err", p.openErr)
 		for {
 			select {
 			case <-ctx.Done():
@@ -125,7 +141,6 @@ func (p *pmtuProber) run(ctx context.Context) {
 			}
 		}
 	}
-	p.conn = conn
 	go func() { <-ctx.Done(); conn.Close() }()
 	// Acks and stray datagrams to this socket are not read: drain them.
 	go func() {

@@ -233,13 +233,17 @@ func (n *Node) AddStatic(vni fdb.VNI, mac fdb.MAC, vtep netip.AddrPort) error {
 	if !n.Serves(vni) {
 		return &ConfigError{Flag: "vni", Value: fmt.Sprint(vni), Why: "no segment of this agent serves it"}
 	}
-	return n.table.Set(fdb.Entry{VNI: vni, MAC: mac, VTEP: vtep, Origin: fdb.OriginStatic})
+	err := n.table.Set(fdb.Entry{VNI: vni, MAC: mac, VTEP: vtep, Origin: fdb.OriginStatic})
+	n.refreshStatic() // its VTEP is admitted like a --peer
+	return err
 }
 
 // DeleteStatic removes a static FDB entry; it reports whether there was
 // one.
 func (n *Node) DeleteStatic(vni fdb.VNI, mac fdb.MAC) bool {
-	return n.table.DeleteOrigin(vni, mac, fdb.OriginStatic)
+	ok := n.table.DeleteOrigin(vni, mac, fdb.OriginStatic)
+	n.refreshStatic()
+	return ok
 }
 
 // VNIs returns the VNIs of the segments, in order.

@@ -1,0 +1,75 @@
+package node
+
+// The wire gets no more trust than gossip gives. The engines' underlay
+// filter (encap.Filter, read lock-free on the receive path) knows, besides
+// the flood lists and the --peer and --allow-vtep ranges:
+//   - the alive members' VTEP addresses and the source ports each one's
+//     agent sends from, which gossip carries in the metadata (version 6):
+//     a member's datagrams from another port are dropped (src_port), and
+//     nothing is learned from a member's datagrams, since its MACs come
+//     from gossip. This node announces its own ports: the source port
+//     range's sockets it holds, and the path MTU probes' socket (its VTEP
+//     port goes without saying). A member speaking an older version
+//     announces none and is accepted from any port;
+//   - the VTEPs that static FDB entries name (`uvxlan fdb add`), admitted
+//     like --peers for as long as an entry names them.
+// Learning from the others is capped per VTEP at --max-endpoints
+// (fdb.Config.MaxLearned), as gossip caps each member's endpoints.
+
+import (
+	"net/netip"
+
+	"github.com/uvxlan/uvxlan/encap"
+	"github.com/uvxlan/uvxlan/fdb"
+	"github.com/uvxlan/uvxlan/gossip"
+)
+
+// sourcePorts returns the ports this node announces besides its VTEP port:
+// those of srcs (the source port range's sockets it holds) and extra (the
+// path MTU probes' socket; 0: none).
+func sourcePorts(srcs []*encap.UDPConn, extra uint16) gossip.SourcePorts {
+	p := gossip.SourcePorts{Extra: extra}
+	for i, c := range srcs {
+		port := c.LocalAddr().Port()
+		if i == 0 || port < p.First {
+			p.First = port
+		}
+	}
+	for _, c := range srcs {
+		if d := c.LocalAddr().Port() - p.First; d < 64 { // the range holds at most 64 ports
+			p.Mask |= 1 << d
+		}
+	}
+	return p
+}
+
+// sourcesChanged is gossip's SourcesChanged: it replaces the filter's
+// members. Two members at one address (which gossip refuses) keep the
+// first one's ports.
+func (n *Node) sourcesChanged(srcs []gossip.Source) {
+	m := make(map[netip.Addr]encap.Ports, len(srcs))
+	for _, s := range srcs {
+		a := s.VTEP.Addr().Unmap()
+		if _, dup := m[a]; dup {
+			continue
+		}
+		var p encap.Ports // nil ports: any port
+		if s.Ports != nil {
+			p = encap.Ports{Listen: s.VTEP.Port(), Extra: s.Ports.Extra, First: s.Ports.First, Mask: s.Ports.Mask}
+		}
+		m[a] = p
+	}
+	n.filter.SetMembers(m)
+}
+
+// refreshStatic gives the filter the VTEPs of the static FDB entries, after
+// one was added or removed.
+func (n *Node) refreshStatic() {
+	m := map[netip.Addr]uint16{}
+	for _, e := range n.table.Entries() {
+		if e.Origin == fdb.OriginStatic {
+			m[e.VTEP.Addr().Unmap()] = e.VTEP.Port()
+		}
+	}
+	n.filter.SetStatic(m)
+}
