@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -157,6 +158,16 @@ func (c *cluster) stop() {
 		}
 	}
 	c.agents = nil
+}
+
+// stopAgent stops agent a (its Run must return nil).
+func (c *cluster) stopAgent(a *testAgent) {
+	c.t.Helper()
+	a.cancel()
+	if err := <-a.done; err != nil {
+		c.t.Errorf("%s: Run: %v", a.name, err)
+	}
+	c.agents = slices.DeleteFunc(c.agents, func(o *testAgent) bool { return o == a })
 }
 
 // startN starts agents 1..n and waits until each sees all n alive.
