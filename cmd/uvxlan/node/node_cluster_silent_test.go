@@ -24,7 +24,9 @@ func TestClusterSilentPeerReported(t *testing.T) {
 		}
 		n1 := c.start(1, static(netip.AddrPortFrom(vtepOf(2), 4789), mute))
 		n2 := c.start(2, static(netip.AddrPortFrom(vtepOf(1), 4789)))
-		// n2's host broadcasts: flooded to n1, which hears n2.
+		// n2's host broadcasts: flooded to n1, which hears n2. (Once n1
+		// watches its peers: what arrives before is not recorded.)
+		synctest.Wait()
 		n2.tap("uvx0").Inject(arpFrame(t, 1, fdb.MAC{0x02, 0, 0, 0, 0, 2}, overlayOf(2), broadcast, fdb.MAC{}, overlayOf(1)))
 
 		var silent []SilentVTEP
