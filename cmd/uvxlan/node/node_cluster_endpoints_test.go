@@ -185,3 +185,36 @@ func TestClusterDuplicateAddress(t *testing.T) {
 		}
 	})
 }
+
+// An endpoint behind n2 is replaced by one with a new MAC and the same
+// address, which announces itself with a gratuitous ARP. n2 does not
+// answer it from its table (that would tell the new endpoint its address
+// is taken): it floods it, so n1's host sees it, and every agent binds the
+// address to the new MAC.
+func TestClusterGARPFloodedNotAnswered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t)
+		agents := c.startN(2, nil)
+		n1, n2 := agents[0], agents[1]
+		ip := overlayOf(52)
+		oldMAC, newMAC := fdb.MAC{0x02, 0x52, 0, 0, 0, 1}, fdb.MAC{0x02, 0x52, 0, 0, 0, 2}
+		n2.tap("uvx0").Inject(garp(t, oldMAC, ip))
+		eventually(t, 10*time.Second, "n1 binds the old endpoint", func() bool { m, _ := n1.neigh(1, ip); return m == oldMAC })
+		suppressed := n2.Stats().Total.Get(encap.ARPSuppressed)
+
+		n2.tap("uvx0").Inject(garp(t, newMAC, ip))
+		waitFrame(t, n1.tap("uvx0"), 5*time.Second, "the new endpoint's GARP behind n1", func(f []byte) bool {
+			a := arpOf(f)
+			return a != nil && fdb.MAC(a.SourceHwAddress) == newMAC
+		})
+		for _, a := range agents {
+			eventually(t, 10*time.Second, a.name+" binds the new MAC", func() bool { m, _ := a.neigh(1, ip); return m == newMAC })
+		}
+		if d := n2.Stats().Total.Get(encap.ARPSuppressed) - suppressed; d != 0 {
+			t.Errorf("n2 answered the GARP from its table (arp_suppressed +%d)", d)
+		}
+		if m, o := n2.neigh(1, ip); o != fdb.OriginLocal {
+			t.Errorf("n2 binds %s to %s (%v), want local", ip, m, o)
+		}
+	})
+}
