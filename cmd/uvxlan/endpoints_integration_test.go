@@ -92,69 +92,6 @@ func nodeCounter(t *testing.T, a *agent, name string) uint64 {
 	return st.Node[name]
 }
 
-// An endpoint behind h2, with an IPv4 and an IPv6 address, vanishes
-// silently (its namespace is deleted). With --probe-interval 2s
-// --probe-retries 3 its bindings (probed by ARP and by a unicast NS) and its
-// MAC are withdrawn on every node within 10 s (ageing alone took over
-// 300 s).
-func TestProbeWithdrawsVanished(t *testing.T) {
-	tb := testenv.NewForTest(t, testenv.Config{Hosts: 3})
-	agents := startGossipCluster(t, tb, "--probe-interval", "2s", "--probe-retries", "3")
-	if err := waitForMembers(context.Background(), agents[0].control, 3, 20*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	h1, h2 := tb.Host(1), tb.Host(2)
-	ip, mac := overlayAddr(72), fdb.MAC{0x02, 0x72, 0, 0, 0, 1}
-	ep := endpointBehind(t, tb, h2, ip, mac)
-	waitReach(t, h1, ip)
-	// Its IPv6 address, snooped from its Neighbor Solicitation (for an
-	// address nobody has).
-	ip6 := netip.MustParseAddr("fd42::72")
-	if out, err := exec.Command("ip", "-n", ep, "addr", "add", "fd42::72/64", "dev", "ep1", "nodad").CombinedOutput(); err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
-	exec.Command("ip", "netns", "exec", ep, "ping", "-6", "-n", "-c", "1", "-W", "1", "fd42::ffff").Run()
-	for _, a := range agents {
-		eventuallyT(t, 5*time.Second, a.host.Name+" binds the endpoint", func() bool {
-			m, _ := neighOf(t, a, ip)
-			m6, _ := neighOf(t, a, ip6)
-			return m == mac && m6 == mac
-		})
-	}
-	if out, err := exec.Command("ip", "netns", "del", ep).CombinedOutput(); err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
-	start := time.Now()
-	var gone time.Duration
-	err := testenv.Eventually(context.Background(), 20*time.Second, func() bool {
-		for _, a := range agents {
-			if m, _ := neighOf(t, a, ip); m == mac {
-				return false
-			}
-			if m, _ := neighOf(t, a, ip6); m == mac {
-				return false
-			}
-			if vtep, _ := fdbOf(t, a, mac); vtep.IsValid() {
-				return false
-			}
-		}
-		gone = time.Since(start)
-		return true
-	})
-	probes := agents[1].stats(t).Get(encap.ProbesSent)
-	t.Logf("vanished endpoint withdrawn from every node's neighbour table and FDB %v after it vanished; h2 sent %d probes, probe_withdrawn %d",
-		gone.Round(10*time.Millisecond), probes, nodeCounter(t, agents[1], "probe_withdrawn"))
-	if err != nil {
-		t.Fatalf("the vanished endpoint is still bound after 20 s")
-	}
-	if gone > 10*time.Second {
-		t.Errorf("withdrawn after %v, want within 10 s", gone)
-	}
-	if probes < 6 || nodeCounter(t, agents[1], "probe_withdrawn") != 2 {
-		t.Errorf("h2: %d probes sent, probe_withdrawn %d; want at least 6 (3 ARP, 3 NS) and 2", probes, nodeCounter(t, agents[1], "probe_withdrawn"))
-	}
-}
-
 // An endpoint moves from h1 to h2 (IP1 keeps its address, has a new MAC,
 // and announces itself with a gratuitous ARP). A ping from h3 recovers
 // within a couple of seconds; h1, whose binding is claimed by h2, probes

@@ -69,26 +69,33 @@ func TestClusterEndpointAnnounced(t *testing.T) {
 // probing sets 2 s probes with 3 retries.
 func probing(cfg *Config) { cfg.ProbeInterval, cfg.ProbeRetries = 2*time.Second, 3 }
 
-// An endpoint behind n2 vanishes without a word: n2 probes it (ARP),
-// gets no answer and withdraws its binding and MAC from every node, well
+// An endpoint behind n2, with an IPv4 and an IPv6 address, vanishes
+// without a word: n2 probes it (an ARP probe, a unicast NS), gets no
+// answer and withdraws both bindings and its MAC from every node, well
 // before ageing would.
 func TestClusterProbeWithdrawsVanished(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newCluster(t)
 		agents := c.startN(3, probing)
 		n2 := agents[1]
-		ip, mac := overlayOf(72), fdb.MAC{0x02, 0x72, 0, 0, 0, 1}
+		ip, ip6, mac := overlayOf(72), netip.MustParseAddr("fd42::72"), fdb.MAC{0x02, 0x72, 0, 0, 0, 1}
 		n2.tap("uvx0").Inject(garp(t, mac, ip))
+		// Its IPv6 address, snooped from its solicitation for an
+		// address nobody has.
+		n2.tap("uvx0").Inject(nsFrame(t, mac, ip6, netip.MustParseAddr("fd42::ffff")))
 		for _, a := range agents {
-			eventually(t, 10*time.Second, a.name+" binds the endpoint", func() bool { m, _ := a.neigh(1, ip); return m == mac })
+			eventually(t, 10*time.Second, a.name+" binds the endpoint", func() bool {
+				m, _ := a.neigh(1, ip)
+				m6, _ := a.neigh(1, ip6)
+				return m == mac && m6 == mac
+			})
 		}
 		start := time.Now()
 		eventually(t, time.Minute, "every node drops the vanished endpoint", func() bool {
 			for _, a := range agents {
-				if m, _ := a.neigh(1, ip); m == mac {
-					return false
-				}
-				if vtep, _ := a.fdbOf(1, mac); vtep.IsValid() {
+				m, _ := a.neigh(1, ip)
+				m6, _ := a.neigh(1, ip6)
+				if vtep, _ := a.fdbOf(1, mac); m == mac || m6 == mac || vtep.IsValid() {
 					return false
 				}
 			}
@@ -96,8 +103,8 @@ func TestClusterProbeWithdrawsVanished(t *testing.T) {
 		})
 		probes, withdrawn := n2.Stats().Total.Get(encap.ProbesSent), n2.Stats().Node.ProbeWithdrawn
 		t.Logf("withdrawn everywhere %v (virtual) after it fell silent; n2 sent %d probes, probe_withdrawn %d", time.Since(start), probes, withdrawn)
-		if probes < 3 || withdrawn != 1 {
-			t.Errorf("n2: %d probes, probe_withdrawn %d; want at least 3 and 1", probes, withdrawn)
+		if probes < 6 || withdrawn != 2 {
+			t.Errorf("n2: %d probes, probe_withdrawn %d; want at least 6 (3 ARP, 3 NS) and 2", probes, withdrawn)
 		}
 	})
 }

@@ -272,6 +272,20 @@ func udpFrame(t *testing.T, srcMAC fdb.MAC, src netip.Addr, dstMAC fdb.MAC, dst 
 		ip, udp, gopacket.Payload(payload))
 }
 
+// nsFrame is a Neighbor Solicitation from (mac, src) for target, to its
+// solicited-node multicast address, with a source link-layer option.
+func nsFrame(t *testing.T, mac fdb.MAC, src, target netip.Addr) []byte {
+	t16 := target.As16()
+	dst := netip.AddrFrom16([16]byte{0: 0xff, 1: 0x02, 11: 0x01, 12: 0xff, 13: t16[13], 14: t16[14], 15: t16[15]})
+	dstMAC := net.HardwareAddr{0x33, 0x33, 0xff, t16[13], t16[14], t16[15]}
+	ip := &layers.IPv6{Version: 6, HopLimit: 255, NextHeader: layers.IPProtocolICMPv6, SrcIP: src.AsSlice(), DstIP: dst.AsSlice()}
+	icmp := &layers.ICMPv6{TypeCode: layers.CreateICMPv6TypeCode(layers.ICMPv6TypeNeighborSolicitation, 0)}
+	icmp.SetNetworkLayerForChecksum(ip)
+	ns := &layers.ICMPv6NeighborSolicitation{TargetAddress: target.AsSlice(),
+		Options: layers.ICMPv6Options{{Type: layers.ICMPv6OptSourceAddress, Data: mac[:]}}}
+	return frame(t, &layers.Ethernet{SrcMAC: net.HardwareAddr(mac[:]), DstMAC: dstMAC, EthernetType: layers.EthernetTypeIPv6}, ip, icmp, ns)
+}
+
 // arpOf decodes frame as ARP, or returns nil.
 func arpOf(frame []byte) *layers.ARP {
 	p := gopacket.NewPacket(frame, layers.LayerTypeEthernet, gopacket.NoCopy)
