@@ -39,7 +39,9 @@ func TestNetwork(t *testing.T) {
 	case <-time.After(time.Second):
 		t.Fatal("no packet")
 	}
+	served := make(chan struct{})
 	go func() {
+		defer close(served)
 		c := <-b.StreamCh()
 		defer c.Close()
 		if c.RemoteAddr().String() != "127.0.1.1:7946" {
@@ -58,6 +60,7 @@ func TestNetwork(t *testing.T) {
 		t.Errorf("read %q, %v", buf, err)
 	}
 	c.Close()
+	<-served // its write is counted once Write returns
 	if sentA.Load() != 5+5 || sentB.Load() != 4 {
 		t.Errorf("sent %d and %d bytes, want 10 and 4", sentA.Load(), sentB.Load())
 	}
