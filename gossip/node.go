@@ -280,6 +280,11 @@ type Config struct {
 	// such as subnet leases (package gossip/lease); see extension.go. Their
 	// types must differ. Each serves this node only.
 	Extensions []Extension
+	// Transport, when set, carries the node's gossip instead of
+	// memberlist's NetTransport on BindAddr and BindPort: an in-memory
+	// network in tests (package testenv/memnet). Its inbound streams are
+	// bounded as the NetTransport's are; the node shuts it down.
+	Transport memberlist.Transport
 	// Tune, when set, is called on the memberlist configuration, for
 	// tests (faster timings, port 0 for any free port) and experiments.
 	// The delegate protocol versions are set after it (see New).
@@ -565,6 +570,7 @@ func New(cfg Config) (*Node, error) {
 		}
 		mc.Keyring = kr
 	}
+	mc.Transport = cfg.Transport
 	if cfg.Tune != nil {
 		cfg.Tune(mc)
 	}

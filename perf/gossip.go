@@ -23,7 +23,7 @@
 //  5. stop every node.
 //
 // Modes (GossipConfig.Mode). "loopback": every node's memberlist on its own
-// UDP and TCP sockets. "memory": on an in-memory network (memnet.go), the
+// UDP and TCP sockets. "memory": on an in-memory network (package testenv/memnet), the
 // rest being the same code; it takes less of the machine than a thousand
 // pairs of sockets. "sim": that network in virtual time, a discrete-event
 // simulation (sim.go; SimulateGossip runs it, RunGossip refuses it). TimeScale k > 1 stretches every timing (memberlist's
@@ -70,6 +70,7 @@ import (
 
 	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/gossip"
+	"github.com/uvxlan/uvxlan/testenv/memnet"
 )
 
 // Defaults and limits of GossipConfig.
@@ -512,14 +513,14 @@ func (r *gossipRun) sim(d time.Duration) time.Duration    { return time.Duration
 // startNodes starts the nodes, every one joining the first.
 func (r *gossipRun) startNodes() error {
 	cfg := r.cfg
-	var mem *memNetwork
+	var mem *memnet.Network
 	where := fmt.Sprintf("%s-%s", gossipAddr(0), gossipAddr(cfg.Nodes-1))
 	switch cfg.Mode {
 	case "memory":
-		mem = newMemNetwork(0)
+		mem = memnet.New(0)
 		where += " on an in-memory network"
 	case "sim":
-		mem = newMemNetwork(SimLatency)
+		mem = memnet.New(SimLatency)
 		where += fmt.Sprintf(" on a simulated network (%v one way), in virtual time", SimLatency)
 		r.rep.Timings += ", in virtual time"
 	}
@@ -848,7 +849,7 @@ func waitAllIndexed(ctx context.Context, timeout time.Duration, nodes []*gnode, 
 
 // startNode creates node i, sized for cfg's endpoints, on the loopback
 // interface (mem nil) or on mem, has it announce its endpoints, and runs it.
-func startNode(i int, seeds []string, rc GossipConfig, mem *memNetwork) (*gnode, error) {
+func startNode(i int, seeds []string, rc GossipConfig, mem *memnet.Network) (*gnode, error) {
 	addr := gossipAddr(i)
 	n := &gnode{
 		name: fmt.Sprintf("n%03d", i),
@@ -885,12 +886,12 @@ func startNode(i int, seeds []string, rc GossipConfig, mem *memNetwork) (*gnode,
 				*d = time.Duration(float64(*d) * scale)
 			}
 			if mem != nil {
-				tr, err := mem.transport(netip.AddrPortFrom(addr, gossip.DefaultPort), &n.sent)
+				tr, err := mem.Transport(netip.AddrPortFrom(addr, gossip.DefaultPort), &n.sent)
 				if err != nil {
 					tuneErr = err
 					return
 				}
-				n.crash = tr.crash
+				n.crash = tr.Crash
 				c.Transport = tr
 				c.BindPort, c.AdvertisePort = gossip.DefaultPort, gossip.DefaultPort
 				return
@@ -1168,4 +1169,16 @@ func fmtBytes(b int64) string {
 		return fmt.Sprintf("%.0f KiB", float64(b)/(1<<10))
 	}
 	return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20))
+}
+
+// countingConn counts what a loopback stream writes.
+type countingConn struct {
+	net.Conn
+	sent *atomic.Int64
+}
+
+func (c *countingConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	c.sent.Add(int64(n))
+	return n, err
 }

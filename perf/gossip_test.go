@@ -3,10 +3,7 @@ package perf
 import (
 	"bytes"
 	"fmt"
-	"io"
-	"net/netip"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -161,73 +158,6 @@ func TestGossipEndpoints(t *testing.T) {
 	}
 }
 
-// The in-memory network delivers packets and streams between transports,
-// with the nodes' addresses, counts what each sends, and a crashed node
-// neither sends nor receives.
-func TestMemNetwork(t *testing.T) {
-	mn := newMemNetwork(0)
-	var sentA, sentB atomic.Int64
-	a, err := mn.transport(netip.MustParseAddrPort("127.0.1.1:7946"), &sentA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := mn.transport(netip.MustParseAddrPort("127.0.1.2:7946"), &sentB)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Shutdown()
-	defer b.Shutdown()
-	if _, err := mn.transport(netip.MustParseAddrPort("127.0.1.2:7946"), &sentB); err == nil {
-		t.Error("two transports on one address")
-	}
-	if _, err := a.WriteTo([]byte("hello"), "127.0.1.2:7946"); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case p := <-b.PacketCh():
-		if string(p.Buf) != "hello" || p.From.String() != "127.0.1.1:7946" {
-			t.Errorf("packet %q from %s", p.Buf, p.From)
-		}
-	case <-time.After(time.Second):
-		t.Fatal("no packet")
-	}
-	go func() {
-		c := <-b.StreamCh()
-		defer c.Close()
-		if c.RemoteAddr().String() != "127.0.1.1:7946" {
-			t.Errorf("stream from %s", c.RemoteAddr())
-		}
-		io.ReadFull(c, make([]byte, 5)) // a pipe: the write waits for this read
-		c.Write([]byte("pong"))
-	}()
-	c, err := a.DialTimeout("127.0.1.2:7946", time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.Write([]byte("ping!"))
-	buf := make([]byte, 4)
-	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "pong" {
-		t.Errorf("read %q, %v", buf, err)
-	}
-	c.Close()
-	if sentA.Load() != 5+5 || sentB.Load() != 4 {
-		t.Errorf("sent %d and %d bytes, want 10 and 4", sentA.Load(), sentB.Load())
-	}
-	b.crash()
-	a.WriteTo([]byte("lost"), "127.0.1.2:7946")
-	if _, err := a.DialTimeout("127.0.1.2:7946", 100*time.Millisecond); err == nil {
-		t.Error("dialed a crashed node")
-	}
-	select {
-	case p := <-b.PacketCh():
-		t.Errorf("a crashed node received %q", p.Buf)
-	default:
-	}
-	if _, err := a.DialTimeout("127.0.9.9:7946", 100*time.Millisecond); err == nil {
-		t.Error("dialed nobody")
-	}
-}
-
 // A small cluster on the in-memory network, with endpoints on every node:
 // the report has the cold start, its traffic, the steady traffic, the
 // memory and the announces to 99% and to all.
@@ -304,32 +234,6 @@ func TestSimulateGossip(t *testing.T) {
 	if _, err := SimulateGossip(testBubble(t), GossipConfig{Nodes: 5, TimeScale: 2}); err == nil {
 		t.Error("a simulation with a time scale: want an error")
 	}
-}
-
-func TestMemNetworkLatency(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		mn := newMemNetwork(SimLatency)
-		var sent atomic.Int64
-		a, _ := mn.transport(netip.MustParseAddrPort("127.0.1.1:7946"), &sent)
-		b, _ := mn.transport(netip.MustParseAddrPort("127.0.1.2:7946"), &sent)
-		defer a.Shutdown()
-		defer b.Shutdown()
-		t0 := time.Now()
-		a.WriteTo([]byte("hello"), "127.0.1.2:7946")
-		p := <-b.PacketCh()
-		if d := time.Since(t0); d != SimLatency || string(p.Buf) != "hello" {
-			t.Errorf("%q after %v, want hello after %v", p.Buf, d, SimLatency)
-		}
-		// A packet to a node that crashes on the way is lost.
-		a.WriteTo([]byte("lost"), "127.0.1.2:7946")
-		b.crash()
-		time.Sleep(2 * SimLatency)
-		select {
-		case p := <-b.PacketCh():
-			t.Errorf("a crashed node received %q", p.Buf)
-		default:
-		}
-	})
 }
 
 // The memory a simulation needs grows with the nodes squared and with their

@@ -11,8 +11,8 @@ package perf
 //
 // What runs is the real code, unchanged: memberlist with the agent's
 // timings, gossip.Node, the FDB and neighbour tables, over the in-memory
-// network of mode "memory" (memnet.go) with SimLatency added to every
-// packet (the per-node queue of memPacketQueue packets still drops what
+// network of mode "memory" (testenv/memnet) with SimLatency added to every
+// packet (the per-node queue of memnet.PacketQueue packets still drops what
 // overflows, as a socket buffer would). What it leaves out: the time a
 // node spends on its work (a real node that decodes and merges a 1 MB
 // push/pull answers later than a simulated one), loss on the wire, and the

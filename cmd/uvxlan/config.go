@@ -173,9 +173,6 @@ func configFromCLI(c *cli.Context) (runConfig, error) {
 		return cfg, badFlag("fdb-max", strconv.Itoa(cfg.FDBMax), "must be at least 1")
 	}
 	cfg.ProbeInterval, cfg.ProbeRetries = c.Duration("probe-interval"), c.Int("probe-retries")
-	if cfg.SilentAfter = c.Duration("report-silent-after"); cfg.SilentAfter <= 0 {
-		return cfg, badFlag("report-silent-after", cfg.SilentAfter.String(), "must be a duration such as 30s")
-	}
 	if cfg.ProbeInterval < 0 {
 		return cfg, badFlag("probe-interval", cfg.ProbeInterval.String(), "must be 0 (no probes, ageing only) or a duration such as 10s")
 	}

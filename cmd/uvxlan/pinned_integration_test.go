@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/netip"
 	"os/exec"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -333,42 +332,5 @@ func TestPinnedKeysRogueMember(t *testing.T) {
 	}
 	if a1.proc.Exited() {
 		t.Errorf("h1's agent exited:\n%s", a1.proc.Log())
-	}
-}
-
-// In routed mode a node pins its lease's addresses once it holds one: the
-// TAP's /32 (the subnet's network address) and the gateway (the bridge
-// address); its peers list them as its pinned keys, with its TAP MAC.
-func TestPinnedRoutedLease(t *testing.T) {
-	t.Parallel()
-	tb := testenv.NewForTest(t, testenv.Config{Hosts: 2})
-	dir := t.TempDir()
-	h1, h2 := tb.Host(1), tb.Host(2)
-	a1 := startRouted(t, h1, dir)
-	a2 := startRouted(t, h2, dir, "--join", h1.Underlay.String())
-	s1 := a1.bridge(t).Masked()
-	want := []netip.Addr{s1.Addr(), s1.Addr().Next()}
-	var got []memberRow
-	if err := testenv.Eventually(context.Background(), 20*time.Second, func() bool {
-		rows, _, err := newControlClient(a2.control).members()
-		if err != nil {
-			return false
-		}
-		got = rows
-		for _, m := range rows {
-			if m.Name != "h1" || len(m.PinnedMACs) != 1 || m.PinnedMACs[0] != m.MAC {
-				continue
-			}
-			n := 0
-			for _, p := range m.PinnedAddrs {
-				if slices.Contains(want, p.Addr) && slices.Contains(m.VNIs, p.VNI) {
-					n++
-				}
-			}
-			return n == len(want)
-		}
-		return false
-	}); err != nil {
-		t.Fatalf("h2's members: %+v; want h1 pinning its TAP MAC and %v", got, want)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hashicorp/memberlist"
+
 	"github.com/uvxlan/uvxlan/encap"
 	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/gossip/lease"
@@ -106,6 +108,15 @@ type Config struct {
 
 	Logger *slog.Logger // default slog.Default()
 
+	// TAPs opens the segments' TAP queues and Underlay the VXLAN sockets
+	// (open.go); nil: the kernel's. GossipTransport, when set, carries
+	// gossip instead of sockets on GossipAddr and GossipPort
+	// (gossip.Config.Transport). Tests run agents in one process with
+	// them (tap/taptest, encap/encaptest, testenv/memnet).
+	TAPs            TAPOpener
+	Underlay        Underlay
+	GossipTransport memberlist.Transport
+
 	// Inherit, when set, is what a running agent handed over (--takeover):
 	// the node adopts its TAP queues and sockets instead of opening them,
 	// and starts with its tables.
@@ -141,6 +152,12 @@ const maxSegments = 64
 func (c *Config) check() error {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.TAPs == nil {
+		c.TAPs = kernel{}
+	}
+	if c.Underlay == nil {
+		c.Underlay = kernel{}
 	}
 	switch {
 	case len(c.Segments) == 0:

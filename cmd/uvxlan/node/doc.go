@@ -8,6 +8,11 @@
 // Entries, Neighbors, Members, PathMTU, Leases, Stats) is what the control socket and
 // the metrics of package main are adapters over.
 //
+// The node opens its TAPs and underlay sockets through TAPOpener and
+// Underlay (open.go), the kernel's by default, and may gossip over a given
+// memberlist transport: tests run a cluster of nodes in one process over
+// in-memory ones (node_cluster_test.go).
+//
 // What each part writes into the tables:
 //   - the node: each segment's TAP MAC (origin local) and the TAP's
 //     addresses as IP → MAC bindings; then every endpoint an engine snoops

@@ -140,12 +140,12 @@ func (h *Handover) filesOf(vni fdb.VNI) []*os.File {
 }
 
 // adoptSockets makes the node's sockets of the handed-over descriptors.
-func (n *Node) adoptSockets(h *Handover) (rxs, srcs []*encap.UDPConn, err error) {
+func (n *Node) adoptSockets(h *Handover) (rxs, srcs []udpSocket, err error) {
 	at := 0
 	for _, s := range h.Segments {
 		at += s.Queues
 	}
-	adopt := func(f *os.File, gro bool) (*encap.UDPConn, error) {
+	adopt := func(f *os.File, gro bool) (udpSocket, error) {
 		c, err := encap.FileUDP(f, encap.UDPOptions{GRO: gro, NoGSO: !n.cfg.Offload})
 		if err != nil {
 			return nil, err
@@ -171,12 +171,12 @@ func (n *Node) adoptSockets(h *Handover) (rxs, srcs []*encap.UDPConn, err error)
 }
 
 // adoptTAP makes a segment's queues of the handed-over descriptors.
-func (n *Node) adoptTAP(sc Segment, tcfg tap.Config) ([]*tap.TAP, error) {
+func (n *Node) adoptTAP(sc Segment, tcfg tap.Config) ([]tapQueue, error) {
 	files := n.cfg.Inherit.filesOf(sc.VNI)
 	if len(files) == 0 {
 		return nil, fmt.Errorf("takeover: no TAP for VNI %d", sc.VNI)
 	}
-	return tap.Adopt(files, tcfg)
+	return tapQueues(tap.Adopt(files, tcfg))
 }
 
 // preload fills the tables with what the predecessor held.

@@ -40,8 +40,8 @@ type Node struct {
 	leaseEvents chan struct{}
 	vtep        netip.AddrPort
 	started     time.Time
-	rxs, srcs   []*encap.UDPConn // the underlay sockets, for a handover
-	handedOver  atomic.Bool      // Abandon was called: the TAPs stay
+	rxs, srcs   []udpSocket // the underlay sockets, for a handover
+	handedOver  atomic.Bool // Abandon was called: the TAPs stay
 	// pinned holds the TAP addresses of the members, which an ARP packet
 	// from behind our TAPs may not claim, nor one from the wire bind to a
 	// MAC not their owner's (see pinned.go).
@@ -71,7 +71,7 @@ type Node struct {
 type segment struct {
 	cfg      Segment
 	mac      fdb.MAC
-	devs     []*tap.TAP      // the TAP queues
+	devs     []tapQueue      // the TAP queues
 	engines  []*encap.Engine // one per queue
 	snoop    chan encap.Sighting
 	contests chan contest // gossip's claims of other members for our bindings
@@ -95,7 +95,7 @@ func New(cfg Config) (_ *Node, err error) {
 	}()
 
 	queues := cfg.Queues
-	var rxs, srcs []*encap.UDPConn
+	var rxs, srcs []udpSocket
 	if cfg.Inherit != nil { // hot takeover: the sockets of the running agent
 		if rxs, srcs, err = n.adoptSockets(cfg.Inherit); err != nil {
 			return nil, err
@@ -156,6 +156,7 @@ func New(cfg Config) (_ *Node, err error) {
 		Name:           cfg.Name,
 		BindAddr:       cfg.GossipAddr,
 		BindPort:       cfg.GossipPort,
+		Transport:      cfg.GossipTransport,
 		VTEP:           n.vtep,
 		VNIs:           cfg.VNIs(),
 		MAC:            n.segs[0].mac,
@@ -218,17 +219,17 @@ func New(cfg Config) (_ *Node, err error) {
 // (SO_REUSEPORT) for all segments. A plain socket checks first that no one
 // else holds the port, since SO_REUSEPORT would let a second agent share it
 // silently.
-func (n *Node) openSockets(queues int) ([]*encap.UDPConn, error) {
+func (n *Node) openSockets(queues int) ([]udpSocket, error) {
 	if queues > 1 {
-		probe, err := encap.ListenUDP(n.vtep, encap.UDPOptions{})
+		probe, err := n.listenUDP(n.vtep, encap.UDPOptions{})
 		if err != nil {
 			return nil, listenError("port", fmt.Sprint(n.cfg.Port), err)
 		}
 		probe.Close()
 	}
-	var rxs []*encap.UDPConn
+	var rxs []udpSocket
 	for range queues {
-		rx, err := encap.ListenUDP(n.vtep, encap.UDPOptions{GRO: n.cfg.Offload, NoGSO: !n.cfg.Offload, ReusePort: queues > 1})
+		rx, err := n.listenUDP(n.vtep, encap.UDPOptions{GRO: n.cfg.Offload, NoGSO: !n.cfg.Offload, ReusePort: queues > 1})
 		if err != nil {
 			return nil, listenError("port", fmt.Sprint(n.cfg.Port), err)
 		}
@@ -247,16 +248,16 @@ func (n *Node) openSegment(sc Segment, queues int) (*segment, error) {
 	}
 	tcfg := tap.Config{Name: sc.Dev, Persist: true, MTU: sc.MTU, Offload: n.cfg.Offload, Queues: queues,
 		MaxSegments: encap.GSOSegments(sc.MTU), MAC: net.HardwareAddr(mac[:]), Addrs: sc.Addresses}
-	var devs []*tap.TAP
+	var devs []tapQueue
 	if n.cfg.Inherit != nil {
 		devs, err = n.adoptTAP(sc, tcfg)
 	} else {
-		devs, err = tap.OpenQueues(tcfg)
+		devs, err = n.openTAP(tcfg)
 	}
 	if err != nil && n.cfg.Inherit == nil && tcfg.Offload && !errors.Is(err, tap.ErrNoNetAdmin) && !errors.Is(err, tap.ErrNoTUN) {
 		n.log.Warn("TAP offloads (or queues) refused; using one queue of plain frames", "dev", sc.Dev, "err", err)
 		tcfg.Offload, tcfg.Queues = false, 1
-		devs, err = tap.OpenQueues(tcfg)
+		devs, err = n.openTAP(tcfg)
 	}
 	if err != nil {
 		return nil, err
@@ -284,7 +285,7 @@ func (n *Node) openSegment(sc Segment, queues int) (*segment, error) {
 // demultiplexer per receiving socket. Engine k of each segment sends
 // through its share of the source-port sockets, or through receiving
 // socket k when there are too few (shared, then, by the segments).
-func (n *Node) buildEngines(rxs []*encap.UDPConn, srcs []*encap.UDPConn) error {
+func (n *Node) buildEngines(rxs []udpSocket, srcs []udpSocket) error {
 	peerPorts := make(map[netip.Addr]uint16, len(n.cfg.Peers))
 	for _, p := range n.cfg.Peers {
 		peerPorts[p.Addr()] = p.Port()
@@ -371,15 +372,15 @@ func (n *Node) newFilter() *encap.Filter {
 // openSources opens one socket per port of the source port range; a port
 // that is taken is skipped. With no range (or nothing bindable) the
 // engines send from the receiving sockets.
-func (n *Node) openSources() ([]*encap.UDPConn, error) {
+func (n *Node) openSources() ([]udpSocket, error) {
 	cfg := n.cfg
 	if cfg.SrcPortMin == 0 {
 		return nil, nil
 	}
-	var out []*encap.UDPConn
+	var out []udpSocket
 	var skipped []string
 	for p := int(cfg.SrcPortMin); p <= int(cfg.SrcPortMax); p++ {
-		c, err := encap.ListenUDP(netip.AddrPortFrom(cfg.Local, uint16(p)), encap.UDPOptions{NoGSO: !cfg.Offload})
+		c, err := n.listenUDP(netip.AddrPortFrom(cfg.Local, uint16(p)), encap.UDPOptions{NoGSO: !cfg.Offload})
 		if err != nil {
 			if errors.Is(err, unix.EADDRINUSE) {
 				skipped = append(skipped, fmt.Sprint(p))

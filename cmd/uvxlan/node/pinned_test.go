@@ -171,7 +171,7 @@ func TestPinsChangedOwn(t *testing.T) {
 // the lowest, and the probe socket's.
 func TestSourcePorts(t *testing.T) {
 	// Three ports of a range, one skipped (in use), as openSources binds.
-	var conns []*encap.UDPConn
+	var conns []udpSocket
 	for base := uint16(42000); len(conns) < 3 && base < 43000; base += 8 {
 		for _, c := range conns {
 			c.Close()

@@ -27,7 +27,7 @@ import (
 // sourcePorts returns the ports this node announces besides its VTEP port:
 // those of srcs (the source port range's sockets it holds) and extra (the
 // path MTU probes' socket; 0: none).
-func sourcePorts(srcs []*encap.UDPConn, extra uint16) gossip.SourcePorts {
+func sourcePorts(srcs []udpSocket, extra uint16) gossip.SourcePorts {
 	p := gossip.SourcePorts{Extra: extra}
 	for i, c := range srcs {
 		port := c.LocalAddr().Port()
