@@ -106,9 +106,7 @@ func New(cfg Config) (_ *Node, err error) {
 		}
 	}
 
-	if err := n.saveName(); err != nil {
-		return nil, err
-	}
+	n.saveName()
 	// An eighth of the FDB (at most 1024 entries) is kept for members' TAP
 	// MACs (reserved entries): no flood of endpoints can take it.
 	n.table = fdb.New(fdb.Config{Ageing: cfg.Ageing, MaxEntries: cfg.FDBMax, Reserve: min(cfg.FDBMax/8, 1024)})
@@ -226,13 +224,13 @@ func (n *Node) openSockets(queues int) ([]*encap.UDPConn, error) {
 // openSegment opens a segment's TAP queues (falling back to one queue of
 // plain frames where the kernel refuses offloads or queues).
 func (n *Node) openSegment(sc Segment, queues int) (*segment, error) {
-	mac, err := n.chooseMAC(sc)
-	if err != nil {
-		return nil, err
-	}
+	mac := n.chooseMAC(sc)
 	tcfg := tap.Config{Name: sc.Dev, Persist: true, MTU: sc.MTU, Offload: n.cfg.Offload, Queues: queues,
 		MaxSegments: encap.GSOSegments(sc.MTU), MAC: net.HardwareAddr(mac[:]), Addrs: sc.Addresses}
-	var devs []*tap.TAP
+	var (
+		devs []*tap.TAP
+		err  error
+	)
 	if n.cfg.Inherit != nil {
 		devs, err = n.adoptTAP(sc, tcfg)
 	} else {
@@ -259,9 +257,7 @@ func (n *Node) openSegment(sc Segment, queues int) (*segment, error) {
 	}
 	s := &segment{cfg: sc, devs: devs, snoop: make(chan encap.Sighting, 256), contests: make(chan contest, 256), offloads: devs[0].Offloads()}
 	copy(s.mac[:], devs[0].MAC())
-	if err := n.saveMAC(sc.Dev, s.mac); err != nil {
-		return nil, err
-	}
+	n.saveMAC(sc.Dev, s.mac)
 	return s, nil
 }
 
