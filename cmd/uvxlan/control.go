@@ -16,6 +16,9 @@ package main
 // fdb, neigh and stats take ?vni=N to show one segment. The client commands
 // (`uvxlan fdb show`, `uvxlan stats`) print these as tables, or as they are
 // with --json.
+//
+// POST /v1/takeover is takeover.go's. Who may connect, read and change is
+// set out above listenControl.
 
 import (
 	"bytes"
@@ -116,12 +119,15 @@ func listenControl(path string) (*controlServer, error) {
 // gives it controlSocketMode and renames it to path (replacing a stale
 // socket there in one step).
 func listenPrivate(path string) (*net.UnixListener, error) {
-	priv, err := os.MkdirTemp(filepath.Dir(path), ".uvxlan-") // mode 0700
+	priv, err := os.MkdirTemp(filepath.Dir(path), ".uvx") // mode 0700
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(priv)
 	tmp := filepath.Join(priv, "s")
+	if len(tmp) >= len(unix.RawSockaddrUnix{}.Path) {
+		return nil, fmt.Errorf("the path is too long: the socket is bound first at %s, longer than a unix socket path may be", tmp)
+	}
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
 	if err != nil {
 		return nil, err
