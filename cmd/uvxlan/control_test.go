@@ -1,7 +1,10 @@
 package main
 
 import (
+	"context"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -121,6 +124,37 @@ func TestListenControlRefusesOpenDir(t *testing.T) {
 			t.Errorf("%s directory: accepted", tt.desc)
 		} else if !strings.Contains(err.Error(), "--control") || !strings.Contains(err.Error(), dir) {
 			t.Errorf("%s directory: error %q does not name --control and the directory", tt.desc, err)
+		}
+	}
+}
+
+// The gate of the control socket: reads for anyone the socket admits,
+// changes for uid 0 and the agent's uid only, and for nobody whose uid is
+// unknown.
+func TestControlGuard(t *testing.T) {
+	h := guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	for _, tt := range []struct {
+		method string
+		uid    any // nil: not recorded
+		want   int
+	}{
+		{http.MethodGet, 65534, http.StatusOK},
+		{http.MethodHead, 65534, http.StatusOK},
+		{http.MethodPost, 65534, http.StatusForbidden},
+		{http.MethodDelete, 65534, http.StatusForbidden},
+		{http.MethodPost, -1, http.StatusForbidden},
+		{http.MethodPost, nil, http.StatusForbidden},
+		{http.MethodPost, 0, http.StatusOK},
+		{http.MethodPost, os.Geteuid(), http.StatusOK},
+	} {
+		r := httptest.NewRequest(tt.method, "http://uvxlan/v1/fdb", nil)
+		if tt.uid != nil {
+			r = r.WithContext(context.WithValue(r.Context(), peerUID{}, tt.uid))
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != tt.want {
+			t.Errorf("%s by uid %v: %d, want %d (%s)", tt.method, tt.uid, w.Code, tt.want, w.Body)
 		}
 	}
 }
