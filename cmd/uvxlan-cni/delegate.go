@@ -136,8 +136,8 @@ func (s store) load(containerID, ifName string) (conf map[string]any, path strin
 	return nil, "", false, nil
 }
 
-// remove forgets the attachment: the record load finds. Removing what is
-// not there is no error.
+// remove forgets the attachment: the record load finds, torn or not.
+// Removing what is not there is no error.
 func (s store) remove(containerID, ifName string) error {
 	_, p, ok, err := s.load(containerID, ifName)
 	if !ok {

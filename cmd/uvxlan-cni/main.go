@@ -88,7 +88,7 @@ func cmdDel(args *skel.CmdArgs) error {
 		return err
 	}
 	st := store{n.DataDir}
-	d, path, ok, err := st.load(args.ContainerID, args.IfName)
+	d, _, ok, err := st.load(args.ContainerID, args.IfName)
 	switch {
 	case errors.Is(err, errTorn):
 		// The address must still go back: the delegate's DEL runs with the
@@ -110,7 +110,7 @@ func cmdDel(args *skel.CmdArgs) error {
 	if err := invoke.DelegateDel(context.Background(), typ, conf, nil); err != nil {
 		return delegateError(typ, "DEL", err) // the file stays for the retry
 	}
-	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := st.remove(args.ContainerID, args.IfName); err != nil {
 		return types.NewError(types.ErrIOFailure, fmt.Sprintf("removing the delegate config: %v", err), "")
 	}
 	return nil
