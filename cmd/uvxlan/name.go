@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
 
 // maxNameLen is the longest node name gossip accepts.
@@ -63,7 +64,7 @@ func savedName(stateDir, dev, hostname string, local netip.Addr) (name string, w
 			return defaultName(hostname, local), fmt.Errorf("%s does not hold a node name (empty or torn); using the default name", path)
 		}
 		return name, nil
-	case !errors.Is(err, os.ErrNotExist):
+	case !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR): // (not a directory: the node says so)
 		return defaultName(hostname, local), fmt.Errorf("%w; using the default name", err)
 	}
 	for _, f := range []string{dev + ".lease.json", dev + ".mac"} {

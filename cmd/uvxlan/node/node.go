@@ -106,6 +106,9 @@ func New(cfg Config) (_ *Node, err error) {
 		}
 	}
 
+	if err := n.checkStateDir(); err != nil {
+		return nil, err
+	}
 	n.saveName()
 	// An eighth of the FDB (at most 1024 entries) is kept for members' TAP
 	// MACs (reserved entries): no flood of endpoints can take it.

@@ -23,6 +23,19 @@ import (
 // nothing; a file that cannot be written is a warning; an empty or torn one
 // (a power cut) is ignored with a warning and made again.
 
+// checkStateDir makes --state-dir when it is missing: a path that is not a
+// directory, or cannot be made one, is a configuration error; a directory
+// that cannot be written is not (saveState warns).
+func (n *Node) checkStateDir() error {
+	if n.cfg.StateDir == "" {
+		return nil
+	}
+	if err := os.MkdirAll(n.cfg.StateDir, 0o755); err != nil {
+		return badConfig("state-dir", n.cfg.StateDir, "%v", err)
+	}
+	return nil
+}
+
 // saveState writes one state file, or warns that it could not.
 func (n *Node) saveState(path, what string, data []byte) {
 	if err := atomicfile.WriteFile(path, data, 0o644); err != nil {
