@@ -25,8 +25,8 @@ import (
 // Safe for concurrent use on different paths; concurrent writers of one
 // path leave one of their contents.
 func WriteFile(path string, data []byte, perm fs.FileMode) error {
-	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
-		if fi, err := os.Lstat(path); err == nil && fi.Mode().IsRegular() {
+	if fi, err := os.Lstat(path); err == nil && fi.Mode().IsRegular() && fi.Size() == int64(len(data)) {
+		if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
 			return nil
 		}
 	}
