@@ -118,7 +118,7 @@ func TestDelegateConfig(t *testing.T) {
 
 func TestStore(t *testing.T) {
 	s := store{filepath.Join(t.TempDir(), "data")}
-	if _, ok, err := s.load("c1", "eth0"); ok || err != nil {
+	if _, _, ok, err := s.load("c1", "eth0"); ok || err != nil {
 		t.Fatalf("load before save: %v, %v", ok, err)
 	}
 	if err := s.remove("c1", "eth0"); err != nil {
@@ -127,11 +127,11 @@ func TestStore(t *testing.T) {
 	if err := s.save("c1", "eth0", []byte(`{"type":"bridge","name":"n"}`)); err != nil {
 		t.Fatal(err)
 	}
-	d, ok, err := s.load("c1", "eth0")
+	d, _, ok, err := s.load("c1", "eth0")
 	if !ok || err != nil || d["type"] != "bridge" {
 		t.Fatalf("load: %v, %v, %v", d, ok, err)
 	}
-	if _, ok, _ := s.load("c1", "eth1"); ok {
+	if _, _, ok, _ := s.load("c1", "eth1"); ok {
 		t.Error("eth1 shares eth0's file")
 	}
 	if err := s.remove("c1", "eth0"); err != nil {

@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/uvxlan/uvxlan/cmd/internal/atomicfile"
 )
 
 // delegateConfig is the delegate plugin's network config for n on the node
@@ -64,68 +66,81 @@ func setDefault(m map[string]any, k string, v any) {
 }
 
 // store keeps the delegate config of every attachment on disk, so DEL can
-// undo an ADD without the agent or subnet.env. Files are named after the
-// container ID and interface.
+// undo an ADD without the agent or subnet.env.
+//
+// A record's file name is the container ID and the interface name, each
+// escaped ('%', '-' and '_' as %25, %2D and %5F), joined by '_':
+// "3f2a…_eth0". Distinct attachments get distinct names (an earlier version
+// joined them by '-', so (a-b, c) and (a, b-c) shared "a-b-c" and one DEL
+// took the other's record, leaking its address), and no name has a '-', so
+// none is a name of that version, which load still reads for containers
+// added before an upgrade (where that old ambiguity remains). Records are
+// written through atomicfile (unique temporary file, fsync, rename).
 type store struct{ dir string }
 
-func (s store) path(containerID, ifName string) (string, error) {
+// errTorn is wrapped by load's error when a record exists but cannot be
+// read as a delegate config (empty or torn: a power cut while it was
+// saved by a version without fsync).
+var errTorn = errors.New("empty or torn record")
+
+var keyEscaper = strings.NewReplacer("%", "%25", "-", "%2D", "_", "%5F")
+
+// paths are the record's file names: this version's, then the earlier one.
+func (s store) paths(containerID, ifName string) ([]string, error) {
 	for _, v := range []string{containerID, ifName} {
 		if v == "" || v == "." || v == ".." || strings.ContainsAny(v, "/\x00") {
-			return "", fmt.Errorf("container ID %q and interface %q cannot name a file", containerID, ifName)
+			return nil, fmt.Errorf("container ID %q and interface %q cannot name a file", containerID, ifName)
 		}
 	}
-	return filepath.Join(s.dir, containerID+"-"+ifName), nil
+	return []string{
+		filepath.Join(s.dir, keyEscaper.Replace(containerID)+"_"+keyEscaper.Replace(ifName)),
+		filepath.Join(s.dir, containerID+"-"+ifName),
+	}, nil
 }
 
-// save writes conf for the attachment, atomically.
+// save writes conf for the attachment, atomically and durably.
 func (s store) save(containerID, ifName string, conf []byte) error {
-	p, err := s.path(containerID, ifName)
+	ps, err := s.paths(containerID, ifName)
 	if err != nil {
 		return err
 	}
 	if err := os.MkdirAll(s.dir, 0o700); err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(s.dir, ".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(conf); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), p)
+	return atomicfile.WriteFile(ps[0], conf, 0o600)
 }
 
-// load reads the attachment's config; ok is false when there is none.
-func (s store) load(containerID, ifName string) (conf map[string]any, ok bool, err error) {
-	p, err := s.path(containerID, ifName)
+// load reads the attachment's config from the file it names (path); ok is
+// false when there is none. A record that is there but unreadable as a
+// delegate config is ok with an error wrapping errTorn.
+func (s store) load(containerID, ifName string) (conf map[string]any, path string, ok bool, err error) {
+	ps, err := s.paths(containerID, ifName)
 	if err != nil {
-		return nil, false, err
+		return nil, "", false, err
 	}
-	b, err := os.ReadFile(p)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, false, nil
-	} else if err != nil {
-		return nil, false, err
+	for _, p := range ps {
+		b, err := os.ReadFile(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		} else if err != nil {
+			return nil, p, false, err
+		}
+		if err := json.Unmarshal(b, &conf); err != nil {
+			return nil, p, true, fmt.Errorf("%s: %w (%d bytes: %v)", p, errTorn, len(b), err)
+		}
+		if _, isStr := conf["type"].(string); !isStr {
+			return nil, p, true, fmt.Errorf("%s: %w (no delegate type)", p, errTorn)
+		}
+		return conf, p, true, nil
 	}
-	if err := json.Unmarshal(b, &conf); err != nil {
-		return nil, false, fmt.Errorf("%s: %w", p, err)
-	}
-	if _, isStr := conf["type"].(string); !isStr {
-		return nil, false, fmt.Errorf("%s: no delegate type", p)
-	}
-	return conf, true, nil
+	return nil, "", false, nil
 }
 
-// remove forgets the attachment; removing what is not there is no error.
+// remove forgets the attachment: the record load finds, torn or not.
+// Removing what is not there is no error.
 func (s store) remove(containerID, ifName string) error {
-	p, err := s.path(containerID, ifName)
-	if err != nil {
+	_, p, ok, err := s.load(containerID, ifName)
+	if !ok {
 		return err
 	}
 	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {

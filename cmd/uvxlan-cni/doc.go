@@ -13,7 +13,10 @@
 //	DEL    load the saved delegate config, run the delegate's DEL, remove
 //	       the file. It needs neither the agent nor subnet.env, so
 //	       containers can be torn down after the agent is gone. Nothing
-//	       saved means nothing to delete: success.
+//	       saved means nothing to delete: success. A saved config that is
+//	       empty or torn is rebuilt as ADD would build it (from subnet.env,
+//	       or a placeholder range without it), so the address is still
+//	       released (host-local releases by container ID and interface).
 //	CHECK  run the delegate's CHECK on the saved config with the runtime's
 //	       prevResult.
 //

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/netip"
 	"os"
 
 	"github.com/containernetworking/cni/pkg/invoke"
@@ -87,11 +88,17 @@ func cmdDel(args *skel.CmdArgs) error {
 		return err
 	}
 	st := store{n.DataDir}
-	d, ok, err := st.load(args.ContainerID, args.IfName)
-	if err != nil {
+	d, _, ok, err := st.load(args.ContainerID, args.IfName)
+	switch {
+	case errors.Is(err, errTorn):
+		// The address must still go back: the delegate's DEL runs with the
+		// config ADD would build now (host-local releases by container ID
+		// and interface, whatever the range).
+		d = rebuiltDelegate(n)
+		fmt.Fprintf(os.Stderr, "uvxlan-cni: %v: deleting with the delegate config rebuilt from the network config\n", err)
+	case err != nil:
 		return types.NewError(types.ErrIOFailure, fmt.Sprintf("loading the delegate config: %v", err), "")
-	}
-	if !ok {
+	case !ok:
 		return nil // never added, or already deleted
 	}
 	delete(d, "prevResult")
@@ -109,12 +116,29 @@ func cmdDel(args *skel.CmdArgs) error {
 	return nil
 }
 
+// placeholderEnv stands for subnet.env when DEL must rebuild a delegate
+// config without it: host-local releases by container ID and interface,
+// whatever the range; the agent is said to masquerade so that the bridge
+// touches no iptables rule it cannot know.
+var placeholderEnv = subnetEnv{Network: netip.MustParsePrefix("192.0.2.0/24"), Subnet: netip.MustParsePrefix("192.0.2.1/24"), MTU: 1500, IPMasq: true}
+
+// rebuiltDelegate is the delegate config for DEL of an attachment whose
+// record is torn: the one ADD would build now, from the network config and
+// subnet.env, or placeholderEnv when subnet.env cannot be read.
+func rebuiltDelegate(n *netConf) map[string]any {
+	env, err := loadSubnetEnv(n.SubnetFile)
+	if err != nil {
+		env = placeholderEnv
+	}
+	return delegateConfig(n, env)
+}
+
 func cmdCheck(args *skel.CmdArgs) error {
 	n, err := loadConfig(args.StdinData)
 	if err != nil {
 		return err
 	}
-	d, ok, err := store{n.DataDir}.load(args.ContainerID, args.IfName)
+	d, _, ok, err := store{n.DataDir}.load(args.ContainerID, args.IfName)
 	if err != nil {
 		return types.NewError(types.ErrIOFailure, fmt.Sprintf("loading the delegate config: %v", err), "")
 	}

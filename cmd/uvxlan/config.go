@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
@@ -92,8 +93,9 @@ func segmentSpecs(c *cli.Context) []string {
 // segmentFlags are the single-segment flags, which --segment replaces.
 var segmentFlags = []string{"vni", "dev", "address", "mtu", "mac"}
 
-// configFromCLI reads and validates the flags of `uvxlan run`.
-func configFromCLI(c *cli.Context) (runConfig, error) {
+// configFromCLI reads and validates the flags of `uvxlan run`; log takes
+// its warnings (and becomes the config's Logger).
+func configFromCLI(c *cli.Context, log *slog.Logger) (runConfig, error) {
 	cfg := runConfig{Config: node.Config{
 		Name:     c.String("name"),
 		Learning: c.Bool("learning"),
@@ -103,6 +105,7 @@ func configFromCLI(c *cli.Context) (runConfig, error) {
 		// MaxEndpoints: checked below
 		StateDir: c.String("state-dir"),
 		KeepTAP:  c.Bool("keep-tap"),
+		Logger:   log,
 	}, Control: c.String("control"), Takeover: c.Bool("takeover")}
 
 	port := c.Int("port")
@@ -202,8 +205,9 @@ func configFromCLI(c *cli.Context) (runConfig, error) {
 	}
 	if cfg.Name == "" {
 		hostname, _ := os.Hostname()
-		if cfg.Name, err = savedName(cfg.StateDir, cfg.Segments[0].Dev, hostname, cfg.Local); err != nil {
-			return cfg, err
+		var warn error
+		if cfg.Name, warn = savedName(cfg.StateDir, cfg.Segments[0].Dev, hostname, cfg.Local); warn != nil {
+			log.Warn("ignoring the saved node name", "state_dir", cfg.StateDir, "err", warn, "name", cfg.Name)
 		}
 	}
 	return cfg, nil

@@ -16,6 +16,9 @@ package main
 // fdb, neigh and stats take ?vni=N to show one segment. The client commands
 // (`uvxlan fdb show`, `uvxlan stats`) print these as tables, or as they are
 // with --json.
+//
+// POST /v1/takeover is takeover.go's. Who may connect, read and change is
+// set out above listenControl.
 
 import (
 	"bytes"
@@ -24,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/netip"
@@ -33,7 +37,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/uvxlan/uvxlan/cmd/uvxlan/node"
 	"github.com/uvxlan/uvxlan/encap"
@@ -43,7 +50,7 @@ import (
 
 type controlServer struct {
 	path string
-	ln   net.Listener
+	ln   *net.UnixListener
 	// takeover, when set, serves POST /v1/takeover (takeover.go).
 	takeover http.Handler
 	mu       sync.Mutex // guards srv and closed: Serve and Close may race
@@ -51,26 +58,159 @@ type controlServer struct {
 	done     bool // Close was called
 }
 
-// listenControl binds the control socket. A stale socket file left by a
-// crashed agent is replaced; a live one is an error.
+// Who may use the control socket:
+//
+//   - the socket is mode 0660, owned by the agent's user and group, from the
+//     moment it appears at --control: it is bound inside a private directory
+//     (mode 0700, made next to it), given its mode there and renamed into
+//     place, so no umask and no moment of a wider mode can let anyone else
+//     connect (a chmod after bind left a gap, and a connection made in it
+//     stays). The process umask is never touched: it is process-wide;
+//   - whoever may connect (the user and the group) may read: GET status, fdb,
+//     neigh, stats, members, leases;
+//   - changes (POST and DELETE: static entries, takeover, which hands over
+//     the TAPs and sockets) are served only to a peer whose uid (SO_PEERCRED)
+//     is 0 or the agent's own; any other gets 403;
+//   - the directory of --control, and every directory above it, must be
+//     owned by root or the agent's user, and the directory itself writable
+//     by its owner alone (those above it may be sticky, such as /tmp):
+//     otherwise anyone could put a socket of their own there for clients and
+//     a --takeover successor to talk to;
+//   - only a socket that no agent answers on is replaced at --control; any
+//     other file there is an error naming --control, and is left alone.
+
+// controlSocketMode is the control socket's mode: the agent's user and
+// group.
+const controlSocketMode = 0o660
+
+// listenControl binds the control socket at path (see above).
 func listenControl(path string) (*controlServer, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return nil, fmt.Errorf("control socket: %w", err)
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, badFlag("control", path, "%v", err)
 	}
-	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
-		c.Close()
-		return nil, badFlag("control", path, "another agent is already listening there")
+	if err := checkControlDir(dir); err != nil {
+		return nil, badFlag("control", path, "%v", err)
 	}
-	os.Remove(path)
-	ln, err := net.Listen("unix", path)
+	fi, err := os.Lstat(path)
+	switch {
+	case err == nil && fi.Mode().Type() != fs.ModeSocket:
+		return nil, badFlag("control", path, "%s is not a socket (%v): only a socket left by an agent is replaced; remove it or choose another path", path, fi.Mode().Type())
+	case err == nil:
+		c, err := net.DialTimeout("unix", path, time.Second)
+		if err == nil {
+			c.Close()
+			return nil, badFlag("control", path, "another agent is already listening there")
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			return nil, badFlag("control", path, "the socket there is not stale (%v): remove it if no agent uses it", err)
+		}
+	case !errors.Is(err, fs.ErrNotExist):
+		return nil, badFlag("control", path, "%v", err)
+	}
+	ln, err := listenPrivate(path)
 	if err != nil {
-		return nil, fmt.Errorf("control socket %s: %w", path, err)
-	}
-	if err := os.Chmod(path, 0o660); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("control socket %s: %w", path, err)
+		return nil, badFlag("control", path, "%v", err)
 	}
 	return &controlServer{path: path, ln: ln}, nil
+}
+
+// listenPrivate binds a unix socket in a private directory beside path,
+// gives it controlSocketMode and renames it to path (replacing a stale
+// socket there in one step).
+func listenPrivate(path string) (*net.UnixListener, error) {
+	priv, err := os.MkdirTemp(filepath.Dir(path), ".uvx") // mode 0700
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(priv)
+	tmp := filepath.Join(priv, "s")
+	if len(tmp) >= len(unix.RawSockaddrUnix{}.Path) {
+		return nil, fmt.Errorf("the path is too long: the socket is bound first at %s, longer than a unix socket path may be", tmp)
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	ln.SetUnlinkOnClose(false) // the socket file is path's now; Close removes it
+	if err := os.Chmod(tmp, controlSocketMode); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return ln, nil
+}
+
+// checkControlDir checks the directory of the control socket and those
+// above it (see above).
+func checkControlDir(dir string) error {
+	abs, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return err
+	}
+	abs, err = filepath.Abs(abs)
+	if err != nil {
+		return err
+	}
+	euid := uint32(os.Geteuid())
+	for d, first := abs, true; ; d, first = filepath.Dir(d), false {
+		fi, err := os.Stat(d)
+		if err != nil {
+			return err
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !ok {
+			return fmt.Errorf("%s: no owner", d)
+		}
+		perm := fi.Mode().Perm()
+		switch {
+		case st.Uid != 0 && st.Uid != euid:
+			return fmt.Errorf("directory %s belongs to uid %d, not to root or the agent's user: its owner could replace the socket", d, st.Uid)
+		case perm&0o022 != 0 && (first || fi.Mode()&fs.ModeSticky == 0):
+			return fmt.Errorf("directory %s is writable by group or others (mode %v): anyone could put a socket there; use a directory only its owner can write, such as /run/uvxlan", d, fi.Mode())
+		}
+		if d == filepath.Dir(d) {
+			return nil
+		}
+	}
+}
+
+// peerUID is the context key of a control connection's peer uid
+// (SO_PEERCRED); -1 when it could not be read.
+type peerUID struct{}
+
+// peerContext records the peer's uid of a control connection.
+func peerContext(ctx context.Context, c net.Conn) context.Context {
+	uid := -1
+	if uc, ok := c.(*net.UnixConn); ok {
+		if raw, err := uc.SyscallConn(); err == nil {
+			raw.Control(func(fd uintptr) {
+				if cred, err := unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED); err == nil {
+					uid = int(cred.Uid)
+				}
+			})
+		}
+	}
+	return context.WithValue(ctx, peerUID{}, uid)
+}
+
+// guard serves reads (GET, HEAD) to whoever could connect, and changes
+// (static entries, takeover) only to uid 0 and the agent's own uid.
+func guard(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			uid, ok := r.Context().Value(peerUID{}).(int)
+			if !ok || uid < 0 || (uid != 0 && uid != os.Geteuid()) {
+				http.Error(w, fmt.Sprintf("forbidden: uid %d may read this agent's state but not change it: "+
+					"changes and takeover are for root and the agent's user (uid %d)", uid, os.Geteuid()), http.StatusForbidden)
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // vniFilter reads ?vni=N: 0 when absent; an error for a VNI the node does
@@ -180,7 +320,7 @@ func (s *controlServer) Serve(n *node.Node) error {
 		s.mu.Unlock()
 		return nil
 	}
-	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	s.srv = &http.Server{Handler: guard(mux), ConnContext: peerContext, ReadHeaderTimeout: 5 * time.Second}
 	srv := s.srv
 	s.mu.Unlock()
 	if err := srv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {

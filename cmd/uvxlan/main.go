@@ -233,7 +233,7 @@ containers use (Docker: --bip=$FLANNEL_SUBNET --mtu=$FLANNEL_MTU).
 					return err
 				}
 			}
-			cfg, err := configFromCLI(c)
+			cfg, err := configFromCLI(c, log)
 			if err != nil {
 				return err
 			}

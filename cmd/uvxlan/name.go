@@ -2,10 +2,12 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
 
 // maxNameLen is the longest node name gossip accepts.
@@ -46,21 +48,24 @@ const nameFile = "name"
 // name, and with it its lease and derived MACs, whatever the default
 // becomes; else, for a state directory with the TAP's state of a run that
 // kept no name (an earlier version, whose default was the hostname), the
-// hostname; else defaultName.
-func savedName(stateDir, dev, hostname string, local netip.Addr) (string, error) {
+// hostname; else defaultName. A name file that cannot be read, or is empty
+// or torn (a power cut), gives defaultName, the default of the versions
+// that keep a name, and warn says why (the node then saves the name again).
+func savedName(stateDir, dev, hostname string, local netip.Addr) (name string, warn error) {
 	if stateDir == "" {
 		return defaultName(hostname, local), nil
 	}
-	b, err := os.ReadFile(filepath.Join(stateDir, nameFile))
+	path := filepath.Join(stateDir, nameFile)
+	b, err := os.ReadFile(path)
 	switch {
 	case err == nil:
 		name := strings.TrimSpace(string(b))
 		if name == "" || len(name) > maxNameLen || strings.ContainsFunc(name, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
-			return "", badFlag("state-dir", stateDir, "%s does not hold a node name; remove it or give --name", filepath.Join(stateDir, nameFile))
+			return defaultName(hostname, local), fmt.Errorf("%s does not hold a node name (empty or torn); using the default name", path)
 		}
 		return name, nil
-	case !errors.Is(err, os.ErrNotExist):
-		return "", badFlag("state-dir", stateDir, "%v", err)
+	case !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR): // (not a directory: the node says so)
+		return defaultName(hostname, local), fmt.Errorf("%w; using the default name", err)
 	}
 	for _, f := range []string{dev + ".lease.json", dev + ".mac"} {
 		if _, err := os.Stat(filepath.Join(stateDir, f)); err == nil && hostname != "" {

@@ -48,7 +48,8 @@ func TestDefaultName(t *testing.T) {
 // The name kept in the state directory wins over the default; a state
 // directory of a version that kept no name (a lease or a MAC, no name file)
 // gives the hostname, that version's default, so an upgraded node keeps its
-// lease; a bad name file is an error naming --state-dir.
+// lease; an empty or torn name file (a power cut) is ignored with a warning
+// naming it, and the default is the name.
 func TestSavedName(t *testing.T) {
 	t.Parallel()
 	local := netip.MustParseAddr("198.18.0.1")
@@ -71,10 +72,13 @@ func TestSavedName(t *testing.T) {
 	if got, err := savedName(dir, "uvx0", "host", local); err != nil || got != "kept" {
 		t.Errorf("name file: %q, %v", got, err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, nameFile), []byte("\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := savedName(dir, "uvx0", "host", local); err == nil || !strings.Contains(err.Error(), "--state-dir") {
-		t.Errorf("empty name file: %v, want an error naming --state-dir", err)
+	for _, torn := range []string{"", "\n", "\x00\x00\x00", strings.Repeat("n", 300)} {
+		if err := os.WriteFile(filepath.Join(dir, nameFile), []byte(torn), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		got, warn := savedName(dir, "uvx0", "host", local)
+		if got != "host-198.18.0.1" || warn == nil || !strings.Contains(warn.Error(), filepath.Join(dir, nameFile)) {
+			t.Errorf("name file %q: %q, %v; want the default and a warning naming the file", torn, got, warn)
+		}
 	}
 }

@@ -60,21 +60,17 @@ func (n *Node) loadLease(lc *lease.Config) *lease.Lease {
 	return &lease.Lease{Subnet: s.Subnet, Claimed: s.Claimed, Expires: s.Expires}
 }
 
-func (n *Node) saveLease(l lease.Lease) error {
+// saveLease keeps the lease in the state directory; a failure is a
+// warning (the next start leases afresh).
+func (n *Node) saveLease(l lease.Lease) {
 	path := n.leaseFile()
 	if path == "" {
-		return nil
+		return
 	}
 	lc := n.cfg.Leases
-	b, err := json.MarshalIndent(savedLease{Network: lc.Network, SubnetLen: lc.SubnetLen, Subnet: l.Subnet,
-		Claimed: l.Claimed, Expires: l.Expires}, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := writeFileAtomic(path, append(b, '\n')); err != nil {
-		return badConfig("state-dir", n.cfg.StateDir, "save the lease: %v", err)
-	}
-	return nil
+	b, _ := json.MarshalIndent(savedLease{Network: lc.Network, SubnetLen: lc.SubnetLen, Subnet: l.Subnet,
+		Claimed: l.Claimed, Expires: l.Expires}, "", "  ") // (a struct of plain values: cannot fail)
+	n.saveState(path, "lease", append(b, '\n'))
 }
 
 // leaseConfig is the lease configuration, with the lease of the previous
@@ -98,9 +94,7 @@ func (n *Node) keepLease(ctx context.Context) error {
 		}
 		return fmt.Errorf("lease: %w", err) // gossip fails too, and Run returns its reason
 	}
-	if err := n.saveLease(own); err != nil {
-		return err
-	}
+	n.saveLease(own)
 	for {
 		signal(n.leaseEvents)
 		select {
@@ -110,10 +104,7 @@ func (n *Node) keepLease(ctx context.Context) error {
 		}
 		for _, l := range n.leases.Leases() {
 			if l.Self && l.State == lease.Alive && !l.Expires.Equal(own.Expires) {
-				if err := n.saveLease(l); err != nil {
-					n.log.Warn("could not save the renewed lease", "err", err)
-					continue
-				}
+				n.saveLease(l)
 				own = l
 			}
 		}

@@ -110,9 +110,10 @@ func New(cfg Config) (_ *Node, err error) {
 		}
 	}
 
-	if err := n.saveName(); err != nil {
+	if err := n.checkStateDir(); err != nil {
 		return nil, err
 	}
+	n.saveName()
 	// An eighth of the FDB (at most 1024 entries) is kept for members' TAP
 	// MACs (reserved entries): no flood of endpoints can take it.
 	// Learning from a non-member VTEP stops at --max-endpoints entries
@@ -242,13 +243,13 @@ func (n *Node) openSockets(queues int) ([]udpSocket, error) {
 // openSegment opens a segment's TAP queues (falling back to one queue of
 // plain frames where the kernel refuses offloads or queues).
 func (n *Node) openSegment(sc Segment, queues int) (*segment, error) {
-	mac, err := n.chooseMAC(sc)
-	if err != nil {
-		return nil, err
-	}
+	mac := n.chooseMAC(sc)
 	tcfg := tap.Config{Name: sc.Dev, Persist: true, MTU: sc.MTU, Offload: n.cfg.Offload, Queues: queues,
 		MaxSegments: encap.GSOSegments(sc.MTU), MAC: net.HardwareAddr(mac[:]), Addrs: sc.Addresses}
-	var devs []tapQueue
+	var (
+		devs []tapQueue
+		err  error
+	)
 	if n.cfg.Inherit != nil {
 		devs, err = n.adoptTAP(sc, tcfg)
 	} else {
@@ -275,9 +276,7 @@ func (n *Node) openSegment(sc Segment, queues int) (*segment, error) {
 	}
 	s := &segment{cfg: sc, devs: devs, snoop: make(chan encap.Sighting, 256), contests: make(chan contest, 256), offloads: devs[0].Offloads()}
 	copy(s.mac[:], devs[0].MAC())
-	if err := n.saveMAC(sc.Dev, s.mac); err != nil {
-		return nil, err
-	}
+	n.saveMAC(sc.Dev, s.mac)
 	return s, nil
 }
 

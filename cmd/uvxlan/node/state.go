@@ -3,29 +3,51 @@ package node
 import (
 	"crypto/sha256"
 	"errors"
-	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 
+	"github.com/uvxlan/uvxlan/cmd/internal/atomicfile"
 	"github.com/uvxlan/uvxlan/fdb"
 )
 
 // What the node keeps in --state-dir: name, the node's name (the command
 // line reads it back when --name is not given); per TAP, <dev>.mac, the TAP
 // MAC, so peers' caches stay valid across restarts, and <dev>.lease.json,
-// the subnet lease of the routed overlay (package routed writes it).
+// the subnet lease of the routed overlay (lease.go).
+//
+// The state is a convenience, never a condition of running: files are
+// written through atomicfile (a unique temporary file, fsync, rename), and
+// only when their content changes, so a restart with the same state writes
+// nothing; a file that cannot be written is a warning; an empty or torn one
+// (a power cut) is ignored with a warning and made again.
 
-// saveName keeps the node's name in the state directory.
-func (n *Node) saveName() error {
+// checkStateDir makes --state-dir when it is missing: a path that is not a
+// directory, or cannot be made one, is a configuration error; a directory
+// that cannot be written is not (saveState warns).
+func (n *Node) checkStateDir() error {
 	if n.cfg.StateDir == "" {
 		return nil
 	}
-	if err := writeFileAtomic(filepath.Join(n.cfg.StateDir, "name"), []byte(n.cfg.Name+"\n")); err != nil {
+	if err := os.MkdirAll(n.cfg.StateDir, 0o755); err != nil {
 		return badConfig("state-dir", n.cfg.StateDir, "%v", err)
 	}
 	return nil
+}
+
+// saveState writes one state file, or warns that it could not.
+func (n *Node) saveState(path, what string, data []byte) {
+	if err := atomicfile.WriteFile(path, data, 0o644); err != nil {
+		n.log.Warn("could not save the "+what+" in --state-dir; the next start may not find it", "file", path, "err", err)
+	}
+}
+
+// saveName keeps the node's name in the state directory.
+func (n *Node) saveName() {
+	if n.cfg.StateDir != "" {
+		n.saveState(filepath.Join(n.cfg.StateDir, "name"), "node name", []byte(n.cfg.Name+"\n"))
+	}
 }
 
 func (n *Node) stateFile(dev, suffix string) string {
@@ -37,28 +59,33 @@ func (n *Node) stateFile(dev, suffix string) string {
 
 // chooseMAC returns the segment's configured MAC, else the persisted one,
 // else one derived from the node name, the underlay address and the TAP
-// name (derivedMAC).
-func (n *Node) chooseMAC(s Segment) (fdb.MAC, error) {
+// name (derivedMAC). A MAC file that cannot be read or holds no unicast MAC
+// is ignored with a warning.
+func (n *Node) chooseMAC(s Segment) fdb.MAC {
 	if !s.MAC.IsZero() {
-		return s.MAC, nil
+		return s.MAC
 	}
 	derived := derivedMAC(n.cfg.Name, n.cfg.Local, s.Dev)
 	path := n.stateFile(s.Dev, ".mac")
 	if path == "" {
-		return derived, nil
+		return derived
 	}
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return derived, nil
+		return derived
+	}
+	var mac fdb.MAC
+	if err == nil {
+		mac, err = fdb.ParseMAC(strings.TrimSpace(string(b)))
+	}
+	if err == nil && (mac.IsMulticast() || mac.IsZero()) {
+		err = errors.New("not a unicast MAC")
 	}
 	if err != nil {
-		return fdb.MAC{}, badConfig("state-dir", n.cfg.StateDir, "%v", err)
+		n.log.Warn("ignoring the saved TAP MAC: unreadable or torn; using the derived one", "file", path, "err", err, "mac", derived)
+		return derived
 	}
-	mac, err := fdb.ParseMAC(strings.TrimSpace(string(b)))
-	if err != nil || mac.IsMulticast() || mac.IsZero() {
-		return fdb.MAC{}, badConfig("state-dir", n.cfg.StateDir, "%s does not hold a unicast MAC; remove it to get a new one", path)
-	}
-	return mac, nil
+	return mac
 }
 
 // derivedMAC is a locally administered unicast MAC hashed from the node
@@ -74,26 +101,8 @@ func derivedMAC(name string, local netip.Addr, dev string) fdb.MAC {
 	return m
 }
 
-func (n *Node) saveMAC(dev string, mac fdb.MAC) error {
-	path := n.stateFile(dev, ".mac")
-	if path == "" {
-		return nil
+func (n *Node) saveMAC(dev string, mac fdb.MAC) {
+	if path := n.stateFile(dev, ".mac"); path != "" {
+		n.saveState(path, "TAP MAC", []byte(mac.String()+"\n"))
 	}
-	if err := writeFileAtomic(path, []byte(mac.String()+"\n")); err != nil {
-		return badConfig("state-dir", n.cfg.StateDir, "%v", err)
-	}
-	return nil
-}
-
-// writeFileAtomic writes data to path through a temporary file and a
-// rename, creating the directory, so readers never see half a file.
-func writeFileAtomic(path string, data []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		return fmt.Errorf("write %s: %w", tmp, err)
-	}
-	return os.Rename(tmp, path)
 }

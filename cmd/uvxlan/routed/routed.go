@@ -29,29 +29,16 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/uvxlan/uvxlan/cmd/internal/atomicfile"
 	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/gossip/lease"
 )
-
-// writeFileAtomic writes data to path through a temporary file and a
-// rename, creating the directory, so readers never see half a file.
-func writeFileAtomic(path string, data []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
-}
 
 // bridgeAddress is the address of the containers' bridge in subnet: the
 // first host address (FLANNEL_SUBNET), such as 10.244.5.1/24.
@@ -114,7 +101,11 @@ func Run(ctx context.Context, cfg Config, leases Leases, answers Answers) error 
 		return fmt.Errorf("routed: address %s/32 on %s: %w", own.Subnet.Addr(), cfg.Dev, err)
 	}
 	env := subnetEnv(cfg.Network, own.Subnet, cfg.MTU, cfg.IPMasq)
-	if err := writeFileAtomic(cfg.SubnetFile, []byte(env)); err != nil {
+	// Unlike the state files, a subnet.env that cannot be written is fatal:
+	// a stale one would have the CNI plugin give containers addresses of
+	// another subnet. An unchanged one is not written (a read-only or full
+	// file system does not prevent a restart).
+	if err := atomicfile.WriteFile(cfg.SubnetFile, []byte(env), 0o644); err != nil {
 		return fmt.Errorf("routed: write --subnet-file: %w", err)
 	}
 	if err := enableForwarding(); err != nil {
