@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/uvxlan/uvxlan/cmd/uvxlan/node"
 )
 
 // maxNameLen is the longest node name gossip accepts.
@@ -40,9 +42,6 @@ func defaultName(hostname string, local netip.Addr) string {
 	return hostname[:min(len(hostname), maxNameLen-1-len(addr))] + "-" + addr
 }
 
-// nameFile is where the node keeps its name in --state-dir.
-const nameFile = "name"
-
 // savedName is the node name when --name is not given: the one kept in
 // stateDir by an earlier run (node.Node saves it), so that a node keeps its
 // name, and with it its lease and derived MACs, whatever the default
@@ -55,7 +54,7 @@ func savedName(stateDir, dev, hostname string, local netip.Addr) (name string, w
 	if stateDir == "" {
 		return defaultName(hostname, local), nil
 	}
-	path := filepath.Join(stateDir, nameFile)
+	path := filepath.Join(stateDir, node.NameFile)
 	b, err := os.ReadFile(path)
 	switch {
 	case err == nil:
@@ -67,7 +66,7 @@ func savedName(stateDir, dev, hostname string, local netip.Addr) (name string, w
 	case !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR): // (not a directory: the node says so)
 		return defaultName(hostname, local), fmt.Errorf("%w; using the default name", err)
 	}
-	for _, f := range []string{dev + ".lease.json", dev + ".mac"} {
+	for _, f := range []string{node.LeaseFile(dev), node.MACFile(dev)} {
 		if _, err := os.Stat(filepath.Join(stateDir, f)); err == nil && hostname != "" {
 			return hostname, nil
 		}

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/uvxlan/uvxlan/cmd/uvxlan/node"
 )
 
 func TestDefaultName(t *testing.T) {
@@ -66,18 +68,18 @@ func TestSavedName(t *testing.T) {
 	if got, err := savedName(dir, "uvx0", "host", local); err != nil || got != "host" {
 		t.Errorf("state of a version without a name file: %q, %v; want the hostname", got, err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, nameFile), []byte("kept\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, node.NameFile), []byte("kept\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := savedName(dir, "uvx0", "host", local); err != nil || got != "kept" {
 		t.Errorf("name file: %q, %v", got, err)
 	}
 	for _, torn := range []string{"", "\n", "\x00\x00\x00", strings.Repeat("n", 300)} {
-		if err := os.WriteFile(filepath.Join(dir, nameFile), []byte(torn), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, node.NameFile), []byte(torn), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		got, warn := savedName(dir, "uvx0", "host", local)
-		if got != "host-198.18.0.1" || warn == nil || !strings.Contains(warn.Error(), filepath.Join(dir, nameFile)) {
+		if got != "host-198.18.0.1" || warn == nil || !strings.Contains(warn.Error(), filepath.Join(dir, node.NameFile)) {
 			t.Errorf("name file %q: %q, %v; want the default and a warning naming the file", torn, got, warn)
 		}
 	}

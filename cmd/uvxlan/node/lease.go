@@ -30,7 +30,7 @@ type savedLease struct {
 	Expires   time.Time    `json:"expires"`
 }
 
-func (n *Node) leaseFile() string { return n.stateFile(n.cfg.Segments[0].Dev, ".lease.json") }
+func (n *Node) leaseFile() string { return n.stateFile(LeaseFile(n.cfg.Segments[0].Dev)) }
 
 // loadLease returns the lease saved by a previous run, or nil when there is
 // none or it does not fit the configuration (then it says why in the log; a

@@ -43,18 +43,28 @@ func (n *Node) saveState(path, what string, data []byte) {
 	}
 }
 
+// The files of the state directory (--state-dir): the node's name, and for
+// each TAP its MAC and (routed mode, the first TAP) its subnet lease.
+const NameFile = "name"
+
+// MACFile and LeaseFile are the names of the state files of the TAP dev.
+func MACFile(dev string) string   { return dev + ".mac" }
+func LeaseFile(dev string) string { return dev + ".lease.json" }
+
 // saveName keeps the node's name in the state directory.
 func (n *Node) saveName() {
 	if n.cfg.StateDir != "" {
-		n.saveState(filepath.Join(n.cfg.StateDir, "name"), "node name", []byte(n.cfg.Name+"\n"))
+		n.saveState(filepath.Join(n.cfg.StateDir, NameFile), "node name", []byte(n.cfg.Name+"\n"))
 	}
 }
 
-func (n *Node) stateFile(dev, suffix string) string {
+// stateFile is the path of the state file name, or "" without a state
+// directory.
+func (n *Node) stateFile(name string) string {
 	if n.cfg.StateDir == "" {
 		return ""
 	}
-	return filepath.Join(n.cfg.StateDir, dev+suffix)
+	return filepath.Join(n.cfg.StateDir, name)
 }
 
 // chooseMAC returns the segment's configured MAC, else the persisted one,
@@ -66,7 +76,7 @@ func (n *Node) chooseMAC(s Segment) fdb.MAC {
 		return s.MAC
 	}
 	derived := derivedMAC(n.cfg.Name, n.cfg.Local, s.Dev)
-	path := n.stateFile(s.Dev, ".mac")
+	path := n.stateFile(MACFile(s.Dev))
 	if path == "" {
 		return derived
 	}
@@ -102,7 +112,7 @@ func derivedMAC(name string, local netip.Addr, dev string) fdb.MAC {
 }
 
 func (n *Node) saveMAC(dev string, mac fdb.MAC) {
-	if path := n.stateFile(dev, ".mac"); path != "" {
+	if path := n.stateFile(MACFile(dev)); path != "" {
 		n.saveState(path, "TAP MAC", []byte(mac.String()+"\n"))
 	}
 }
