@@ -102,49 +102,16 @@ func configFromCLI(c *cli.Context, log *slog.Logger) (runConfig, error) {
 		Offload:  c.Bool("offload"),
 		Ageing:   c.Duration("ageing"),
 		FDBMax:   c.Int("fdb-max"),
-		// MaxEndpoints: checked below
 		StateDir: c.String("state-dir"),
 		KeepTAP:  c.Bool("keep-tap"),
 		Logger:   log,
 	}, Control: c.String("control"), Takeover: c.Bool("takeover")}
 
-	port := c.Int("port")
-	if port < 1 || port > 65535 {
-		return cfg, badFlag("port", strconv.Itoa(port), "must be between 1 and 65535")
+	if err := underlayConfig(c, &cfg.Config); err != nil {
+		return cfg, err
 	}
-	cfg.Port = uint16(port)
-
-	if s := c.String("src-port-range"); s != "" && s != "0" {
-		lo, hi, err := parsePortRange(s)
-		if err != nil {
-			return cfg, badFlag("src-port-range", s, "%v", err)
-		}
-		cfg.SrcPortMin, cfg.SrcPortMax = lo, hi
-	}
-
+	defMTU, maxMTU := cfg.UnderlayMTU-encap.VXLANOverhead(cfg.Local), 65535-encap.VXLANOverhead(cfg.Local)
 	var err error
-	if s := c.String("local"); s != "" {
-		if cfg.Local, err = netip.ParseAddr(s); err != nil || cfg.Local.IsUnspecified() || cfg.Local.Zone() != "" {
-			return cfg, badFlag("local", s, "must be a unicast IPv4 or IPv6 address of this host")
-		}
-		cfg.Local = cfg.Local.Unmap()
-	} else if cfg.Local, err = defaultLocal(); err != nil {
-		return cfg, badFlag("local", "", "not given and %v", err)
-	}
-
-	ulMTU, err := underlayMTU(cfg.Local)
-	if err != nil {
-		return cfg, badFlag("local", cfg.Local.String(), "%v", err)
-	}
-	if c.IsSet("underlay-mtu") {
-		ulMTU = c.Int("underlay-mtu")
-		if min := node.MinUnderlayMTU(cfg.Local); ulMTU < min || ulMTU > 65535 {
-			return cfg, badFlag("underlay-mtu", strconv.Itoa(ulMTU), "must be between %d and 65535 (the MTU of the underlay path)", min)
-		}
-	}
-	ulMTU = min(ulMTU, 65535) // lo's is 65536, more than an IP packet carries
-	cfg.UnderlayMTU = ulMTU
-	defMTU, maxMTU := ulMTU-encap.VXLANOverhead(cfg.Local), 65535-encap.VXLANOverhead(cfg.Local)
 	if cfg.Segments, err = segmentsFromCLI(c, defMTU, maxMTU); err != nil {
 		return cfg, err
 	}
@@ -169,36 +136,8 @@ func configFromCLI(c *cli.Context, log *slog.Logger) (runConfig, error) {
 	}
 	cfg.Metrics = c.String("metrics")
 
-	if cfg.Ageing <= 0 {
-		return cfg, badFlag("ageing", c.String("ageing"), "must be a positive duration such as 300s")
-	}
-	if cfg.FDBMax < 1 {
-		return cfg, badFlag("fdb-max", strconv.Itoa(cfg.FDBMax), "must be at least 1")
-	}
-	cfg.ProbeInterval, cfg.ProbeRetries = c.Duration("probe-interval"), c.Int("probe-retries")
-	if cfg.ProbeInterval < 0 {
-		return cfg, badFlag("probe-interval", cfg.ProbeInterval.String(), "must be 0 (no probes, ageing only) or a duration such as 10s")
-	}
-	if cfg.ProbeRetries < 1 || cfg.ProbeRetries > 100 {
-		return cfg, badFlag("probe-retries", strconv.Itoa(cfg.ProbeRetries), "must be between 1 and 100")
-	}
-	cfg.MaxEndpoints = c.Int("max-endpoints")
-	if cfg.MaxEndpoints < 1 || cfg.MaxEndpoints > node.MaxMaxEndpoints {
-		return cfg, badFlag("max-endpoints", strconv.Itoa(cfg.MaxEndpoints), "must be between 1 and %d", node.MaxMaxEndpoints)
-	}
-	cfg.BusyPoll = c.Duration("busy-poll")
-	if cfg.BusyPoll < 0 || cfg.BusyPoll > node.MaxBusyPoll {
-		return cfg, badFlag("busy-poll", cfg.BusyPoll.String(), "must be between 0 (off) and %s, such as 50us", node.MaxBusyPoll)
-	}
-	cfg.Queues = c.Int("queues")
-	if cfg.Queues < 1 || cfg.Queues > maxQueues {
-		return cfg, badFlag("queues", strconv.Itoa(cfg.Queues), "must be between 1 and %d", maxQueues)
-	}
-	if !cfg.Offload {
-		if c.IsSet("queues") && cfg.Queues > 1 {
-			return cfg, usageError{errors.New("--queues above 1 needs --offload")}
-		}
-		cfg.Queues = 1
+	if err := limitsConfig(c, &cfg.Config); err != nil {
+		return cfg, err
 	}
 	if err := routedConfig(c, &cfg.Config); err != nil {
 		return cfg, err
@@ -211,6 +150,85 @@ func configFromCLI(c *cli.Context, log *slog.Logger) (runConfig, error) {
 		}
 	}
 	return cfg, nil
+}
+
+// underlayConfig reads the underlay's flags: --port, --src-port-range,
+// --local and --underlay-mtu (default: the MTU of the route to --local).
+func underlayConfig(c *cli.Context, cfg *node.Config) error {
+	var err error
+	port := c.Int("port")
+	if port < 1 || port > 65535 {
+		return badFlag("port", strconv.Itoa(port), "must be between 1 and 65535")
+	}
+	cfg.Port = uint16(port)
+
+	if s := c.String("src-port-range"); s != "" && s != "0" {
+		lo, hi, err := parsePortRange(s)
+		if err != nil {
+			return badFlag("src-port-range", s, "%v", err)
+		}
+		cfg.SrcPortMin, cfg.SrcPortMax = lo, hi
+	}
+
+	if s := c.String("local"); s != "" {
+		if cfg.Local, err = netip.ParseAddr(s); err != nil || cfg.Local.IsUnspecified() || cfg.Local.Zone() != "" {
+			return badFlag("local", s, "must be a unicast IPv4 or IPv6 address of this host")
+		}
+		cfg.Local = cfg.Local.Unmap()
+	} else if cfg.Local, err = defaultLocal(); err != nil {
+		return badFlag("local", "", "not given and %v", err)
+	}
+
+	ulMTU, err := underlayMTU(cfg.Local)
+	if err != nil {
+		return badFlag("local", cfg.Local.String(), "%v", err)
+	}
+	if c.IsSet("underlay-mtu") {
+		ulMTU = c.Int("underlay-mtu")
+		if min := node.MinUnderlayMTU(cfg.Local); ulMTU < min || ulMTU > 65535 {
+			return badFlag("underlay-mtu", strconv.Itoa(ulMTU), "must be between %d and 65535 (the MTU of the underlay path)", min)
+		}
+	}
+	ulMTU = min(ulMTU, 65535) // lo's is 65536, more than an IP packet carries
+	cfg.UnderlayMTU = ulMTU
+	return nil
+}
+
+// limitsConfig reads the flags that bound the tables, the probes and the
+// queues.
+func limitsConfig(c *cli.Context, cfg *node.Config) error {
+	if cfg.Ageing <= 0 {
+		return badFlag("ageing", c.String("ageing"), "must be a positive duration such as 300s")
+	}
+	if cfg.FDBMax < 1 {
+		return badFlag("fdb-max", strconv.Itoa(cfg.FDBMax), "must be at least 1")
+	}
+	cfg.ProbeInterval, cfg.ProbeRetries = c.Duration("probe-interval"), c.Int("probe-retries")
+	if cfg.ProbeInterval < 0 {
+		return badFlag("probe-interval", cfg.ProbeInterval.String(), "must be 0 (no probes, ageing only) or a duration such as 10s")
+	}
+	if cfg.ProbeRetries < 1 || cfg.ProbeRetries > 100 {
+		return badFlag("probe-retries", strconv.Itoa(cfg.ProbeRetries), "must be between 1 and 100")
+	}
+	cfg.MaxEndpoints = c.Int("max-endpoints")
+	if cfg.MaxEndpoints < 1 || cfg.MaxEndpoints > node.MaxMaxEndpoints {
+		return badFlag("max-endpoints", strconv.Itoa(cfg.MaxEndpoints), "must be between 1 and %d", node.MaxMaxEndpoints)
+	}
+	cfg.BusyPoll = c.Duration("busy-poll")
+	if cfg.BusyPoll < 0 || cfg.BusyPoll > node.MaxBusyPoll {
+		return badFlag("busy-poll", cfg.BusyPoll.String(), "must be between 0 (off) and %s, such as 50us", node.MaxBusyPoll)
+	}
+	cfg.Queues = c.Int("queues")
+	if cfg.Queues < 1 || cfg.Queues > maxQueues {
+		return badFlag("queues", strconv.Itoa(cfg.Queues), "must be between 1 and %d", maxQueues)
+	}
+	if !cfg.Offload {
+		if c.IsSet("queues") && cfg.Queues > 1 {
+			return usageError{errors.New("--queues above 1 needs --offload")}
+		}
+		cfg.Queues = 1
+	}
+	return nil
 }
 
 // segmentsFromCLI reads the segments: the --segment flags, or the one that
