@@ -94,20 +94,9 @@ func New(cfg Config) (_ *Node, err error) {
 		}
 	}()
 
-	queues := cfg.Queues
-	var rxs, srcs []udpSocket
-	if cfg.Inherit != nil { // hot takeover: the sockets of the running agent
-		if rxs, srcs, err = n.adoptSockets(cfg.Inherit); err != nil {
-			return nil, err
-		}
-		queues = len(rxs)
-	} else {
-		if rxs, err = n.openSockets(queues); err != nil {
-			return nil, err
-		}
-		if srcs, err = n.openSources(); err != nil {
-			return nil, err
-		}
+	queues, rxs, srcs, err := n.openUnderlay()
+	if err != nil {
+		return nil, err
 	}
 
 	if err := n.checkStateDir(); err != nil {
@@ -146,62 +135,11 @@ func New(cfg Config) (_ *Node, err error) {
 		probePort = n.pmtu.open() // 0 if it cannot: run says so
 	}
 
-	var exts []gossip.Extension
-	if lc := n.leaseConfig(); lc != nil {
-		if n.leases, err = lease.New(*lc); err != nil {
-			return nil, err
-		}
-		exts = append(exts, n.leases.Extension())
-	}
-	n.gossip, err = gossip.New(gossip.Config{
-		Name:           cfg.Name,
-		BindAddr:       cfg.GossipAddr,
-		BindPort:       cfg.GossipPort,
-		Transport:      cfg.GossipTransport,
-		VTEP:           n.vtep,
-		VNIs:           cfg.VNIs(),
-		MAC:            n.segs[0].mac,
-		PinnedMACs:     n.pinnedMACs(),
-		PinnedAddrs:    n.pinnedAddrs(),
-		PinsChanged:    n.pinsChanged,
-		SourcePorts:    sourcePorts(srcs, probePort),
-		SourcesChanged: n.sourcesChanged,
-		Contested:      n.contested,
-		Seeds:          cfg.Join,
-		SecretKeys:     cfg.GossipKeys,
-		Offline:        cfg.GossipOff,
-		StaticPeers:    cfg.Peers,
-		MaxEndpoints:   cfg.MaxEndpoints,
-		FDB:            n.table,
-		Neigh:          n.neigh,
-		Logger:         n.log,
-		Extensions:     exts,
-	})
-	if err != nil {
-		if strings.Contains(err.Error(), "address already in use") {
-			return nil, badConfig("gossip-port", fmt.Sprint(cfg.GossipPort), "address already in use (another agent on this host?)")
-		}
-		if errors.Is(err, gossip.ErrMetaTooLarge) {
-			return nil, metaTooLarge(cfg, err)
-		}
+	if err := n.startGossip(sourcePorts(srcs, probePort)); err != nil {
 		return nil, err
 	}
-	n.closers = append(n.closers, n.gossip.Close)
-
-	for _, s := range n.segs {
-		if err := n.table.Set(fdb.Entry{VNI: s.cfg.VNI, MAC: s.mac, VTEP: n.vtep, Origin: fdb.OriginLocal, Reserved: true}); err != nil {
-			return nil, fmt.Errorf("fdb: add the MAC of %s: %w", s.cfg.Dev, err)
-		}
-		s.tracker = &endpoints{vni: s.cfg.VNI, vtep: n.vtep, own: s.mac, ageing: cfg.Ageing, table: n.table,
-			neigh: n.neigh, gossip: n.gossip, log: n.log.With("vni", s.cfg.VNI, "dev", s.cfg.Dev), quota: n.quota, pinOwner: n.pinOwner,
-			self: cfg.Name, probeInterval: cfg.ProbeInterval, probeRetries: cfg.ProbeRetries, contests: s.contests, counters: &n.lifecycle,
-			probe: func(mac fdb.MAC, ip netip.Addr) error { return s.engines[0].Probe(mac, ip) }}
-		if err := n.gossip.AnnounceMAC(s.cfg.VNI, s.mac); err != nil {
-			return nil, err
-		}
-		for _, a := range s.cfg.Addresses {
-			s.tracker.addNeigh(a.Addr(), s.mac)
-		}
+	if err := n.announceSegments(); err != nil {
+		return nil, err
 	}
 	if cfg.Inherit != nil {
 		n.preload(cfg.Inherit)
@@ -214,6 +152,95 @@ func New(cfg Config) (_ *Node, err error) {
 	}
 	n.rxs, n.srcs = rxs, srcs
 	return n, nil
+}
+
+// openUnderlay opens the underlay's sockets, or adopts the running
+// agent's in a takeover (whose queue count then holds): the receiving
+// sockets (one per queue) and the sending ones (--src-port-range).
+func (n *Node) openUnderlay() (queues int, rxs, srcs []udpSocket, err error) {
+	queues = n.cfg.Queues
+	if n.cfg.Inherit != nil { // hot takeover: the sockets of the running agent
+		if rxs, srcs, err = n.adoptSockets(n.cfg.Inherit); err != nil {
+			return 0, nil, nil, err
+		}
+		queues = len(rxs)
+	} else {
+		if rxs, err = n.openSockets(queues); err != nil {
+			return 0, nil, nil, err
+		}
+		if srcs, err = n.openSources(); err != nil {
+			return 0, nil, nil, err
+		}
+	}
+	return queues, rxs, srcs, nil
+}
+
+// startGossip starts the node's gossip member, with the lease extension in
+// routed mode; ports are the source ports it announces.
+func (n *Node) startGossip(ports gossip.SourcePorts) (err error) {
+	var exts []gossip.Extension
+	if lc := n.leaseConfig(); lc != nil {
+		if n.leases, err = lease.New(*lc); err != nil {
+			return err
+		}
+		exts = append(exts, n.leases.Extension())
+	}
+	n.gossip, err = gossip.New(gossip.Config{
+		Name:           n.cfg.Name,
+		BindAddr:       n.cfg.GossipAddr,
+		BindPort:       n.cfg.GossipPort,
+		Transport:      n.cfg.GossipTransport,
+		VTEP:           n.vtep,
+		VNIs:           n.cfg.VNIs(),
+		MAC:            n.segs[0].mac,
+		PinnedMACs:     n.pinnedMACs(),
+		PinnedAddrs:    n.pinnedAddrs(),
+		PinsChanged:    n.pinsChanged,
+		SourcePorts:    ports,
+		SourcesChanged: n.sourcesChanged,
+		Contested:      n.contested,
+		Seeds:          n.cfg.Join,
+		SecretKeys:     n.cfg.GossipKeys,
+		Offline:        n.cfg.GossipOff,
+		StaticPeers:    n.cfg.Peers,
+		MaxEndpoints:   n.cfg.MaxEndpoints,
+		FDB:            n.table,
+		Neigh:          n.neigh,
+		Logger:         n.log,
+		Extensions:     exts,
+	})
+	if err != nil {
+		if strings.Contains(err.Error(), "address already in use") {
+			return badConfig("gossip-port", fmt.Sprint(n.cfg.GossipPort), "address already in use (another agent on this host?)")
+		}
+		if errors.Is(err, gossip.ErrMetaTooLarge) {
+			return metaTooLarge(n.cfg, err)
+		}
+		return err
+	}
+	n.closers = append(n.closers, n.gossip.Close)
+	return nil
+}
+
+// announceSegments puts each segment's TAP MAC in the FDB, builds its
+// endpoint tracker, and announces the MAC and the TAP's addresses.
+func (n *Node) announceSegments() error {
+	for _, s := range n.segs {
+		if err := n.table.Set(fdb.Entry{VNI: s.cfg.VNI, MAC: s.mac, VTEP: n.vtep, Origin: fdb.OriginLocal, Reserved: true}); err != nil {
+			return fmt.Errorf("fdb: add the MAC of %s: %w", s.cfg.Dev, err)
+		}
+		s.tracker = &endpoints{vni: s.cfg.VNI, vtep: n.vtep, own: s.mac, ageing: n.cfg.Ageing, table: n.table,
+			neigh: n.neigh, gossip: n.gossip, log: n.log.With("vni", s.cfg.VNI, "dev", s.cfg.Dev), quota: n.quota, pinOwner: n.pinOwner,
+			self: n.cfg.Name, probeInterval: n.cfg.ProbeInterval, probeRetries: n.cfg.ProbeRetries, contests: s.contests, counters: &n.lifecycle,
+			probe: func(mac fdb.MAC, ip netip.Addr) error { return s.engines[0].Probe(mac, ip) }}
+		if err := n.gossip.AnnounceMAC(s.cfg.VNI, s.mac); err != nil {
+			return err
+		}
+		for _, a := range s.cfg.Addresses {
+			s.tracker.addNeigh(a.Addr(), s.mac)
+		}
+	}
+	return nil
 }
 
 // openSockets opens the receiving sockets: one per queue, sharing the port
