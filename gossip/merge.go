@@ -40,6 +40,14 @@ func (n *Node) merge(recs []record, relay bool) {
 // was new to us.
 func (n *Node) mergeLocked(r *record, now time.Time) bool {
 	n.stats.received.Add(1)
+	if n.clock.tooNew(r.version) {
+		// Nobody, the owner included, could answer it with a newer one.
+		n.stats.future.Add(1)
+		n.warnLocked("future:"+r.owner, now, "refused records beyond the allowed clock skew (a forger, or a clock far ahead)",
+			"owner", r.owner, "key", r.key.String(), "ahead", time.Duration(r.version-uint64(now.UnixNano())).Round(time.Second),
+			"max_skew", maxSkew)
+		return false
+	}
 	if r.owner == n.name {
 		n.mergeOwnLocked(r, now)
 		return false

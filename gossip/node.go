@@ -46,7 +46,14 @@ package gossip
 // newer (a higher version; at equal versions a tombstone beats a live record,
 // then the greater value wins, so every node picks the same). Anything else
 // is counted (Stale, Duplicate) and ignored, so merging the same records
-// twice, or in any order, leaves the same state.
+// twice, or in any order, leaves the same state. A record whose version is
+// more than a day (maxSkew) ahead of our wall clock is refused, never merged
+// nor relayed (Stats.RejectedFuture): a key holder writing in another's name
+// far in the future would win against everything its owner could answer
+// until the wall clock caught up. Within the skew the owner's answer
+// (authority, above) moves its clock past the forged version, and wins; a
+// victim restarted with no memory gets the records in its name from the
+// settling sync after its join, and answers them the same way.
 //
 // Winners and the tables. For each key the winner is the live record with
 // the highest version among those whose owner is an alive member (equal
@@ -422,6 +429,10 @@ type Stats struct {
 	// RejectedForeignVTEP counts FDB records naming a VTEP other than their
 	// owner's.
 	RejectedForeignVTEP uint64 `json:"rejected_foreign_vtep"`
+	// RejectedFuture counts records whose version is further ahead of our
+	// wall clock than the allowed skew (maxSkew, a day): refused, never
+	// merged nor relayed (see "Versions" at the top of node.go).
+	RejectedFuture uint64 `json:"rejected_future"`
 	// RejectedPinned counts records of a key pinned to another node than
 	// their owner (see pinned.go).
 	RejectedPinned uint64 `json:"rejected_pinned"`
@@ -490,6 +501,7 @@ type counters struct {
 	refusedStreams, cutStreams    atomic.Uint64 // see stream.go
 	pulls, answers, pullsRefused  atomic.Uint64 // see pull.go
 	protocolSwitches              atomic.Uint64
+	future                        atomic.Uint64
 }
 
 // New checks cfg, binds the gossip sockets (memberlist starts) and
@@ -1230,6 +1242,7 @@ func (n *Node) Stats() Stats {
 		Stale:                n.stats.stale.Load(),
 		Duplicate:            n.stats.duplicate.Load(),
 		RejectedForeignVTEP:  n.stats.foreignVTEP.Load(),
+		RejectedFuture:       n.stats.future.Load(),
 		RejectedPinned:       n.stats.rejectedPinned.Load(),
 		RefusedPinned:        n.stats.refusedPinned.Load(),
 		RejectedUnknownOwner: n.stats.unknownOwner.Load(),
