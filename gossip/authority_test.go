@@ -1,10 +1,13 @@
 package gossip
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/memberlist"
 
 	"github.com/uvxlan/uvxlan/fdb"
 )
@@ -99,4 +102,110 @@ func TestOwnerWinsAfterRestart(t *testing.T) {
 	all := []*testNode{a2, b, c}
 	eventually(t, converge, "restarted victim's binding", neighOn(all, a2.name, testVNI, ip, mine))
 	eventually(t, converge, "restarted victim's TAP MAC", fdbOn(all, a2.name, testVNI, testMAC(0), testVTEP(0)))
+}
+
+// Issue 26, row 11: a member's metadata VTEP must be its gossip address (or
+// in Config.AllowVTEPs), never loopback (unless the cluster runs on
+// loopback), broadcast, multicast, unspecified or another live member's:
+// such a node is refused (counted) and never enters a flood list.
+func TestBadMetadataVTEPRefused(t *testing.T) {
+	nodes := startCluster(t, 2, nil)
+	waitMembers(t, nodes)
+	a := nodes[0]
+	d := &delegate{a.Node}
+	alive := func(name string, gossipAddr netip.Addr, vtep netip.AddrPort) error {
+		md := meta{version: protoVersion, boot: 1, vtep: vtep, mac: fdb.MAC{0x02, 0xbb, 0, 0, 0, 1}, vnis: []fdb.VNI{testVNI}}
+		return d.NotifyAlive((&memberlistNode{name: name, addr: gossipAddr, meta: md.encode()}).node())
+	}
+	for _, tc := range []struct {
+		desc  string
+		addr  netip.Addr
+		vtep  string
+		allow bool
+	}{
+		{"its gossip address", testAddr(5), "127.0.0.15:4789", true},
+		{"another port of its gossip address", testAddr(5), "127.0.0.15:8472", true},
+		{"a resolver on loopback", testAddr(5), "127.0.0.53:53", false},
+		{"broadcast", testAddr(5), "255.255.255.255:9", false},
+		{"another live member's", testAddr(5), testVTEP(1).String(), false},
+		{"ours", testAddr(5), testVTEP(0).String(), false},
+		{"another address", testAddr(5), "127.0.0.16:4789", false},
+	} {
+		before := a.Stats().RefusedVTEP
+		err := alive("bad", tc.addr, netip.MustParseAddrPort(tc.vtep))
+		if (err == nil) != tc.allow {
+			t.Errorf("%s (%s from %s): NotifyAlive = %v, want allowed %v", tc.desc, tc.vtep, tc.addr, err, tc.allow)
+		}
+		if got, want := a.Stats().RefusedVTEP-before, uint64(boolInt(!tc.allow)); got != want {
+			t.Errorf("%s: RefusedVTEP +%d, want +%d", tc.desc, got, want)
+		}
+	}
+
+	// Real nodes announcing such VTEPs never enter a flood list.
+	for i, vtep := range []string{"127.0.0.53:53", "255.255.255.255:9"} {
+		cfg := testConfig(3+i, 0, nil)
+		cfg.VTEP = netip.MustParseAddrPort(vtep)
+		cfg.Seeds = []string{a.Addr().String()}
+		n, err := New(cfg)
+		if err != nil {
+			t.Fatalf("New with VTEP %s: %v", vtep, err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); n.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-done })
+	}
+	eventually(t, converge, "bad VTEPs refused", func() error {
+		if got := a.Stats().RefusedVTEP; got < 2 {
+			return fmt.Errorf("RefusedVTEP = %d", got)
+		}
+		return nil
+	})
+	time.Sleep(time.Second)
+	for _, n := range nodes {
+		for _, v := range n.fdb.Flood(testVNI) {
+			if v != testVTEP(0) && v != testVTEP(1) {
+				t.Errorf("%s floods to %s", n.name, v)
+			}
+		}
+		if got := n.AliveMembers(); got != 2 {
+			t.Errorf("%s counts %d alive members, want 2", n.name, got)
+		}
+	}
+}
+
+// memberlistNode builds the memberlist.Node of an alive message.
+type memberlistNode struct {
+	name string
+	addr netip.Addr
+	meta []byte
+}
+
+func (m *memberlistNode) node() *memberlist.Node {
+	return &memberlist.Node{Name: m.name, Addr: m.addr.AsSlice(), Port: 7946, Meta: m.meta, State: memberlist.StateAlive}
+}
+
+// The VTEP rules off loopback: loopback is refused, --allow-vtep admits a
+// VTEP away from the gossip address.
+func TestVTEPAllowed(t *testing.T) {
+	n := &Node{cfg: Config{BindAddr: netip.MustParseAddr("198.18.0.1"), AllowVTEPs: []netip.Prefix{netip.MustParsePrefix("198.19.0.0/24")}},
+		members: map[string]*member{"m": {name: "m", alive: true, meta: meta{vtep: netip.MustParseAddrPort("198.18.0.9:4789")}}}}
+	gossipAddr := netip.MustParseAddr("198.18.0.5")
+	for _, tc := range []struct {
+		vtep string
+		ok   bool
+	}{
+		{"198.18.0.5:4789", true},
+		{"198.19.0.7:4789", true},
+		{"198.18.0.6:4789", false},
+		{"127.0.0.1:4789", false},
+		{"224.0.0.1:4789", false},
+		{"0.0.0.0:4789", false},
+		{"198.18.0.9:4789", false}, // m's
+	} {
+		err := n.vtepAllowedLocked("x", gossipAddr, netip.MustParseAddrPort(tc.vtep))
+		if (err == nil) != tc.ok {
+			t.Errorf("VTEP %s: %v, want allowed %v", tc.vtep, err, tc.ok)
+		}
+	}
 }

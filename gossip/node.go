@@ -94,6 +94,11 @@ package gossip
 // Flood lists. Each served VNI's flood list (head-end replication targets)
 // is the static peers plus the VTEPs of the alive members that serve the
 // VNI, except ours. It is recomputed on every join, update and departure.
+// A member's VTEP must be at its gossip address (or in Config.AllowVTEPs),
+// and never loopback (off a loopback cluster), broadcast, multicast,
+// unspecified or another alive member's: a node whose metadata says
+// otherwise is refused as a member, like a node of another protocol
+// version (Stats.RefusedVTEP), so it never enters a flood list.
 //
 // Protocol versions. The metadata starts with its version (meta.go). A node
 // speaking a version we do not read is refused (memberlist's AliveDelegate
@@ -240,6 +245,10 @@ type Config struct {
 	// list (the --peer flag: kernel VXLAN devices, switches). A zero port
 	// means VTEP's port.
 	StaticPeers []netip.AddrPort
+	// AllowVTEPs are underlay ranges where a member's VTEP may lie when it
+	// is not at the member's gossip address (--allow-vtep): a member whose
+	// metadata VTEP is neither is refused (Stats.RefusedVTEP).
+	AllowVTEPs []netip.Prefix
 	// FDB receives the gossiped FDB entries (origin gossip) and the flood
 	// lists of the served VNIs, which this node owns: do not SetFlood them
 	// elsewhere.
@@ -463,6 +472,10 @@ type Stats struct {
 	// RefusedNodes counts refusals of nodes with incompatible or bad
 	// metadata (alive messages and joins).
 	RefusedNodes uint64 `json:"refused_nodes"`
+	// RefusedVTEP counts refusals of nodes whose metadata VTEP is not
+	// theirs to give (see vtepAllowedLocked): they are not members, so never
+	// in a flood list. Each is counted in RefusedNodes too.
+	RefusedVTEP uint64 `json:"refused_vtep"`
 	// UnknownExtension counts broadcasts and push/pull sections of
 	// extensions this node does not run: skipped.
 	UnknownExtension uint64 `json:"unknown_extension"`
@@ -501,7 +514,7 @@ type counters struct {
 	refusedStreams, cutStreams    atomic.Uint64 // see stream.go
 	pulls, answers, pullsRefused  atomic.Uint64 // see pull.go
 	protocolSwitches              atomic.Uint64
-	future                        atomic.Uint64
+	future, refusedVTEP           atomic.Uint64
 }
 
 // New checks cfg, binds the gossip sockets (memberlist starts) and
@@ -733,6 +746,7 @@ func (n *Node) fail(err error) {
 // check validates c and fills in defaults and normal forms.
 func (c *Config) check() error {
 	c.Seeds, c.VNIs, c.SecretKeys = slices.Clone(c.Seeds), slices.Clone(c.VNIs), slices.Clone(c.SecretKeys)
+	c.AllowVTEPs = slices.Clone(c.AllowVTEPs)
 	if !validName(c.Name) {
 		return fmt.Errorf("config Name %q: want 1 to %d bytes without control characters", c.Name, maxNameLen)
 	}
@@ -1252,6 +1266,7 @@ func (n *Node) Stats() Stats {
 		TableErrors:          n.stats.tableErrors.Load(),
 		Reannounced:          n.stats.reannounced.Load(),
 		RefusedNodes:         n.stats.refused.Load(),
+		RefusedVTEP:          n.stats.refusedVTEP.Load(),
 		UnknownExtension:     n.stats.unknownExtension.Load(),
 		RejectedQuota:        n.stats.quota.Load(),
 		RefusedStreams:       n.stats.refusedStreams.Load(),

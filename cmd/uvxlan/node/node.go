@@ -153,6 +153,7 @@ func New(cfg Config) (_ *Node, err error) {
 		SecretKeys:   cfg.GossipKeys,
 		Offline:      cfg.GossipOff,
 		StaticPeers:  cfg.Peers,
+		AllowVTEPs:   cfg.AllowVTEPs,
 		MaxEndpoints: cfg.MaxEndpoints,
 		FDB:          n.table,
 		Neigh:        n.neigh,
