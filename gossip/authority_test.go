@@ -209,3 +209,58 @@ func TestVTEPAllowed(t *testing.T) {
 		}
 	}
 }
+
+// Issue 26, row 13: a member's metadata updates are rate-limited: past the
+// burst, alive messages that change its metadata faster than the rate are
+// refused (counted); those that change only the digest, or nothing, are
+// not.
+func TestMetaUpdatesThrottled(t *testing.T) {
+	nodes := startCluster(t, 2, nil)
+	waitMembers(t, nodes)
+	a, b := nodes[0], nodes[1]
+	d := &delegate{a.Node}
+	b.mu.Lock()
+	md := b.self
+	b.mu.Unlock()
+	const updates = 200
+	start := time.Now()
+	accepted, last := 0, md
+	for i := range updates {
+		m := md
+		m.addrs = []PinnedAddr{{VNI: testVNI, Addr: netip.AddrFrom4([4]byte{10, 77, byte(i >> 8), byte(i)})}}
+		node := &memberlist.Node{Name: b.name, Addr: b.Addr().Addr().AsSlice(), Port: b.Addr().Port(), Meta: m.encode(), State: memberlist.StateAlive}
+		if d.NotifyAlive(node) == nil {
+			accepted, last = accepted+1, m
+			d.NotifyUpdate(node)
+		}
+	}
+	elapsed := time.Since(start)
+	for range updates { // digest-only updates are free
+		m := last
+		m.digest.sum++
+		if err := d.NotifyAlive(&memberlist.Node{Name: b.name, Addr: b.Addr().Addr().AsSlice(), Port: b.Addr().Port(), Meta: m.encode(), State: memberlist.StateAlive}); err != nil {
+			t.Fatalf("a digest-only update refused: %v", err)
+		}
+	}
+	rate, burst := a.metaUpdateLimits()
+	most := int(burst+rate*elapsed.Seconds()) + 1
+	t.Logf("%d of %d updates accepted in %v (rate %.0f/s, burst %.0f)", accepted, updates, elapsed, rate, burst)
+	if accepted > most {
+		t.Errorf("%d updates accepted in %v, want at most %d", accepted, elapsed, most)
+	}
+	if got := a.Stats().ThrottledUpdates; got != uint64(updates-accepted) {
+		t.Errorf("ThrottledUpdates = %d, want %d", got, updates-accepted)
+	}
+	// b's own updates (its real metadata) still get through.
+	if err := b.SetPinnedAddrs([]PinnedAddr{{VNI: testVNI, Addr: netip.MustParseAddr("10.77.9.9")}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, converge, "b's pinned address on a", func() error {
+		for _, m := range a.Members() {
+			if m.Name == b.name && len(m.PinnedAddrs) == 1 && m.PinnedAddrs[0].Addr == netip.MustParseAddr("10.77.9.9") {
+				return nil
+			}
+		}
+		return fmt.Errorf("not yet")
+	})
+}

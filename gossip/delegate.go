@@ -166,6 +166,9 @@ func (d *delegate) NotifyAlive(peer *memberlist.Node) error {
 	if peer.Name == d.n.name {
 		return nil
 	}
+	if !d.n.updateAllowed(peer) {
+		return fmt.Errorf("node %q changes its metadata too often", peer.Name)
+	}
 	if err := d.n.acceptable(peer); err != nil {
 		return fmt.Errorf("refusing node %q: %w", peer.Name, err)
 	}
@@ -197,6 +200,49 @@ func (d *delegate) NotifyMerge(peers []*memberlist.Node) error {
 		}
 	}
 	return nil
+}
+
+// metaUpdateLimits are the rate (a second) and burst of the metadata
+// changes of one member that a node takes: twice what an agent publishes
+// at most (one update per pt.metaEvery), and a burst of metaUpdateBurst;
+// an agent's metadata but the digest changes far less often (a restart, a
+// lease's pinned addresses, a protocol switch).
+func (n *Node) metaUpdateLimits() (rate, burst float64) {
+	return 2 / n.pt.metaEvery.Seconds(), metaUpdateBurst
+}
+
+const metaUpdateBurst = 20
+
+// updateAllowed takes a token from the bucket of an alive member whose
+// alive message changes its metadata, but for the digest, or its address.
+// memberlist calls NotifyAlive before it looks at the incarnation, so for
+// every copy of every alive message, late copies of older ones too: those
+// that change nothing else are free, and so are digest updates, the
+// frequent ones, which cost a map update (memberUpLocked). A member that
+// updates faster than metaUpdateLimits has its updates refused, counted:
+// each costs every node its lock, the pins and flood lists rebuilt, and a
+// rescan of its records when its VTEP changes.
+func (n *Node) updateAllowed(p *memberlist.Node) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	m := n.members[p.Name]
+	if m == nil || !m.alive {
+		return true
+	}
+	addr, _ := netip.AddrFromSlice(p.Addr)
+	core := p.Meta
+	if len(core) > 0 && core[0] >= 5 && len(core) >= digestLen {
+		core = core[:len(core)-digestLen]
+	}
+	if string(core) == string(m.core) && m.addr == netip.AddrPortFrom(addr.Unmap(), p.Port) {
+		return true
+	}
+	rate, burst := n.metaUpdateLimits()
+	if m.updates.take(time.Now(), rate, burst) {
+		return true
+	}
+	n.stats.throttled.Add(1)
+	return false
 }
 
 // acceptable decodes a peer's metadata and checks that it can be a member:

@@ -390,6 +390,8 @@ type member struct {
 	// dmax is the highest metadata version it reads (memberlist's DMax;
 	// 0 for releases before version 5, which read version 4 only).
 	dmax uint8
+	// updates limits its metadata updates (updateAllowed).
+	updates bucket
 }
 
 type pendingKey struct {
@@ -476,6 +478,11 @@ type Stats struct {
 	// theirs to give (see vtepAllowedLocked): they are not members, so never
 	// in a flood list. Each is counted in RefusedNodes too.
 	RefusedVTEP uint64 `json:"refused_vtep"`
+	// ThrottledUpdates counts alive messages of members refused because
+	// they changed the member's metadata more often than metaUpdateRate
+	// allows (memberlist keeps the metadata it had; a later message or
+	// push/pull brings the newer one).
+	ThrottledUpdates uint64 `json:"throttled_meta_updates"`
 	// UnknownExtension counts broadcasts and push/pull sections of
 	// extensions this node does not run: skipped.
 	UnknownExtension uint64 `json:"unknown_extension"`
@@ -510,11 +517,11 @@ type Stats struct {
 type counters struct {
 	received, applied, stale, duplicate, foreignVTEP, unknownOwner, decodeErrors,
 	withdrawn, outranked, tableErrors, reannounced, refused, unknownExtension, quota atomic.Uint64
-	rejectedPinned, refusedPinned atomic.Uint64 // see pinned.go
-	refusedStreams, cutStreams    atomic.Uint64 // see stream.go
-	pulls, answers, pullsRefused  atomic.Uint64 // see pull.go
-	protocolSwitches              atomic.Uint64
-	future, refusedVTEP           atomic.Uint64
+	rejectedPinned, refusedPinned  atomic.Uint64 // see pinned.go
+	refusedStreams, cutStreams     atomic.Uint64 // see stream.go
+	pulls, answers, pullsRefused   atomic.Uint64 // see pull.go
+	protocolSwitches               atomic.Uint64
+	future, refusedVTEP, throttled atomic.Uint64
 }
 
 // New checks cfg, binds the gossip sockets (memberlist starts) and
@@ -1267,6 +1274,7 @@ func (n *Node) Stats() Stats {
 		Reannounced:          n.stats.reannounced.Load(),
 		RefusedNodes:         n.stats.refused.Load(),
 		RefusedVTEP:          n.stats.refusedVTEP.Load(),
+		ThrottledUpdates:     n.stats.throttled.Load(),
 		UnknownExtension:     n.stats.unknownExtension.Load(),
 		RejectedQuota:        n.stats.quota.Load(),
 		RefusedStreams:       n.stats.refusedStreams.Load(),
