@@ -80,13 +80,13 @@ type pmtuProber struct {
 	events  chan encap.PMTUReport
 	// answered counts the acks sent; refused the probes not answered.
 	answered, refused atomic.Uint64
-	mu       sync.Mutex
-	paths    map[netip.Addr]*pathState // by VTEP address
+	mu                sync.Mutex
+	paths             map[netip.Addr]*pathState // by VTEP address
 	// alive are the alive members by VTEP address, as due saw them last
 	// (a probe does not walk the cluster), with the bucket of their probes
 	// answered.
-	alive map[netip.Addr]answerer
-	waiting map[uint64]chan int       // nonce → the size acknowledged
+	alive   map[netip.Addr]answerer
+	waiting map[uint64]chan int // nonce → the size acknowledged
 }
 
 func newPMTUProber(n *Node) *pmtuProber {
