@@ -264,3 +264,24 @@ func TestMetaUpdatesThrottled(t *testing.T) {
 		return fmt.Errorf("not yet")
 	})
 }
+
+// Records in an owner's name are refused at the source where the source is
+// known: a pull answer (its sender is not known to memberlist's delegate)
+// is taken only from an owner we pulled from, and only with that owner's
+// records.
+func TestUnsolicitedAnswerRefused(t *testing.T) {
+	nodes := startCluster(t, 2, nil)
+	waitMembers(t, nodes)
+	a, b := nodes[0], nodes[1]
+	mac := fdb.MAC{0x02, 0xee, 0, 0, 0, 0x44}
+	forged := record{key: key{kind: kindFDB, vni: testVNI, mac: mac}, owner: a.name, version: a.clock.next(), vtep: testVTEP(0)}
+	msg, _ := appendAnswer([]record{forged}, answerBytes)
+	before := b.Stats()
+	(&delegate{b.Node}).NotifyMsg(msg)
+	if got := b.Stats().RejectedAnswers - before.RejectedAnswers; got != 1 {
+		t.Errorf("RejectedAnswers +%d, want +1", got)
+	}
+	if _, ok := b.fdb.Lookup(testVNI, mac); ok {
+		t.Error("an unsolicited answer in a's name was merged")
+	}
+}

@@ -70,7 +70,7 @@ func (d *delegate) NotifyMsg(b []byte) {
 			d.n.stats.decodeErrors.Add(1)
 			return
 		}
-		d.n.merge(recs, false) // not relayed: we asked, the others did not
+		d.n.mergeAnswer(recs)
 	case t >= MinExtensionType:
 		e := d.n.extension(t)
 		if e == nil {

@@ -502,6 +502,9 @@ type Stats struct {
 	Pulls        uint64 `json:"pulls"`
 	Answers      uint64 `json:"pull_answers"`
 	RefusedPulls uint64 `json:"refused_pulls"`
+	// RejectedAnswers counts answers refused whole: from an owner we did
+	// not pull from, or with another owner's records (see pull.go).
+	RejectedAnswers uint64 `json:"rejected_answers"`
 	// ProtocolSwitches counts the changes of the metadata version this
 	// node speaks (Member.Protocol of itself): down to 4 when a member
 	// that reads no later one comes, up when the last such member is gone.
@@ -522,6 +525,7 @@ type counters struct {
 	pulls, answers, pullsRefused   atomic.Uint64 // see pull.go
 	protocolSwitches               atomic.Uint64
 	future, refusedVTEP, throttled atomic.Uint64
+	rejectedAnswers                atomic.Uint64
 }
 
 // New checks cfg, binds the gossip sockets (memberlist starts) and
@@ -1282,6 +1286,7 @@ func (n *Node) Stats() Stats {
 		Pulls:                n.stats.pulls.Load(),
 		Answers:              n.stats.answers.Load(),
 		RefusedPulls:         n.stats.pullsRefused.Load(),
+		RejectedAnswers:      n.stats.rejectedAnswers.Load(),
 		ProtocolSwitches:     n.stats.protocolSwitches.Load(),
 	}
 	n.mu.Lock()

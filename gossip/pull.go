@@ -23,7 +23,7 @@ package gossip
 //     packet naming the requester). The owner answers with the records it
 //     owns, live and tombstones, in UDP packets of up to answerBytes
 //     (msgAnswer, the entry format); they are merged like broadcasts but
-//     not relayed. An owner with more live records than an answer carries
+//     not relayed, and only with the records of an owner we pulled from. An owner with more live records than an answer carries
 //     (maxAnswerRecords) is synced with by push/pull instead (one at a time).
 //
 // Bounds. Digests and requests come from peers, which may lie: a member
@@ -52,6 +52,7 @@ package gossip
 import (
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -280,6 +281,30 @@ func (n *Node) answer(name string, boot uint64) {
 			return
 		}
 	}
+}
+
+// mergeAnswer merges an answer to one of our pulls, not relayed (we asked,
+// the others did not). memberlist does not tell who sent a message, and a
+// key holder could send "answers" in anyone's name: an answer is taken only
+// with the records of one owner, one we sent a pull to; others are refused
+// whole (Stats.RejectedAnswers).
+func (n *Node) mergeAnswer(recs []record) {
+	if len(recs) == 0 {
+		return
+	}
+	owner := recs[0].owner
+	ok := !slices.ContainsFunc(recs, func(r record) bool { return r.owner != owner })
+	if ok {
+		n.mu.Lock()
+		p := n.pulls[owner]
+		ok = p != nil && !p.next.IsZero()
+		n.mu.Unlock()
+	}
+	if !ok {
+		n.stats.rejectedAnswers.Add(1)
+		return
+	}
+	n.merge(recs, false)
 }
 
 // answerAllowedLocked takes an answer from the bounds: one per requester
