@@ -23,8 +23,10 @@ package gossip
 //     packet naming the requester). The owner answers with the records it
 //     owns, live and tombstones, in UDP packets of up to answerBytes
 //     (msgAnswer, the entry format); they are merged like broadcasts but
-//     not relayed, and only with the records of an owner we pulled from. An owner with more live records than an answer carries
-//     (maxAnswerRecords) is synced with by push/pull instead (one at a time).
+//     not relayed, and only with the records of an owner we pulled from
+//     (mergeAnswer). An owner with more live records than an answer
+//     carries (maxAnswerRecords) is synced with by push/pull instead (one
+//     at a time).
 //
 // Bounds. Digests and requests come from peers, which may lie: a member
 // whose digest never matches what it sends, or a stranger that asks for
