@@ -285,3 +285,24 @@ func TestUnsolicitedAnswerRefused(t *testing.T) {
 		t.Error("an unsolicited answer in a's name was merged")
 	}
 }
+
+// Records in another's name slipped into a push/pull (never relayed, so
+// their owner does not hear of them): the node holding them sees the
+// owner's digest differ, pulls, and when the answer does not settle it
+// shows the owner what it holds in its name; the owner answers with its
+// own view, above, and that wins everywhere.
+func TestForgedStateAnsweredByOwner(t *testing.T) {
+	nodes := startCluster(t, 3, nil)
+	waitMembers(t, nodes)
+	a, b := nodes[0], nodes[1]
+	ahead := uint64(time.Now().Add(time.Hour).UnixNano())
+	tomb := record{key: key{kind: kindFDB, vni: testVNI, mac: testMAC(0)}, owner: a.name, version: ahead, deleted: true, vtep: testVTEP(0)}
+	(&delegate{b.Node}).MergeRemoteState(appendState(nil, []record{tomb}, nil), false)
+	if _, ok := b.fdb.Lookup(testVNI, testMAC(0)); ok {
+		t.Fatal("setup: the forged tombstone did not take a's TAP MAC on b")
+	}
+	eventually(t, converge, "a's TAP MAC back on b", fdbOn(nodes, a.name, testVNI, testMAC(0), testVTEP(0)))
+	if a.Stats().Reannounced == 0 {
+		t.Error("a did not reannounce")
+	}
+}
