@@ -520,10 +520,12 @@ func (l *Leases) mergeLocked(r *record, now uint64) bool {
 	}
 	l.putLocked(r)
 	l.stats.applied.Add(1)
+	k := ownerSubnet{r.subnet, r.owner}
 	if !l.seenLocked(r.owner) {
-		l.pending[ownerSubnet{r.subnet, r.owner}] = time.Now()
+		l.pending[k] = time.Now()
 		return false // not relayed: see "Owners never seen alive"
 	}
+	delete(l.pending, k)
 	return true
 }
 
