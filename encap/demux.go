@@ -241,7 +241,7 @@ func (d *Demux) accept(m *Message) int {
 	}
 	if frame[12] == EtherTypePMTU>>8 && frame[13] == EtherTypePMTU&0xff {
 		if msg, ok := ParsePMTUFrame(frame); ok {
-			e.pmtu(msg, h.VNI, m)
+			e.pmtu(msg, h.VNI, fdb.MAC(frame[0:6]), m)
 			return -1
 		}
 	}
@@ -287,7 +287,7 @@ func (e *Engine) admitSource(src fdb.MAC, addr netip.Addr, member bool) bool {
 
 // pmtu counts a path MTU probe or ack and reports it to the node, without
 // blocking.
-func (e *Engine) pmtu(msg PMTUMessage, vni fdb.VNI, m *Message) {
+func (e *Engine) pmtu(msg PMTUMessage, vni fdb.VNI, dst fdb.MAC, m *Message) {
 	if msg.Kind == PMTUProbe {
 		e.c.add(PMTUProbes, 1)
 	} else {
@@ -297,7 +297,7 @@ func (e *Engine) pmtu(msg PMTUMessage, vni fdb.VNI, m *Message) {
 		return
 	}
 	select {
-	case e.cfg.PMTU <- PMTUReport{VNI: vni, From: m.Addr, Len: m.N, Msg: msg}:
+	case e.cfg.PMTU <- PMTUReport{VNI: vni, From: m.Addr, Dst: dst, Len: m.N, Msg: msg}:
 	default:
 	}
 }

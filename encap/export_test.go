@@ -8,10 +8,6 @@ import (
 	"time"
 )
 
-// Take takes one token now and reports whether there was one. A nil bucket
-// always has one.
-func (b *Bucket) Take() bool { return b == nil || b.take(b.now()) }
-
 // Last returns when VXLAN last arrived from addr (zero: never, or not
 // watched).
 func (h *Heard) Last(addr netip.Addr) time.Time {

@@ -37,8 +37,9 @@ import (
 // their destination MAC (a member's metadata carries the TAP MAC of its
 // first segment, which the prober uses in whichever VNI they share),
 // reports them on EngineConfig.PMTU and drops them: they are never written
-// to the TAP nor learned from. The node answers probes
-// with a small ack to the member's VTEP and keeps the largest acknowledged
+// to the TAP nor learned from. The node answers probes addressed to its
+// probe MAC (the TAP MAC of its metadata; PMTUReport.Dst), rate-limited
+// per member, with a small ack to the member's VTEP and keeps the largest acknowledged
 // size per VTEP (PathMTUs), which the engines use as a per-destination
 // limit (too-big answers, see toobig.go).
 const (
@@ -135,6 +136,9 @@ func ParsePMTUFrame(frame []byte) (m PMTUMessage, ok bool) {
 type PMTUReport struct {
 	VNI  fdb.VNI
 	From netip.AddrPort // the datagram's source
+	// Dst is the inner frame's destination MAC: the TAP MAC the prober took
+	// from our metadata, for a probe of ours to answer.
+	Dst fdb.MAC
 	// Len is the UDP payload's length (VXLAN header and frame).
 	Len int
 	Msg PMTUMessage

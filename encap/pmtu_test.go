@@ -99,7 +99,7 @@ func FuzzPMTUMessage(f *testing.F) {
 }
 
 // TestDemuxPMTU: probes and acks (to the TAP's MAC or another of the
-// node's) are reported, counted and neither written to the TAP nor learned;
+// node's) are reported with their destination MAC, counted and neither written to the TAP nor learned;
 // a frame of the EtherType without the magic is an ordinary frame.
 func TestDemuxPMTU(t *testing.T) {
 	var n fakeNet
@@ -125,9 +125,9 @@ func TestDemuxPMTU(t *testing.T) {
 	PutPMTUFrame(other, macC, macB, PMTUMessage{Kind: PMTUProbe, Size: 136, Nonce: 6})
 	send(other)
 	for i, want := range []PMTUReport{
-		{VNI: testVNI, From: vtepB, Len: HeaderLen + 1000, Msg: PMTUMessage{Kind: PMTUProbe, Size: 1036, Nonce: 5}},
-		{VNI: testVNI, From: vtepB, Len: HeaderLen + PMTUFrameMin, Msg: PMTUMessage{Kind: PMTUAck, Size: 1036, Nonce: 5}},
-		{VNI: testVNI, From: vtepB, Len: HeaderLen + 100, Msg: PMTUMessage{Kind: PMTUProbe, Size: 136, Nonce: 6}},
+		{VNI: testVNI, From: vtepB, Dst: macA, Len: HeaderLen + 1000, Msg: PMTUMessage{Kind: PMTUProbe, Size: 1036, Nonce: 5}},
+		{VNI: testVNI, From: vtepB, Dst: macA, Len: HeaderLen + PMTUFrameMin, Msg: PMTUMessage{Kind: PMTUAck, Size: 1036, Nonce: 5}},
+		{VNI: testVNI, From: vtepB, Dst: macC, Len: HeaderLen + 100, Msg: PMTUMessage{Kind: PMTUProbe, Size: 136, Nonce: 6}},
 	} {
 		if got := <-reports; got != want {
 			t.Errorf("report %d = %+v, want %+v", i, got, want)

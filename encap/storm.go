@@ -57,3 +57,7 @@ func (b *Bucket) take(now int64) bool {
 		}
 	}
 }
+
+// Take takes one token now and reports whether there was one. A nil bucket
+// always has one.
+func (b *Bucket) Take() bool { return b == nil || b.take(b.now()) }

@@ -5,10 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/uvxlan/uvxlan/fdb"
 )
 
 // delegate is how memberlist calls the Node: it implements memberlist's
@@ -66,7 +70,7 @@ func (d *delegate) NotifyMsg(b []byte) {
 			d.n.stats.decodeErrors.Add(1)
 			return
 		}
-		d.n.merge(recs, false) // not relayed: we asked, the others did not
+		d.n.mergeAnswer(recs)
 	case t >= MinExtensionType:
 		e := d.n.extension(t)
 		if e == nil {
@@ -164,7 +168,10 @@ func (d *delegate) NotifyAlive(peer *memberlist.Node) error {
 	if peer.Name == d.n.name {
 		return nil
 	}
-	if err := d.n.acceptable(peer.Name, peer.Meta); err != nil {
+	if !d.n.updateAllowed(peer) {
+		return fmt.Errorf("node %q changes its metadata too often", peer.Name)
+	}
+	if err := d.n.acceptable(peer); err != nil {
 		return fmt.Errorf("refusing node %q: %w", peer.Name, err)
 	}
 	return d.n.checkPins([]*memberlist.Node{peer}, false)
@@ -184,7 +191,7 @@ func (d *delegate) NotifyMerge(peers []*memberlist.Node) error {
 		if p.Name == d.n.name || p.State != memberlist.StateAlive {
 			continue
 		}
-		if err := d.n.acceptable(p.Name, p.Meta); err != nil {
+		if err := d.n.acceptable(p); err != nil {
 			var mm mismatch
 			if errors.As(err, &mm) && !d.n.joined.Load() {
 				// Perhaps we are the one joining a cluster that disagrees:
@@ -197,18 +204,96 @@ func (d *delegate) NotifyMerge(peers []*memberlist.Node) error {
 	return nil
 }
 
+// metaUpdateLimits are the rate (a second) and burst of the metadata
+// changes of one member that a node takes: twice what an agent publishes
+// at most (one update per pt.metaEvery), and a burst of metaUpdateBurst;
+// an agent's metadata but the digest changes far less often (a restart, a
+// lease's pinned addresses, a protocol switch).
+func (n *Node) metaUpdateLimits() (rate, burst float64) {
+	return 2 / n.pt.metaEvery.Seconds(), metaUpdateBurst
+}
+
+const metaUpdateBurst = 20
+
+// updateAllowed takes a token from the bucket of an alive member whose
+// alive message changes its metadata, but for the digest, or its address.
+// memberlist calls NotifyAlive before it looks at the incarnation, so for
+// every copy of every alive message, late copies of older ones too: those
+// that change nothing else are free, and so are digest updates, the
+// frequent ones, which cost a map update (memberUpLocked). A member that
+// updates faster than metaUpdateLimits has its updates refused, counted:
+// each costs every node its lock, the pins and flood lists rebuilt, and a
+// rescan of its records when its VTEP changes.
+func (n *Node) updateAllowed(p *memberlist.Node) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	m := n.members[p.Name]
+	if m == nil || !m.alive {
+		return true
+	}
+	addr, _ := netip.AddrFromSlice(p.Addr)
+	core := p.Meta
+	if len(core) > 0 && core[0] >= 5 && len(core) >= digestLen {
+		core = core[:len(core)-digestLen]
+	}
+	if string(core) == string(m.core) && m.addr == netip.AddrPortFrom(addr.Unmap(), p.Port) {
+		return true
+	}
+	rate, burst := n.metaUpdateLimits()
+	if m.updates.take(time.Now(), rate, burst) {
+		return true
+	}
+	n.stats.throttled.Add(1)
+	return false
+}
+
 // acceptable decodes a peer's metadata and checks that it can be a member:
-// a protocol version we read, our extensions' agreement (an error of type
-// mismatch otherwise). A refusal is counted and logged.
-func (n *Node) acceptable(name string, b []byte) error {
-	md, err := n.readMeta(b)
+// a protocol version we read, a VTEP it may give (vtepAllowedLocked), our
+// extensions' agreement (an error of type mismatch otherwise). A refusal is
+// counted and logged.
+func (n *Node) acceptable(p *memberlist.Node) error {
+	md, err := n.readMeta(p.Meta)
 	if err == nil {
-		err = n.checkExtensionsMeta(name, &md)
+		addr, _ := netip.AddrFromSlice(p.Addr)
+		n.mu.Lock()
+		err = n.vtepAllowedLocked(p.Name, addr.Unmap(), md.vtep)
+		n.mu.Unlock()
+		if err != nil {
+			n.stats.refusedVTEP.Add(1)
+		}
+	}
+	if err == nil {
+		err = n.checkExtensionsMeta(p.Name, &md)
 	}
 	if err != nil {
-		n.refuse(name, err)
+		n.refuse(p.Name, err)
 	}
 	return err
+}
+
+// vtepAllowedLocked checks the VTEP in the metadata of the node name,
+// whose gossip address is addr: it must be at addr, or in
+// Config.AllowVTEPs, and never be loopback (unless we gossip on loopback
+// ourselves: a cluster on one host), broadcast, multicast, unspecified, or
+// the VTEP of another alive member (ours included). Otherwise a member
+// could draw the flood lists' copies of every broadcast frame to a local
+// service of every host (127.0.0.53:53) or to the whole underlay.
+func (n *Node) vtepAllowedLocked(name string, addr netip.Addr, vtep netip.AddrPort) error {
+	a := vtep.Addr().Unmap()
+	switch {
+	case !fdb.ValidVTEP(vtep) || a.IsUnspecified() || a.IsMulticast() || a == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
+		return fmt.Errorf("metadata VTEP %s is not a unicast address and port", vtep)
+	case a.IsLoopback() && !n.cfg.BindAddr.IsLoopback():
+		return fmt.Errorf("metadata VTEP %s is a loopback address", vtep)
+	case a != addr && !slices.ContainsFunc(n.cfg.AllowVTEPs, func(p netip.Prefix) bool { return p.Contains(a) }):
+		return fmt.Errorf("metadata VTEP %s is not at its gossip address %s (nor in --allow-vtep)", vtep, addr)
+	}
+	for _, m := range n.members {
+		if m.alive && m.name != name && m.meta.vtep == vtep {
+			return fmt.Errorf("metadata VTEP %s is the VTEP of the member %q", vtep, m.name)
+		}
+	}
+	return nil
 }
 
 // readMeta is decodeMeta, but a node that emulates a release before

@@ -149,6 +149,14 @@ func (h *Handle) NextVersion() uint64 { return h.n.clock.next() }
 // versions will exceed it.
 func (h *Handle) ObserveVersion(v uint64) { h.n.clock.observe(v) }
 
+// TooNew reports whether version v is further ahead of the wall clock than
+// the allowed skew (a day): a record of such a version is to be refused,
+// as gossip refuses its own (Stats.RejectedFuture).
+func (h *Handle) TooNew(v uint64) bool { return h.n.clock.tooNew(v) }
+
+// MaxSkew is the clock skew gossip allows (see Handle.TooNew).
+const MaxSkew = maxSkew
+
 // Member reports whether name is an alive member (this node included), and
 // its VTEP.
 func (h *Handle) Member(name string) (vtep netip.AddrPort, alive bool) {

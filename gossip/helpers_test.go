@@ -35,8 +35,9 @@ func discardLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
+// nodeWithMeta is an alive node at sampleMeta's VTEP address.
 func nodeWithMeta(name string, b []byte) *memberlist.Node {
-	return &memberlist.Node{Name: name, Addr: []byte{127, 0, 0, 1}, Port: 1, Meta: b, State: memberlist.StateAlive}
+	return &memberlist.Node{Name: name, Addr: []byte{198, 18, 0, 1}, Port: 1, Meta: b, State: memberlist.StateAlive}
 }
 
 // testPushPull is the push/pull interval of fastTimings.

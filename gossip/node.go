@@ -46,7 +46,14 @@ package gossip
 // newer (a higher version; at equal versions a tombstone beats a live record,
 // then the greater value wins, so every node picks the same). Anything else
 // is counted (Stale, Duplicate) and ignored, so merging the same records
-// twice, or in any order, leaves the same state.
+// twice, or in any order, leaves the same state. A record whose version is
+// more than a day (maxSkew) ahead of our wall clock is refused, never merged
+// nor relayed (Stats.RejectedFuture): a key holder writing in another's name
+// far in the future would win against everything its owner could answer
+// until the wall clock caught up. Within the skew the owner's answer
+// (authority, above) moves its clock past the forged version, and wins; a
+// victim restarted with no memory gets the records in its name from the
+// settling sync after its join, and answers them the same way.
 //
 // Winners and the tables. For each key the winner is the live record with
 // the highest version among those whose owner is an alive member (equal
@@ -87,6 +94,11 @@ package gossip
 // Flood lists. Each served VNI's flood list (head-end replication targets)
 // is the static peers plus the VTEPs of the alive members that serve the
 // VNI, except ours. It is recomputed on every join, update and departure.
+// A member's VTEP must be at its gossip address (or in Config.AllowVTEPs),
+// and never loopback (off a loopback cluster), broadcast, multicast,
+// unspecified or another alive member's: a node whose metadata says
+// otherwise is refused as a member, like a node of another protocol
+// version (Stats.RefusedVTEP), so it never enters a flood list.
 //
 // Protocol versions. The metadata starts with its version (meta.go). A node
 // speaking a version we do not read is refused (memberlist's AliveDelegate
@@ -244,6 +256,10 @@ type Config struct {
 	// list (the --peer flag: kernel VXLAN devices, switches). A zero port
 	// means VTEP's port.
 	StaticPeers []netip.AddrPort
+	// AllowVTEPs are underlay ranges where a member's VTEP may lie when it
+	// is not at the member's gossip address (--allow-vtep): a member whose
+	// metadata VTEP is neither is refused (Stats.RefusedVTEP).
+	AllowVTEPs []netip.Prefix
 	// FDB receives the gossiped FDB entries (origin gossip) and the flood
 	// lists of the served VNIs, which this node owns: do not SetFlood them
 	// elsewhere.
@@ -396,6 +412,8 @@ type member struct {
 	// dmax is the highest metadata version it reads (memberlist's DMax;
 	// 0 for releases before version 5, which read version 4 only).
 	dmax uint8
+	// updates limits its metadata updates (updateAllowed).
+	updates bucket
 }
 
 type pendingKey struct {
@@ -455,6 +473,10 @@ type Stats struct {
 	// RejectedForeignVTEP counts FDB records naming a VTEP other than their
 	// owner's.
 	RejectedForeignVTEP uint64 `json:"rejected_foreign_vtep"`
+	// RejectedFuture counts records whose version is further ahead of our
+	// wall clock than the allowed skew (maxSkew, a day): refused, never
+	// merged nor relayed (see "Versions" at the top of node.go).
+	RejectedFuture uint64 `json:"rejected_future"`
 	// RejectedPinned counts records of a key pinned to another node than
 	// their owner (see pinned.go).
 	RejectedPinned uint64 `json:"rejected_pinned"`
@@ -485,6 +507,15 @@ type Stats struct {
 	// RefusedNodes counts refusals of nodes with incompatible or bad
 	// metadata (alive messages and joins).
 	RefusedNodes uint64 `json:"refused_nodes"`
+	// RefusedVTEP counts refusals of nodes whose metadata VTEP is not
+	// theirs to give (see vtepAllowedLocked): they are not members, so never
+	// in a flood list. Each is counted in RefusedNodes too.
+	RefusedVTEP uint64 `json:"refused_vtep"`
+	// ThrottledUpdates counts alive messages of members refused because
+	// they changed the member's metadata more often than metaUpdateRate
+	// allows (memberlist keeps the metadata it had; a later message or
+	// push/pull brings the newer one).
+	ThrottledUpdates uint64 `json:"throttled_meta_updates"`
 	// UnknownExtension counts broadcasts and push/pull sections of
 	// extensions this node does not run: skipped.
 	UnknownExtension uint64 `json:"unknown_extension"`
@@ -504,6 +535,9 @@ type Stats struct {
 	Pulls        uint64 `json:"pulls"`
 	Answers      uint64 `json:"pull_answers"`
 	RefusedPulls uint64 `json:"refused_pulls"`
+	// RejectedAnswers counts answers refused whole: from an owner we did
+	// not pull from, or with another owner's records (see pull.go).
+	RejectedAnswers uint64 `json:"rejected_answers"`
 	// ProtocolSwitches counts the changes of the metadata version this
 	// node speaks (Member.Protocol of itself): down to 4 when a member
 	// that reads no later one comes, up when the last such member is gone.
@@ -519,10 +553,12 @@ type Stats struct {
 type counters struct {
 	received, applied, stale, duplicate, foreignVTEP, unknownOwner, decodeErrors,
 	withdrawn, outranked, tableErrors, reannounced, refused, unknownExtension, quota atomic.Uint64
-	rejectedPinned, refusedPinned atomic.Uint64 // see pinned.go
-	refusedStreams, cutStreams    atomic.Uint64 // see stream.go
-	pulls, answers, pullsRefused  atomic.Uint64 // see pull.go
-	protocolSwitches              atomic.Uint64
+	rejectedPinned, refusedPinned  atomic.Uint64 // see pinned.go
+	refusedStreams, cutStreams     atomic.Uint64 // see stream.go
+	pulls, answers, pullsRefused   atomic.Uint64 // see pull.go
+	protocolSwitches               atomic.Uint64
+	future, refusedVTEP, throttled atomic.Uint64
+	rejectedAnswers                atomic.Uint64
 }
 
 // New checks cfg, binds the gossip sockets (memberlist starts) and
@@ -761,6 +797,7 @@ func (n *Node) fail(err error) {
 // check validates c and fills in defaults and normal forms.
 func (c *Config) check() error {
 	c.Seeds, c.VNIs, c.SecretKeys = slices.Clone(c.Seeds), slices.Clone(c.VNIs), slices.Clone(c.SecretKeys)
+	c.AllowVTEPs = slices.Clone(c.AllowVTEPs)
 	if !validName(c.Name) {
 		return fmt.Errorf("config Name %q: want 1 to %d bytes without control characters", c.Name, maxNameLen)
 	}
@@ -1273,6 +1310,7 @@ func (n *Node) Stats() Stats {
 		Stale:                n.stats.stale.Load(),
 		Duplicate:            n.stats.duplicate.Load(),
 		RejectedForeignVTEP:  n.stats.foreignVTEP.Load(),
+		RejectedFuture:       n.stats.future.Load(),
 		RejectedPinned:       n.stats.rejectedPinned.Load(),
 		RefusedPinned:        n.stats.refusedPinned.Load(),
 		RejectedUnknownOwner: n.stats.unknownOwner.Load(),
@@ -1282,6 +1320,8 @@ func (n *Node) Stats() Stats {
 		TableErrors:          n.stats.tableErrors.Load(),
 		Reannounced:          n.stats.reannounced.Load(),
 		RefusedNodes:         n.stats.refused.Load(),
+		RefusedVTEP:          n.stats.refusedVTEP.Load(),
+		ThrottledUpdates:     n.stats.throttled.Load(),
 		UnknownExtension:     n.stats.unknownExtension.Load(),
 		RejectedQuota:        n.stats.quota.Load(),
 		RefusedStreams:       n.stats.refusedStreams.Load(),
@@ -1289,6 +1329,7 @@ func (n *Node) Stats() Stats {
 		Pulls:                n.stats.pulls.Load(),
 		Answers:              n.stats.answers.Load(),
 		RefusedPulls:         n.stats.pullsRefused.Load(),
+		RejectedAnswers:      n.stats.rejectedAnswers.Load(),
 		ProtocolSwitches:     n.stats.protocolSwitches.Load(),
 	}
 	n.mu.Lock()

@@ -23,8 +23,19 @@ package gossip
 //     packet naming the requester). The owner answers with the records it
 //     owns, live and tombstones, in UDP packets of up to answerBytes
 //     (msgAnswer, the entry format); they are merged like broadcasts but
-//     not relayed. An owner with more live records than an answer carries
-//     (maxAnswerRecords) is synced with by push/pull instead (one at a time).
+//     not relayed, and only with the records of an owner we pulled from
+//     (mergeAnswer). An owner with more live records than an answer
+//     carries (maxAnswerRecords) is synced with by push/pull instead (one
+//     at a time).
+//
+// Disagreement. A pull that leaves the digest different (we hold a record
+// in the owner's name that it did not make, or one newer than its own: a
+// key holder's forgery slipped into a push/pull, which is not relayed, so
+// the owner never heard of it; the owner's answer then loses to it) is
+// followed, at the next pull, by what we hold in the owner's name, sent to
+// the owner (show) as entries. The owner answers those it did not make
+// with its own view at a newer version, broadcast (authority, node.go),
+// which wins everywhere.
 //
 // Bounds. Digests and requests come from peers, which may lie: a member
 // whose digest never matches what it sends, or a stranger that asks for
@@ -52,6 +63,7 @@ package gossip
 import (
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -174,6 +186,9 @@ type pullTarget struct {
 	name     string
 	addr     netip.AddrPort
 	pushPull bool // too many records for an answer
+	// show: the previous pull did not settle the digest; the owner is sent
+	// what we hold in its name (see "Disagreement" above).
+	show bool
 }
 
 // duePullsLocked checks the watched owners and returns those to pull from
@@ -201,7 +216,8 @@ func (n *Node) duePullsLocked(now time.Time) []pullTarget {
 		if now.Sub(p.since) < n.pt.grace || now.Before(p.next) {
 			continue
 		}
-		due = append(due, pullTarget{name: owner, addr: m.addr, pushPull: m.meta.digest.count > maxAnswerRecords})
+		due = append(due, pullTarget{name: owner, addr: m.addr, pushPull: m.meta.digest.count > maxAnswerRecords,
+			show: p.backoff > n.pt.backoff})
 	}
 	rand.Shuffle(len(due), func(i, j int) { due[i], due[j] = due[j], due[i] })
 	due = due[:min(len(due), pullsPerTick(int(n.numAlive.Load())))]
@@ -237,8 +253,35 @@ func (n *Node) pullMissing() {
 			}
 			continue
 		}
-		if err := n.ml.SendToAddress(memberlist.Address{Addr: t.addr.String(), Name: t.name}, req); err != nil {
+		to := memberlist.Address{Addr: t.addr.String(), Name: t.name}
+		if err := n.ml.SendToAddress(to, req); err != nil {
 			n.log.Debug("pull request", "owner", t.name, "err", err)
+		}
+		if t.show {
+			n.show(to)
+		}
+	}
+}
+
+// show sends the owner to.Name the records we hold in its name, as entry
+// messages of at most answerBytes: it answers those it did not make, or
+// that are newer than its own, with its own view (authority). It does not
+// block.
+func (n *Node) show(to memberlist.Address) {
+	n.mu.Lock()
+	held := n.store.owned(to.Name)
+	recs := make([]record, 0, min(len(held), maxAnswerRecords))
+	for _, r := range held[:min(len(held), maxAnswerRecords)] {
+		recs = append(recs, r.record)
+	}
+	n.mu.Unlock()
+	for len(recs) > 0 {
+		var msg []byte
+		msg, recs = appendAnswer(recs, answerBytes)
+		msg[0] = msgEntries
+		if err := n.ml.SendToAddress(to, msg); err != nil {
+			n.log.Debug("show an owner its records", "owner", to.Name, "err", err)
+			return
 		}
 	}
 }
@@ -280,6 +323,30 @@ func (n *Node) answer(name string, boot uint64) {
 			return
 		}
 	}
+}
+
+// mergeAnswer merges an answer to one of our pulls, not relayed (we asked,
+// the others did not). memberlist does not tell who sent a message, and a
+// key holder could send "answers" in anyone's name: an answer is taken only
+// with the records of one owner, one we sent a pull to; others are refused
+// whole (Stats.RejectedAnswers).
+func (n *Node) mergeAnswer(recs []record) {
+	if len(recs) == 0 {
+		return
+	}
+	owner := recs[0].owner
+	ok := !slices.ContainsFunc(recs, func(r record) bool { return r.owner != owner })
+	if ok {
+		n.mu.Lock()
+		p := n.pulls[owner]
+		ok = p != nil && !p.next.IsZero()
+		n.mu.Unlock()
+	}
+	if !ok {
+		n.stats.rejectedAnswers.Add(1)
+		return
+	}
+	n.merge(recs, false)
 }
 
 // answerAllowedLocked takes an answer from the bounds: one per requester

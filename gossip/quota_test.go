@@ -61,7 +61,7 @@ func TestQuotaAnnounce(t *testing.T) {
 
 // quotaPeer makes "peer" an alive member of n (with the metadata a peer
 // would gossip) and returns a function building its records.
-func quotaPeer(t *testing.T, n *Node, tapMAC fdb.MAC) func(k key, version uint64, deleted bool) record {
+func quotaPeer(t testing.TB, n *Node, tapMAC fdb.MAC) func(k key, version uint64, deleted bool) record {
 	t.Helper()
 	vtep := netip.MustParseAddrPort("198.18.0.77:4789")
 	md := meta{version: protoVersion, boot: 1000, vtep: vtep, mac: tapMAC, vnis: []fdb.VNI{testVNI}}

@@ -230,9 +230,11 @@ type clock struct {
 	now  func() time.Time // nil: time.Now
 }
 
-// maxSkew: versions further ahead of our wall clock than this are merged but
-// do not move our clock, so one bad peer cannot push everyone's clock to the
-// end of time.
+// maxSkew is the clock skew allowed: versions further ahead of our wall
+// clock than this are refused (never merged, never relayed), and never move
+// our clock, so one bad peer cannot push everyone's clock to the end of
+// time, nor write records that their owner cannot answer with a newer one
+// (tooNew).
 const maxSkew = 24 * time.Hour
 
 func (c *clock) wall() uint64 {
@@ -254,9 +256,13 @@ func (c *clock) next() uint64 {
 	}
 }
 
+// tooNew reports whether v is further ahead of the wall clock than maxSkew.
+func (c *clock) tooNew(v uint64) bool { return v > c.wall()+uint64(maxSkew) }
+
 // observe records that version v exists: the next version will exceed it.
+// A version that is tooNew is ignored.
 func (c *clock) observe(v uint64) {
-	if v > c.wall()+uint64(maxSkew) {
+	if c.tooNew(v) {
 		return
 	}
 	for {

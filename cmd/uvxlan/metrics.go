@@ -61,7 +61,7 @@ var (
 	descCounters [encap.NumCounters]*prometheus.Desc
 	descDrops    = desc("drops_total", "Dropped packets by reason and segment (vni=\"\": no segment's).", "reason", "vni")
 	descGossip   = desc("gossip_events_total", "Gossip record updates by outcome, and inbound gossip streams refused or cut (refused_streams, cut_streams).", "event")
-	descRecords  = desc("gossip_records", "Gossip records held by state: records (all), pending (owners not yet members), leases.", "state")
+	descRecords  = desc("gossip_records", "Gossip records held by state: records (all), pending (owners not yet members), leases, pending_leases (owners never seen alive).", "state")
 	descFDB      = desc("fdb_entries", "FDB entries by origin.", "origin")
 	descNeigh    = desc("neigh_entries", "Neighbour bindings by origin.", "origin")
 	descMembers  = desc("members", "Cluster members by state.", "state")
@@ -70,6 +70,8 @@ var (
 		"endpoints_refused": desc("endpoints_refused_total", "New endpoint MACs and IP bindings behind the TAPs refused by --max-endpoints (or a full table)."),
 		"conflicts":         desc("conflicts_total", "Duplicate addresses: bindings of this node that another node claimed while their endpoint still answered."),
 		"probe_withdrawn":   desc("probe_withdrawn_total", "Bindings withdrawn because their endpoint did not answer its probes, or moved to another node."),
+		"pmtu_probes_refused": desc("pmtu_probes_refused_total",
+			"Path MTU probes not answered: not addressed to the agent's TAP MAC, not from an alive member, or past the member's rate."),
 	}
 )
 

@@ -15,6 +15,9 @@ import (
 const (
 	DefaultTTL = 24 * time.Hour
 	MinTTL     = time.Second
+	// MaxTTL is the longest TTL accepted; a record received that expires
+	// later than MaxTTL (and gossip.MaxSkew) from now is refused.
+	MaxTTL = 30 * 24 * time.Hour
 )
 
 // Config of the leases: the cluster network is cut into subnets of
@@ -84,8 +87,8 @@ func (c *Config) check() (subnets, error) {
 	if c.TTL == 0 {
 		c.TTL = DefaultTTL
 	}
-	if c.TTL < MinTTL {
-		return s, fieldErr("TTL", c.TTL, "must be at least %v", MinTTL)
+	if c.TTL < MinTTL || c.TTL > MaxTTL {
+		return s, fieldErr("TTL", c.TTL, "must be between %v and %v", MinTTL, MaxTTL)
 	}
 	s.network, s.bits = c.Network, c.SubnetLen
 	total := uint64(1) << (c.SubnetLen - c.Network.Bits())

@@ -124,5 +124,16 @@ func (e extension) MergeRemoteState(b []byte) error {
 	return nil
 }
 
-// NotifyMember: the member's leases are alive or down now.
-func (e extension) NotifyMember(name string, alive bool) { e.l.changed() }
+// NotifyMember: the member's leases are alive or down now; one that comes
+// alive is seen: its pending records count (and may beat our lease, as
+// across a healed partition).
+func (e extension) NotifyMember(name string, alive bool) {
+	if alive {
+		l := e.l
+		l.mu.Lock()
+		l.sawLocked(name)
+		l.checkOwnLocked(uint64(time.Now().UnixNano()))
+		l.mu.Unlock()
+	}
+	e.l.changed()
+}

@@ -43,6 +43,21 @@ package lease
 // above it, which releases that subnet at once; one newer than ours is
 // answered with ours, above it.
 //
+// Owners never seen alive. Anyone with the gossip key can write a lease in
+// any name: an owner that no node ever saw, with the earliest claim
+// possible, would win every subnet it names, and a live node whose settled
+// lease it "beat" would stop. So a record of an owner this node has not
+// seen alive (a member now, or since this node started) is held pending:
+// it is neither relayed nor sent in push/pulls, it keeps a free subnet
+// from being claimed here, but it ranks after every claim of an owner seen
+// alive, so it never displaces a settled lease; it is dropped pendingTTL
+// after it was last received (Stats.Pending). When its owner comes alive
+// it counts like any other. A departed owner's lease reaches a node that
+// joins later the same way, pending: the nodes that saw the owner still
+// hold it, and send it again in their push/pulls. Records whose version is
+// beyond gossip's allowed clock skew, or that expire more than MaxTTL (and
+// the skew) from now, are refused (Stats.RejectedFuture).
+//
 // Configuration. Every node of a cluster must use the same Network and
 // SubnetLen (SubnetMin and SubnetMax may differ): they travel in the node
 // metadata, and a node configured otherwise is refused, as is a node
@@ -76,6 +91,9 @@ const (
 	maxClaims = 16
 	// gcInterval is how often expired records are dropped.
 	gcInterval = 30 * time.Second
+	// pendingTTL is how long a record of an owner never seen alive is held
+	// unless received again (see "Owners never seen alive").
+	pendingTTL = 10 * time.Minute
 )
 
 // record is one owner's claim on a subnet: the unit of lease gossip.
@@ -133,6 +151,9 @@ const (
 	Down = "down"
 	// Contested: another claim on the subnet wins.
 	Contested = "contested"
+	// Pending: the owner was never seen alive (see "Owners never seen
+	// alive"); it holds the subnet only while nobody seen alive claims it.
+	Pending = "pending"
 )
 
 // ErrLost is wrapped by the error the node fails with (gossip's Run returns
@@ -190,13 +211,25 @@ type Stats struct {
 	// Reannounced counts our own records published again because a peer
 	// held a newer one in our name (authority).
 	Reannounced uint64 `json:"reannounced_leases"`
+	// RejectedFuture counts records whose version is beyond the allowed
+	// clock skew, or that expire later than MaxTTL (and the skew) from now.
+	RejectedFuture uint64 `json:"rejected_future_leases"`
+	// Pending is the number of records now held of owners never seen
+	// alive (see "Owners never seen alive" above).
+	Pending uint64 `json:"pending_leases" metric:"gauge"`
 	// Records is the number of lease records now held (all owners,
 	// tombstones included).
 	Records uint64 `json:"leases" metric:"gauge"`
 }
 
 type counters struct {
-	received, applied, stale, duplicate, rejected, foreignVTEP, overflow, reannounced atomic.Uint64
+	received, applied, stale, duplicate, rejected, foreignVTEP, overflow, reannounced, future atomic.Uint64
+}
+
+// ownerSubnet names one owner's record on a subnet.
+type ownerSubnet struct {
+	subnet netip.Prefix
+	owner  string
 }
 
 // Leases are this node's view of the cluster's leases, and its own. Create
@@ -221,6 +254,11 @@ type Leases struct {
 	own     *record // our live claim; nil: none
 	settled bool    // own has won past the settle delay
 	err     error   // why acquisition failed
+	// seen are the owners seen alive (members now, or since we started);
+	// pending the records held of the others, with when they were last
+	// received (see "Owners never seen alive").
+	seen    map[string]bool
+	pending map[ownerSubnet]time.Time
 }
 
 // New checks cfg and returns the leases of one node, to be registered with
@@ -234,6 +272,8 @@ func New(cfg Config) (*Leases, error) {
 		cfg: cfg, subnets: s,
 		renew:   min(cfg.TTL/8, maxRenewInterval),
 		recs:    map[netip.Prefix]map[string]*record{},
+		seen:    map[string]bool{},
+		pending: map[ownerSubnet]time.Time{},
 		events:  make(chan struct{}, 1),
 		won:     make(chan struct{}),
 		stopped: make(chan struct{}),
@@ -279,6 +319,8 @@ func (l *Leases) Leases() []Lease {
 			switch {
 			case r != win:
 				ls.State = Contested
+			case l.isPendingLocked(r):
+				ls.State = Pending
 			case ls.Self || alive:
 				ls.State = Alive
 			default:
@@ -336,22 +378,63 @@ func (l *Leases) Stats() Stats {
 		RejectedForeignVTEP: l.stats.foreignVTEP.Load(),
 		Overflow:            l.stats.overflow.Load(),
 		Reannounced:         l.stats.reannounced.Load(),
+		RejectedFuture:      l.stats.future.Load(),
 	}
 	l.mu.Lock()
-	s.Records = uint64(l.n)
+	s.Records, s.Pending = uint64(l.n), uint64(len(l.pending))
 	l.mu.Unlock()
 	return s
 }
 
-// winnerLocked returns the record that holds subnet at now, or nil.
+// winnerLocked returns the record that holds subnet at now, or nil: the
+// earliest claim of an owner seen alive, else the earliest pending one.
 func (l *Leases) winnerLocked(subnet netip.Prefix, now uint64) *record {
 	var win *record
+	winPending := false
 	for _, r := range l.recs[subnet] {
-		if r.live(now) && (win == nil || r.before(win)) {
-			win = r
+		if !r.live(now) {
+			continue
+		}
+		p := l.isPendingLocked(r)
+		if win == nil || (!p && winPending) || (p == winPending && r.before(win)) {
+			win, winPending = r, p
 		}
 	}
 	return win
+}
+
+// isPendingLocked reports whether r is held pending: its owner was never
+// seen alive.
+func (l *Leases) isPendingLocked(r *record) bool {
+	if len(l.pending) == 0 {
+		return false
+	}
+	_, ok := l.pending[ownerSubnet{r.subnet, r.owner}]
+	return ok
+}
+
+// seenLocked reports whether owner was seen alive: ourselves, a member
+// alive now, or one seen since we started.
+func (l *Leases) seenLocked(owner string) bool {
+	if l.seen[owner] || owner == l.h.Name() {
+		return true
+	}
+	if _, alive := l.h.Member(owner); alive {
+		l.seen[owner] = true
+		return true
+	}
+	return false
+}
+
+// sawLocked records that owner is alive: its pending records count now.
+func (l *Leases) sawLocked(owner string) {
+	l.seen[owner] = true
+	for k := range l.pending {
+		if k.owner == owner {
+			delete(l.pending, k)
+			l.changed()
+		}
+	}
 }
 
 // putLocked stores r, replacing the same owner's record on its subnet.
@@ -402,11 +485,18 @@ func (l *Leases) mergeLocked(r *record, now uint64) bool {
 		l.stats.rejected.Add(1)
 		return false
 	}
+	if l.h.TooNew(r.version) || r.expires > now+uint64(MaxTTL+gossip.MaxSkew) {
+		l.stats.future.Add(1)
+		return false
+	}
 	l.h.ObserveVersion(r.version)
 	cur := l.recs[r.subnet][r.owner]
 	if cur != nil && !r.newer(cur) {
 		if *r == *cur {
 			l.stats.duplicate.Add(1)
+			if l.isPendingLocked(cur) { // sent again: still held by someone
+				l.pending[ownerSubnet{r.subnet, r.owner}] = time.Now()
+			}
 		} else {
 			l.stats.stale.Add(1)
 		}
@@ -430,6 +520,12 @@ func (l *Leases) mergeLocked(r *record, now uint64) bool {
 	}
 	l.putLocked(r)
 	l.stats.applied.Add(1)
+	k := ownerSubnet{r.subnet, r.owner}
+	if !l.seenLocked(r.owner) {
+		l.pending[k] = time.Now()
+		return false // not relayed: see "Owners never seen alive"
+	}
+	delete(l.pending, k)
 	return true
 }
 
@@ -596,14 +692,30 @@ func (l *Leases) gc(now time.Time) {
 	defer l.mu.Unlock()
 	for subnet, byOwner := range l.recs {
 		for owner, r := range byOwner {
-			if r.expires <= t {
+			k := ownerSubnet{subnet, owner}
+			at, pending := l.pending[k]
+			if r.expires <= t || (pending && now.Sub(at) > pendingTTL) {
 				delete(byOwner, owner)
+				delete(l.pending, k)
 				l.n--
 				l.changed()
 			}
 		}
 		if len(byOwner) == 0 {
 			delete(l.recs, subnet)
+		}
+	}
+	if len(l.seen) > maxLeases { // bound it: forget those without records that are not alive
+		held := map[string]bool{}
+		for _, byOwner := range l.recs {
+			for owner := range byOwner {
+				held[owner] = true
+			}
+		}
+		for owner := range l.seen {
+			if _, alive := l.h.Member(owner); !held[owner] && !alive {
+				delete(l.seen, owner)
+			}
 		}
 	}
 }
@@ -617,6 +729,9 @@ func (l *Leases) recordsLocked() []record {
 		for _, r := range byOwner {
 			if len(out) == maxLeases {
 				return out
+			}
+			if l.isPendingLocked(r) {
+				continue // see "Owners never seen alive"
 			}
 			out = append(out, *r)
 		}

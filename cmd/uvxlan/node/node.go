@@ -203,6 +203,7 @@ func (n *Node) startGossip(ports gossip.SourcePorts) (err error) {
 		SecretKeys:     n.cfg.GossipKeys,
 		Offline:        n.cfg.GossipOff,
 		StaticPeers:    n.cfg.Peers,
+		AllowVTEPs:     n.cfg.AllowVTEPs,
 		MaxEndpoints:   n.cfg.MaxEndpoints,
 		FDB:            n.table,
 		Neigh:          n.neigh,

@@ -39,6 +39,10 @@ type Counters struct {
 	// ProbeWithdrawn counts bindings withdrawn because their endpoint did
 	// not answer its probes, or moved (probes.go).
 	ProbeWithdrawn uint64 `json:"probe_withdrawn"`
+	// PMTUProbesRefused counts path MTU probes not answered: not
+	// addressed to our probe MAC, not from an alive member's VTEP, or past
+	// the member's rate (pmtu.go).
+	PMTUProbesRefused uint64 `json:"pmtu_probes_refused"`
 }
 
 // endpointQuota is the node's cap on endpoints, shared by the trackers of
@@ -102,5 +106,8 @@ func (n *Node) counters() Counters {
 		c.EndpointsRefused = n.quota.refused.Load()
 	}
 	c.Conflicts, c.ProbeWithdrawn = n.lifecycle.conflicts.Load(), n.lifecycle.probeWithdrawn.Load()
+	if n.pmtu != nil {
+		c.PMTUProbesRefused = n.pmtu.refused.Load()
+	}
 	return c
 }

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/uvxlan/uvxlan/encap"
+	"github.com/uvxlan/uvxlan/fdb"
+	"github.com/uvxlan/uvxlan/testenv"
+)
+
+// Issue 26, row 12: a process on a member's host floods another member
+// with path MTU probes (VXLAN datagrams from the member's address, to the
+// target's TAP MAC) for 3 s. The target answered every one (171k acks in
+// 5 s at 77% of a core); now it answers at most a round's worth (48, then
+// 10 a second) and counts the others as node.pmtu_probes_refused.
+func TestPMTUProbeFloodNetns(t *testing.T) {
+	testenv.Require(t)
+	tb := testenv.NewForTest(t, testenv.Config{Hosts: 2})
+	agents := startGossipCluster(t, tb)
+	h1, h2 := agents[0], agents[1]
+	var h2MAC fdb.MAC
+	eventuallyT(t, 15*time.Second, "h1 sees h2", func() bool {
+		for _, m := range h1.members(t) {
+			if m.Name == h2.host.Name && m.State == "alive" {
+				h2MAC = m.MAC
+				return true
+			}
+		}
+		return false
+	})
+	// Let the agents' own path MTU rounds finish first.
+	eventuallyT(t, 15*time.Second, "h1 measures h2's path MTU", func() bool {
+		for _, m := range h1.members(t) {
+			if m.Name == h2.host.Name {
+				return m.PathMTU != 0
+			}
+		}
+		return false
+	})
+	var conn *net.UDPConn
+	if err := h1.host.Do(func() (err error) {
+		conn, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(h1.host.Underlay, 0)))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	probesBefore, acksBefore := h2.stats(t).Get(encap.PMTUProbes), h1.stats(t).Get(encap.PMTUAcks)
+	refusedBefore := h2.node(t)["pmtu_probes_refused"]
+
+	b := make([]byte, encap.HeaderLen+encap.PMTUFrameMin)
+	to := netip.AddrPortFrom(h2.host.Underlay, 4789)
+	sent := 0
+	const flood = 3 * time.Second
+	start := time.Now()
+	for time.Since(start) < flood {
+		encap.PutHeader(b, 1)
+		encap.PutPMTUFrame(b[encap.HeaderLen:], h2MAC, fdb.MAC{0x02, 0xaa, 0, 0, 0, 1},
+			encap.PMTUMessage{Kind: encap.PMTUProbe, Size: 1400, Nonce: uint64(sent)})
+		if _, err := conn.WriteToUDPAddrPort(b, to); err != nil {
+			t.Fatal(err)
+		}
+		sent++
+	}
+	elapsed := time.Since(start)
+	time.Sleep(time.Second) // the last acks
+	probes := h2.stats(t).Get(encap.PMTUProbes) - probesBefore
+	acks := h1.stats(t).Get(encap.PMTUAcks) - acksBefore
+	refused := h2.node(t)["pmtu_probes_refused"] - refusedBefore
+	t.Logf("sent %d probes in %v: h2 received %d, answered %d (acks on h1), refused %d", sent, elapsed.Round(time.Millisecond), probes, acks, refused)
+	if probes < 1000 {
+		t.Fatalf("h2 received only %d probes: the flood did not reach it", probes)
+	}
+	most := uint64(48 + 10*(elapsed+time.Second).Seconds() + 48) // a round of the agents' own on top
+	if acks > most {
+		t.Errorf("h2 answered %d probes in %v, want at most %d", acks, elapsed, most)
+	}
+	if refused == 0 { // probes beyond the prober's queue (256) are dropped uncounted before it
+		t.Errorf("h2 counted no probe refused of %d received", probes)
+	}
+}
+
+// node returns the agent's own counters (stats' "node").
+func (a *agent) node(t *testing.T) map[string]uint64 {
+	t.Helper()
+	st, _, err := newControlClient(a.control).stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Node
+}
