@@ -50,8 +50,9 @@ const (
 )
 
 const (
-	// maxNameLen bounds node names, in Config and on the wire.
-	maxNameLen = 128
+	// MaxNameLen bounds node names, in Config and on the wire (and the
+	// owner names of extensions' records).
+	MaxNameLen = 128
 	// maxBatch bounds the entries of one message. A push/pull state holds
 	// at most maxRecords entries, so it always fits.
 	maxBatch = maxRecords
@@ -228,28 +229,41 @@ func decodeNamed(b []byte, typ byte) (name string, boot uint64, err error) {
 	if len(b) == 0 || b[0] != typ {
 		return "", 0, fmt.Errorf("%w: not a message of type %d", errDecode, typ)
 	}
-	r := reader{b: b[1:]}
-	boot = r.u64()
-	name = string(r.next(int(r.u8())))
+	r := Reader{b: b[1:]}
+	boot = r.U64()
+	name = string(r.Next(int(r.U8())))
 	switch {
 	case r.err != nil:
 		return "", 0, fmt.Errorf("%w: %w", errDecode, r.err)
 	case len(r.b) != 0:
 		return "", 0, fmt.Errorf("%w: %d trailing bytes", errDecode, len(r.b))
-	case !validName(name):
+	case !ValidName(name):
 		return "", 0, fmt.Errorf("%w: bad node name %q", errDecode, name)
 	}
 	return name, boot, nil
 }
 
-// reader consumes a byte slice; after the first short read every read
-// returns zeros and err is io.ErrUnexpectedEOF.
-type reader struct {
+// Reader consumes a byte slice, for the codecs of gossip and of its
+// extensions: after the first short read every read returns zeros and Err
+// is io.ErrUnexpectedEOF (or why an address is malformed). Reads are at
+// most 255 bytes long (lengths are one byte), so a short read allocates
+// little.
+type Reader struct {
 	b   []byte
 	err error
 }
 
-func (r *reader) next(n int) []byte {
+// NewReader returns a Reader of b.
+func NewReader(b []byte) *Reader { return &Reader{b: b} }
+
+// Err is the first error of the reads so far.
+func (r *Reader) Err() error { return r.err }
+
+// Rest is what the reads have left.
+func (r *Reader) Rest() []byte { return r.b }
+
+// Next consumes n bytes.
+func (r *Reader) Next(n int) []byte {
 	if r.err != nil || len(r.b) < n {
 		r.err = io.ErrUnexpectedEOF
 		return make([]byte, n)
@@ -259,20 +273,23 @@ func (r *reader) next(n int) []byte {
 	return v
 }
 
-func (r *reader) u8() byte     { return r.next(1)[0] }
-func (r *reader) u16() uint16  { return binary.BigEndian.Uint16(r.next(2)) }
-func (r *reader) u32() uint32  { return binary.BigEndian.Uint32(r.next(4)) }
-func (r *reader) u64() uint64  { return binary.BigEndian.Uint64(r.next(8)) }
-func (r *reader) mac() fdb.MAC { return fdb.MAC(r.next(6)) }
-func (r *reader) addr() netip.Addr {
-	n := int(r.u8())
+func (r *Reader) U8() byte     { return r.Next(1)[0] }
+func (r *Reader) U16() uint16  { return binary.BigEndian.Uint16(r.Next(2)) }
+func (r *Reader) U32() uint32  { return binary.BigEndian.Uint32(r.Next(4)) }
+func (r *Reader) U64() uint64  { return binary.BigEndian.Uint64(r.Next(8)) }
+func (r *Reader) MAC() fdb.MAC { return fdb.MAC(r.Next(6)) }
+
+// Addr reads an address: its length (4 or 16) and its bytes; an
+// IPv4-mapped IPv6 address is an error.
+func (r *Reader) Addr() netip.Addr {
+	n := int(r.U8())
 	if n != 4 && n != 16 {
 		if r.err == nil {
 			r.err = fmt.Errorf("address length %d", n)
 		}
 		return netip.Addr{}
 	}
-	a, _ := netip.AddrFromSlice(r.next(n))
+	a, _ := netip.AddrFromSlice(r.Next(n))
 	if a.Is4In6() && r.err == nil {
 		r.err = errors.New("IPv4-mapped IPv6 address")
 	}
@@ -280,21 +297,21 @@ func (r *reader) addr() netip.Addr {
 }
 
 func decodeRecord(b []byte, rec *record) ([]byte, error) {
-	r := reader{b: b}
-	rec.kind = kind(r.u8())
-	flags := r.u8()
-	rec.vni = fdb.VNI(r.u32())
-	rec.version = r.u64()
-	rec.owner = string(r.next(int(r.u8())))
+	r := Reader{b: b}
+	rec.kind = kind(r.U8())
+	flags := r.U8()
+	rec.vni = fdb.VNI(r.U32())
+	rec.version = r.U64()
+	rec.owner = string(r.Next(int(r.U8())))
 	rec.deleted = flags&flagDeleted != 0
 	switch rec.kind {
 	case kindFDB:
-		rec.mac = r.mac()
-		a := r.addr()
-		rec.vtep = netip.AddrPortFrom(a, r.u16())
+		rec.mac = r.MAC()
+		a := r.Addr()
+		rec.vtep = netip.AddrPortFrom(a, r.U16())
 	case kindNeigh:
-		rec.ip = r.addr()
-		rec.lladdr = r.mac()
+		rec.ip = r.Addr()
+		rec.lladdr = r.MAC()
 	default:
 		return nil, fmt.Errorf("unknown kind %d", rec.kind)
 	}
@@ -316,7 +333,7 @@ func (r *record) validate() error {
 	switch {
 	case !r.vni.Valid():
 		return fmt.Errorf("invalid VNI %d", r.vni)
-	case !validName(r.owner):
+	case !ValidName(r.owner):
 		return fmt.Errorf("bad owner name %q", r.owner)
 	}
 	switch r.kind {
@@ -346,10 +363,10 @@ func validIP(a netip.Addr) bool {
 	return a.IsValid() && !a.Is4In6() && !a.IsUnspecified() && !a.IsMulticast() && a.Zone() == ""
 }
 
-// validName reports whether s can be a node name: 1..maxNameLen bytes
+// ValidName reports whether s can be a node name: 1..MaxNameLen bytes
 // without control characters (it ends up in logs and in `members`).
-func validName(s string) bool {
-	return s != "" && len(s) <= maxNameLen && !strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f })
+func ValidName(s string) bool {
+	return s != "" && len(s) <= MaxNameLen && !strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f })
 }
 
 // Push/pull states. The user state of a push/pull is this node's entries

@@ -26,7 +26,7 @@ func sampleRecords() []record {
 		{key: key{kind: kindFDB, vni: 42, mac: macA}, owner: "node-a", version: 1<<62 + 5, vtep: netip.MustParseAddrPort("198.18.0.1:4789")},
 		{key: key{kind: kindFDB, vni: fdb.MaxVNI, mac: macB}, owner: "b", version: 7, deleted: true, vtep: netip.MustParseAddrPort("[2001:db8::1]:8472")},
 		{key: key{kind: kindNeigh, vni: 1, ip: netip.MustParseAddr("10.0.0.7")}, owner: "node-a", version: 9, lladdr: macA},
-		{key: key{kind: kindNeigh, vni: 1, ip: netip.MustParseAddr("fd00::7")}, owner: strings.Repeat("x", maxNameLen), version: 0, deleted: true, lladdr: macB},
+		{key: key{kind: kindNeigh, vni: 1, ip: netip.MustParseAddr("fd00::7")}, owner: strings.Repeat("x", MaxNameLen), version: 0, deleted: true, lladdr: macB},
 	}
 }
 

@@ -188,36 +188,36 @@ func decodeMeta(b []byte) (meta, error) {
 	if b[0] < minProtoVersion || b[0] > protoVersion {
 		return m, fmt.Errorf("%w: it speaks version %d, we speak %d", errIncompatible, b[0], protoVersion)
 	}
-	r := reader{b: b[1:]}
+	r := Reader{b: b[1:]}
 	m.version = b[0]
-	m.boot = r.u64()
-	a := r.addr()
-	m.vtep = netip.AddrPortFrom(a, r.u16())
-	m.mac = r.mac()
-	n := int(r.u8())
+	m.boot = r.U64()
+	a := r.Addr()
+	m.vtep = netip.AddrPortFrom(a, r.U16())
+	m.mac = r.MAC()
+	n := int(r.U8())
 	if n > maxVNIs {
 		return meta{}, fmt.Errorf("bad node metadata: %d VNIs", n)
 	}
 	for range n {
-		m.vnis = append(m.vnis, fdb.VNI(r.u32()))
+		m.vnis = append(m.vnis, fdb.VNI(r.U32()))
 	}
-	if n = int(r.u8()); n > maxPinned {
+	if n = int(r.U8()); n > maxPinned {
 		return meta{}, fmt.Errorf("bad node metadata: %d pinned MACs", n)
 	}
 	for range n {
-		m.macs = append(m.macs, r.mac())
+		m.macs = append(m.macs, r.MAC())
 	}
-	if n = int(r.u8()); n > maxPinned {
+	if n = int(r.U8()); n > maxPinned {
 		return meta{}, fmt.Errorf("bad node metadata: %d pinned addresses", n)
 	}
 	for range n {
-		vni := fdb.VNI(r.u32())
-		m.addrs = append(m.addrs, PinnedAddr{VNI: vni, Addr: r.addr()})
+		vni := fdb.VNI(r.U32())
+		m.addrs = append(m.addrs, PinnedAddr{VNI: vni, Addr: r.Addr()})
 	}
-	n = int(r.u8())
+	n = int(r.U8())
 	for range n {
-		t := r.u8()
-		data := bytes.Clone(r.next(int(r.u8())))
+		t := r.U8()
+		data := bytes.Clone(r.Next(int(r.U8())))
 		if r.err == nil && (t < MinExtensionType || len(data) > MaxExtensionMeta ||
 			(len(m.ext) > 0 && t <= m.ext[len(m.ext)-1].typ)) {
 			return meta{}, fmt.Errorf("bad node metadata: extension section of type %d, %d bytes", t, len(data))
@@ -225,10 +225,10 @@ func decodeMeta(b []byte) (meta, error) {
 		m.ext = append(m.ext, section{typ: t, data: data})
 	}
 	if m.version >= 6 {
-		m.ports, m.hasPorts = SourcePorts{Extra: r.u16(), First: r.u16(), Mask: r.u64()}, true
+		m.ports, m.hasPorts = SourcePorts{Extra: r.U16(), First: r.U16(), Mask: r.U64()}, true
 	}
 	if m.version >= 5 {
-		m.digest.count, m.digest.sum, m.hasDigest = r.u32(), r.u64(), true
+		m.digest.count, m.digest.sum, m.hasDigest = r.U32(), r.U64(), true
 	}
 	if r.err != nil {
 		return meta{}, fmt.Errorf("bad node metadata: %w", r.err)

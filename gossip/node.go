@@ -798,8 +798,8 @@ func (n *Node) fail(err error) {
 func (c *Config) check() error {
 	c.Seeds, c.VNIs, c.SecretKeys = slices.Clone(c.Seeds), slices.Clone(c.VNIs), slices.Clone(c.SecretKeys)
 	c.AllowVTEPs = slices.Clone(c.AllowVTEPs)
-	if !validName(c.Name) {
-		return fmt.Errorf("config Name %q: want 1 to %d bytes without control characters", c.Name, maxNameLen)
+	if !ValidName(c.Name) {
+		return fmt.Errorf("config Name %q: want 1 to %d bytes without control characters", c.Name, MaxNameLen)
 	}
 	c.BindAddr = c.BindAddr.Unmap()
 	if !c.BindAddr.IsValid() || c.BindAddr.IsUnspecified() || c.BindAddr.IsMulticast() {

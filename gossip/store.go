@@ -74,7 +74,7 @@ func (g *digest) add(h uint64, d int) {
 // recordHash is the 64-bit FNV-1a hash of r's encoding (appendRecord): its
 // key, owner, version, flags and value. It is the same on every node.
 func recordHash(r *record) uint64 {
-	var buf [2 * maxNameLen]byte // a record with the longest name is under 200 bytes
+	var buf [2 * MaxNameLen]byte // a record with the longest name is under 200 bytes
 	h := uint64(14695981039346656037)
 	for _, c := range appendRecord(buf[:0], r) {
 		h ^= uint64(c)

@@ -10,10 +10,8 @@ import (
 	"syscall"
 
 	"github.com/uvxlan/uvxlan/cmd/uvxlan/node"
+	"github.com/uvxlan/uvxlan/gossip"
 )
-
-// maxNameLen is the longest node name gossip accepts.
-const maxNameLen = 128
 
 // defaultName is the node name when --name is not given: the hostname and
 // the underlay address, "myhost-198.18.0.1" ("myhost-fd00::1" on IPv6).
@@ -33,13 +31,13 @@ func defaultName(hostname string, local netip.Addr) string {
 		return r
 	}, hostname)
 	if !local.IsValid() {
-		return hostname[:min(len(hostname), maxNameLen)]
+		return hostname[:min(len(hostname), gossip.MaxNameLen)]
 	}
 	addr := local.Unmap().String()
 	if hostname == "" {
 		return addr
 	}
-	return hostname[:min(len(hostname), maxNameLen-1-len(addr))] + "-" + addr
+	return hostname[:min(len(hostname), gossip.MaxNameLen-1-len(addr))] + "-" + addr
 }
 
 // savedName is the node name when --name is not given: the one kept in
@@ -59,7 +57,7 @@ func savedName(stateDir, dev, hostname string, local netip.Addr) (name string, w
 	switch {
 	case err == nil:
 		name := strings.TrimSpace(string(b))
-		if name == "" || len(name) > maxNameLen || strings.ContainsFunc(name, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		if !gossip.ValidName(name) {
 			return defaultName(hostname, local), fmt.Errorf("%s does not hold a node name (empty or torn); using the default name", path)
 		}
 		return name, nil

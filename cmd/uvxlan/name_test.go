@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/uvxlan/uvxlan/cmd/uvxlan/node"
+	"github.com/uvxlan/uvxlan/gossip"
 )
 
 func TestDefaultName(t *testing.T) {
@@ -25,8 +26,8 @@ func TestDefaultName(t *testing.T) {
 		{desc: "no hostname", hostname: "", local: "198.18.0.1", want: "198.18.0.1"},
 		{desc: "no address", hostname: "myhost", local: "", want: "myhost"},
 		{desc: "control characters dropped", hostname: "my\nhost\x7f", local: "198.18.0.1", want: "myhost-198.18.0.1"},
-		{desc: "long hostname cut to fit", hostname: long, local: "198.18.0.1", want: long[:maxNameLen-len("-198.18.0.1")] + "-198.18.0.1"},
-		{desc: "long hostname alone cut to fit", hostname: long, local: "", want: long[:maxNameLen]},
+		{desc: "long hostname cut to fit", hostname: long, local: "198.18.0.1", want: long[:gossip.MaxNameLen-len("-198.18.0.1")] + "-198.18.0.1"},
+		{desc: "long hostname alone cut to fit", hostname: long, local: "", want: long[:gossip.MaxNameLen]},
 	}
 	for _, tt := range tests {
 		var local netip.Addr
@@ -37,8 +38,8 @@ func TestDefaultName(t *testing.T) {
 		if got != tt.want {
 			t.Errorf("%s: defaultName(%q, %v) = %q, want %q", tt.desc, tt.hostname, local, got, tt.want)
 		}
-		if len(got) > maxNameLen {
-			t.Errorf("%s: %d bytes, more than %d", tt.desc, len(got), maxNameLen)
+		if len(got) > gossip.MaxNameLen {
+			t.Errorf("%s: %d bytes, more than %d", tt.desc, len(got), gossip.MaxNameLen)
 		}
 	}
 	// Two hosts of a testbed share the hostname, not the address.

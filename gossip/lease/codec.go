@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
-	"strings"
 
 	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/gossip"
@@ -35,8 +34,6 @@ const extType byte = gossip.MinExtensionType
 
 const (
 	flagDeleted = 1 << 0
-	// maxNameLen bounds owner names (gossip's node names).
-	maxNameLen = 128
 	// minLeaseLen is the smallest encoded lease.
 	minLeaseLen = 1 + 8 + 1 + 1 + 1 + 4 + 1 + 8 + 8 + 1 + 4 + 2 + 6
 	// metaLen is the length of the metadata.
@@ -85,29 +82,29 @@ func decodeRecords(b []byte) ([]record, error) {
 	if n > maxLeases || int(n) > len(b[4:])/minLeaseLen {
 		return nil, fmt.Errorf("%w: %d leases in %d bytes", errDecode, n, len(b)-4)
 	}
-	r := reader{b: b[4:]}
+	r := gossip.NewReader(b[4:])
 	recs := make([]record, n)
 	for i := range recs {
 		l := &recs[i]
-		flags := r.u8()
+		flags := r.U8()
 		l.deleted = flags&flagDeleted != 0
-		l.version = r.u64()
-		l.owner = string(r.next(int(r.u8())))
-		a := r.addr()
-		bits := int(r.u8())
-		l.claim = r.u64()
-		l.expires = r.u64()
-		va := r.addr()
-		l.vtep = netip.AddrPortFrom(va, r.u16())
-		l.mac = fdb.MAC(r.next(6))
-		if r.err != nil {
-			return nil, fmt.Errorf("%w: lease %d: %w", errDecode, i, r.err)
+		l.version = r.U64()
+		l.owner = string(r.Next(int(r.U8())))
+		a := r.Addr()
+		bits := int(r.U8())
+		l.claim = r.U64()
+		l.expires = r.U64()
+		va := r.Addr()
+		l.vtep = netip.AddrPortFrom(va, r.U16())
+		l.mac = fdb.MAC(r.Next(6))
+		if r.Err() != nil {
+			return nil, fmt.Errorf("%w: lease %d: %w", errDecode, i, r.Err())
 		}
 		var err error
 		switch {
 		case flags&^flagDeleted != 0:
 			err = fmt.Errorf("unknown flags %#x", flags)
-		case !validName(l.owner):
+		case !gossip.ValidName(l.owner):
 			err = fmt.Errorf("bad owner name %q", l.owner)
 		case !a.Is4() || bits > 32:
 			err = fmt.Errorf("subnet %s/%d is not an IPv4 prefix", a, bits)
@@ -126,8 +123,8 @@ func decodeRecords(b []byte) ([]record, error) {
 			return nil, fmt.Errorf("%w: lease %d: %w", errDecode, i, err)
 		}
 	}
-	if len(r.b) != 0 {
-		return nil, fmt.Errorf("%w: %d trailing bytes", errDecode, len(r.b))
+	if len(r.Rest()) != 0 {
+		return nil, fmt.Errorf("%w: %d trailing bytes", errDecode, len(r.Rest()))
 	}
 	return recs, nil
 }
@@ -153,46 +150,4 @@ func decodeMeta(b []byte) (network netip.Prefix, subnetLen int, err error) {
 		return netip.Prefix{}, 0, fmt.Errorf("%w: network %s has host bits set", errDecode, network)
 	}
 	return network, sublen, nil
-}
-
-// reader consumes a byte slice; after the first short read every read
-// returns zeros and err is io.ErrUnexpectedEOF. Reads are at most 255 bytes
-// long (lengths are one byte), so a short read allocates little.
-type reader struct {
-	b   []byte
-	err error
-}
-
-func (r *reader) next(n int) []byte {
-	if r.err != nil || len(r.b) < n {
-		r.err = io.ErrUnexpectedEOF
-		return make([]byte, n)
-	}
-	v := r.b[:n]
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *reader) u8() byte    { return r.next(1)[0] }
-func (r *reader) u16() uint16 { return binary.BigEndian.Uint16(r.next(2)) }
-func (r *reader) u64() uint64 { return binary.BigEndian.Uint64(r.next(8)) }
-func (r *reader) addr() netip.Addr {
-	n := int(r.u8())
-	if n != 4 && n != 16 {
-		if r.err == nil {
-			r.err = fmt.Errorf("address length %d", n)
-		}
-		return netip.Addr{}
-	}
-	a, _ := netip.AddrFromSlice(r.next(n))
-	if a.Is4In6() && r.err == nil {
-		r.err = errors.New("IPv4-mapped IPv6 address")
-	}
-	return a
-}
-
-// validName reports whether s can be a node name (as gossip checks them):
-// 1..maxNameLen bytes without control characters.
-func validName(s string) bool {
-	return s != "" && len(s) <= maxNameLen && !strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f })
 }
