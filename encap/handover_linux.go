@@ -11,6 +11,8 @@ import (
 	"os"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/uvxlan/uvxlan/tap"
 )
 
 // File returns a duplicate of the socket's descriptor; the caller owns it.
@@ -47,7 +49,7 @@ func fileUDP(f *os.File, opts UDPOptions) (*UDPConn, error) {
 		f.Close()
 		return nil, fmt.Errorf("batch size %d out of range 1..%d", opts.BatchSize, maxBatchSize)
 	}
-	nf, err := pollable(f)
+	nf, err := tap.Pollable(f)
 	if err != nil {
 		return nil, err
 	}
@@ -96,30 +98,4 @@ func fileUDP(f *os.File, opts UDPOptions) (*UDPConn, error) {
 		}
 	})
 	return c, nil
-}
-
-// pollable returns a non-blocking duplicate of f's descriptor, as a file the
-// netpoller watches, and closes f. (A file made of a blocking descriptor is
-// never registered with the netpoller, and changing the mode afterwards
-// does not register it.)
-func pollable(f *os.File) (*os.File, error) {
-	raw, err := f.SyscallConn()
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	nfd, derr := -1, error(nil)
-	if err := raw.Control(func(fd uintptr) { nfd, derr = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
-		derr = err
-	}
-	name := f.Name()
-	f.Close()
-	if derr != nil {
-		return nil, os.NewSyscallError("dup", derr)
-	}
-	if err := unix.SetNonblock(nfd, true); err != nil {
-		unix.Close(nfd)
-		return nil, os.NewSyscallError("set non-blocking", err)
-	}
-	return os.NewFile(uintptr(nfd), name), nil
 }

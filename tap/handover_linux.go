@@ -49,7 +49,7 @@ func Adopt(files []*os.File, cfg Config) ([]*TAP, error) {
 		flags uint16
 	)
 	for i, f := range files {
-		nf, err := pollable(f)
+		nf, err := Pollable(f)
 		if err != nil {
 			files[i] = nil
 			closeAll()
@@ -128,27 +128,18 @@ func setOffloads(f *os.File) (int, error) {
 	}
 	var off int
 	var serr error
-	if err := raw.Control(func(fd uintptr) {
-		base := unix.TUN_F_CSUM | unix.TUN_F_TSO4 | unix.TUN_F_TSO6 | unix.TUN_F_TSO_ECN
-		off = base | unix.TUN_F_USO4 | unix.TUN_F_USO6
-		if unix.IoctlSetInt(int(fd), unix.TUNSETOFFLOAD, off) != nil {
-			off = base
-			serr = unix.IoctlSetInt(int(fd), unix.TUNSETOFFLOAD, off)
-		}
-	}); err != nil {
+	if err := raw.Control(func(fd uintptr) { off, serr = offload(int(fd)) }); err != nil {
 		return 0, err
 	}
-	if serr != nil {
-		return 0, fmt.Errorf("TUNSETOFFLOAD: %w", serr)
-	}
-	return off, nil
+	return off, serr
 }
 
-// pollable returns a non-blocking duplicate of f's descriptor, as a file the
+// Pollable returns a non-blocking duplicate of f's descriptor, as a file the
 // netpoller watches, and closes f. (A file made of a blocking descriptor is
 // never registered with the netpoller, and changing the mode afterwards
-// does not register it.)
-func pollable(f *os.File) (*os.File, error) {
+// does not register it.) It serves any descriptor received in a handover:
+// TAP queues here, UDP sockets in package encap.
+func Pollable(f *os.File) (*os.File, error) {
 	raw, err := f.SyscallConn()
 	if err != nil {
 		f.Close()

@@ -329,16 +329,26 @@ func openVnet(name string, persist, multi, setPersist bool) (*os.File, string, i
 			return nil, "", 0, fmt.Errorf("TUNSETPERSIST: %w", err)
 		}
 	}
-	base := unix.TUN_F_CSUM | unix.TUN_F_TSO4 | unix.TUN_F_TSO6 | unix.TUN_F_TSO_ECN
-	off := base | unix.TUN_F_USO4 | unix.TUN_F_USO6
-	if err := unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, off); err != nil {
-		off = base // a kernel without USO
-		if err := unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, off); err != nil {
-			unix.Close(fd)
-			return nil, "", 0, fmt.Errorf("TUNSETOFFLOAD: %w", err)
-		}
+	off, err := offload(fd)
+	if err != nil {
+		unix.Close(fd)
+		return nil, "", 0, err
 	}
 	return os.NewFile(uintptr(fd), "/dev/net/tun"), ifr.Name(), off, nil
+}
+
+// offload turns the TAP's offloads on (checksum, TSO, and USO where the
+// kernel has it) and returns those in force.
+func offload(fd int) (int, error) {
+	base := unix.TUN_F_CSUM | unix.TUN_F_TSO4 | unix.TUN_F_TSO6 | unix.TUN_F_TSO_ECN
+	off := base | unix.TUN_F_USO4 | unix.TUN_F_USO6
+	if unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, off) != nil {
+		off = base // a kernel without USO
+		if err := unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, off); err != nil {
+			return 0, fmt.Errorf("TUNSETOFFLOAD: %w", err)
+		}
+	}
+	return off, nil
 }
 
 func boolInt(b bool) int {
