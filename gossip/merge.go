@@ -12,7 +12,8 @@ import (
 )
 
 // The merge rules, membership and the tables. The comment at the top of
-// node.go explains them; every function here expects n.mu held.
+// node.go explains them. Functions named ...Locked expect n.mu held; the
+// others (merge, leaving, gc, localState) take it themselves.
 
 // mergeBatchSize bounds how many records are merged per hold of n.mu, so a
 // large push/pull does not hold up broadcasts.
