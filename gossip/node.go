@@ -138,6 +138,10 @@ const (
 	// leaveTimeout bounds how long Close waits for the leave message to go
 	// out.
 	leaveTimeout = 2 * time.Second
+	// leavePingEvery is how often, and maxLeavePings how many times, a
+	// leaving node pings its peers to push its leave out (leave).
+	leavePingEvery = 2 * time.Millisecond
+	maxLeavePings  = 64
 	// joinBackoffMin and joinBackoffMax bound the wait between failed
 	// attempts to join the seeds.
 	joinBackoffMin = time.Second
@@ -529,7 +533,7 @@ func New(cfg Config) (*Node, error) {
 	mc.AdvertisePort = cfg.BindPort
 	d := &delegate{n}
 	mc.Delegate, mc.Events, mc.Alive, mc.Merge, mc.Conflict = d, d, d, d, d
-	mc.Logger = log.New(&logWriter{log: n.log}, "", 0)
+	mc.Logger = log.New(&logWriter{log: n.log, closing: n.closed}, "", 0)
 	if len(cfg.SecretKeys) > 0 {
 		kr, err := memberlist.NewKeyring(cfg.SecretKeys, cfg.SecretKeys[0])
 		if err != nil {
@@ -1080,15 +1084,55 @@ func (n *Node) shutdown(leave bool) {
 			return // offline
 		}
 		if leave {
-			n.queue.QueueBroadcast(&broadcast{name: "leave/" + n.name, msg: appendLeave(nil, n.name, n.self.boot)})
-			if err := n.ml.Leave(leaveTimeout); err != nil {
-				n.log.Debug("leave", "err", err)
-			}
+			n.leave()
 		}
 		if err := n.ml.Shutdown(); err != nil {
 			n.closeErr = fmt.Errorf("gossip: shutdown: %w", err)
 		}
 	})
+}
+
+// leave tells the cluster that this node leaves: memberlist's dead message
+// about itself (Leave), which makes the others drop it as "left" at once,
+// and ours (msgLeave). Leave waits until its message has gone out as many
+// times as memberlist retransmits a broadcast, which its gossip rounds
+// (one every GossipInterval, to a few members) take most of a second to
+// do. Every packet memberlist sends carries queued broadcasts, pings too:
+// so the node pings the alive members meanwhile, one every few
+// milliseconds, and the leave is out in a few round trips. leaveTimeout
+// bounds it all.
+func (n *Node) leave() {
+	n.queue.QueueBroadcast(&broadcast{name: "leave/" + n.name, msg: appendLeave(nil, n.name, n.self.boot)})
+	var peers []*memberlist.Node
+	for _, m := range n.ml.Members() {
+		if m.Name != n.name {
+			peers = append(peers, m)
+		}
+	}
+	rand.Shuffle(len(peers), func(i, j int) { peers[i], peers[j] = peers[j], peers[i] })
+	left := make(chan error, 1)
+	go func() { left <- n.ml.Leave(leaveTimeout) }()
+	deadline := time.NewTimer(leaveTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(leavePingEvery)
+	defer tick.Stop()
+	for i := 0; ; i++ {
+		select {
+		case err := <-left:
+			if err != nil {
+				n.log.Debug("leave", "err", err)
+			}
+			return
+		case <-deadline.C:
+			n.log.Debug("leave: timed out")
+			return
+		case <-tick.C:
+			if len(peers) > 0 && i < maxLeavePings {
+				p := peers[i%len(peers)]
+				go n.ml.Ping(p.Name, &net.UDPAddr{IP: p.Addr, Port: int(p.Port)}) // the answer does not matter
+			}
+		}
+	}
 }
 
 // LocalNode returns this node's name.

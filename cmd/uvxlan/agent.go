@@ -59,7 +59,7 @@ func runAgent(ctx context.Context, cfg runConfig) error {
 		handingOver atomic.Bool
 		handedErr   error
 	)
-	ctl.takeover = &takeoverServer{n: n,
+	ctl.takeover = &takeoverServer{n: n, log: cfg.Logger,
 		release: func() {
 			handingOver.Store(true)
 			ctl.Close()

@@ -1,0 +1,193 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/uvxlan/uvxlan/cmd/uvxlan/node"
+)
+
+// stopTimed sends SIGTERM to a and returns how long it took to exit, or
+// fails the test when it did not within limit (then it is killed).
+func stopTimed(t *testing.T, a *agent, limit time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	if err := syscall.Kill(a.proc.Pid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-a.proc.Done():
+	case <-time.After(limit):
+		a.proc.Kill()
+		t.Fatalf("%s ignored SIGTERM for %v; killed:\n%s", a.host.Name, limit, a.proc.Log())
+	}
+	return time.Since(start)
+}
+
+// blockingTAPs lists the TAP descriptors of process pid that are in
+// blocking mode (fdinfo flags without O_NONBLOCK).
+func blockingTAPs(t *testing.T, pid int) []string {
+	t.Helper()
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	taps := 0
+	for _, e := range ents {
+		if target, _ := os.Readlink(filepath.Join(dir, e.Name())); target != "/dev/net/tun" {
+			continue
+		}
+		taps++
+		info, err := os.ReadFile(fmt.Sprintf("/proc/%d/fdinfo/%s", pid, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := regexp.MustCompile(`flags:\s*([0-7]+)`).FindSubmatch(info)
+		if m == nil {
+			t.Fatalf("no flags in fdinfo %s: %s", e.Name(), info)
+		}
+		flags, _ := strconv.ParseUint(string(m[1]), 8, 32)
+		if flags&syscall.O_NONBLOCK == 0 {
+			out = append(out, fmt.Sprintf("fd %s flags %s", e.Name(), m[1]))
+		}
+	}
+	if taps == 0 {
+		t.Fatalf("process %d has no TAP descriptor", pid)
+	}
+	return out
+}
+
+// A successor that receives the descriptors and dies before "ready" (here
+// the test itself plays it: it asks for a takeover over the control socket,
+// takes the descriptors and closes everything) leaves the old agent
+// forwarding, with its TAP still non-blocking: a 10 ms ping from h2 crosses
+// the failed takeover, and SIGTERM then stops the agent at once.
+func TestTakeoverSuccessorDies(t *testing.T) {
+	a1, a2 := startJoinedPair(t)
+	var (
+		gap     time.Duration
+		replies int
+		pingErr error
+		done    = make(chan struct{})
+	)
+	go func() { defer close(done); gap, replies, pingErr = pingGaps(a2.host, a1.overlay.String(), 300) }()
+	time.Sleep(500 * time.Millisecond)
+	cfg := node.Config{Name: a1.host.Name, Port: 4789, Segments: []node.Segment{{VNI: 1, Dev: "uvx0"}}}
+	a, err := askTakeover(context.Background(), a1.control, &cfg)
+	if err != nil {
+		t.Fatalf("the fake successor's takeover: %v\n%s", err, a1.proc.Log())
+	}
+	h := a.h
+	t.Logf("the fake successor received %d descriptors; it dies", len(h.Files))
+	if blocking := blockingTAPs(t, a1.proc.Pid()); len(blocking) > 0 {
+		t.Errorf("the old agent's TAP descriptors are blocking after the handover: %s", strings.Join(blocking, "; "))
+	}
+	for _, f := range h.Files {
+		f.Close()
+	}
+	a.conn.Close()
+	<-done
+	t.Logf("ping h2 → h1 across the failed takeover: %d of 300 replies, longest gap %v", replies, gap)
+	if pingErr != nil {
+		t.Error(pingErr)
+	}
+	if replies < 270 {
+		t.Errorf("only %d of 300 pings crossed the failed takeover", replies)
+	}
+	if a1.proc.Exited() {
+		t.Fatalf("the old agent exited after the failed takeover:\n%s", a1.proc.Log())
+	}
+	if _, err := a2.host.Ping(context.Background(), a1.overlay, 3); err != nil {
+		t.Errorf("h2 → h1 after the failed takeover: %v", err)
+	}
+	took := stopTimed(t, a1, 5*time.Second)
+	t.Logf("SIGTERM after the failed takeover: exited in %v", took)
+	if err := a1.proc.Wait(); err != nil {
+		t.Errorf("the old agent: %v", err)
+	}
+	if !strings.Contains(a1.proc.Log(), "takeover") {
+		t.Errorf("the old agent logged nothing of the failed takeover:\n%s", a1.proc.Log())
+	}
+}
+
+// A successor that fails after the agent let go (here: its --metrics
+// address cannot be bound) leaves the agent without gossip or control
+// socket: it exits 1 at once, for the service manager to start one again.
+func TestTakeoverSuccessorFailsAfterRelease(t *testing.T) {
+	a1, _ := startJoinedPair(t)
+	start := time.Now()
+	succ, err := a1.host.Start(context.Background(), "", uvxlanBin, append(slices.Clone(a1.args), "--takeover", "--metrics", "198.51.100.1:9100")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := succ.Wait(); err == nil || !strings.Contains(succ.Log(), "--metrics") {
+		t.Fatalf("the successor did not fail on --metrics: %v\n%s", err, succ.Log())
+	}
+	select {
+	case <-a1.proc.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatalf("the old agent still runs 5 s after its successor failed:\n%s", a1.proc.Log())
+	}
+	t.Logf("the old agent exited %v after the successor started", time.Since(start))
+	if err := a1.proc.Wait(); exitCode(errors.Unwrap(err)) != exitError {
+		t.Errorf("the old agent: %v, want exit status 1\n%s", err, a1.proc.Log())
+	}
+	if !strings.Contains(a1.proc.Log(), "did not become ready") {
+		t.Errorf("the old agent does not say why it exits:\n%s", a1.proc.Log())
+	}
+}
+
+// A clean stop under traffic (iperf3 TCP from h2) is quick and logs no
+// error: the agent leaves the cluster, h2 sees it leave, and the log of the
+// stop has no ERROR line (memberlist's "use of closed network connection"
+// was one at every stop).
+func TestCleanStop(t *testing.T) {
+	t.Setenv("UVXLAN_LOG_LEVEL", "debug")
+	a1, a2 := startJoinedPair(t)
+	srv, err := a1.host.Start(context.Background(), "", "iperf3", "-s", "-1", "-B", a1.overlay.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Stop() })
+	time.Sleep(300 * time.Millisecond)
+	cli, err := a2.host.Start(context.Background(), "", "iperf3", "-c", a1.overlay.String(), "-t", "5", "--connect-timeout", "3000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Stop() })
+	time.Sleep(1500 * time.Millisecond)
+	took := stopTimed(t, a1, 5*time.Second)
+	t.Logf("iperf3:\n%s\nh1:\n%s", cli.Log(), a1.proc.Log())
+	t.Logf("a clean stop under iperf3 took %v", took)
+	if err := a1.proc.Wait(); err != nil {
+		t.Errorf("the agent: %v", err)
+	}
+	if took > 2*time.Second {
+		t.Errorf("the clean stop took %v", took)
+	}
+	for _, l := range strings.Split(a1.proc.Log(), "\n") {
+		if strings.Contains(l, "level=ERROR") || strings.Contains(l, "[ERR]") {
+			t.Errorf("the stop logged an error: %s", l)
+		}
+	}
+	eventuallyT(t, 5*time.Second, "h2 sees h1 leave", func() bool {
+		for _, m := range a2.members(t) {
+			if m.Name == a1.host.Name {
+				return m.State == "left"
+			}
+		}
+		return false
+	})
+}
