@@ -212,6 +212,13 @@ type Config struct {
 	// Seeds are nodes to join, "HOST[:PORT]" (port default 7946). Empty:
 	// this node starts a new cluster and others join it.
 	Seeds []string
+	// Known are the gossip addresses, "HOST:PORT", of members known to be
+	// in the cluster: those a predecessor of this node knew alive (a hot
+	// takeover). They are joined at start like Seeds (and not again
+	// later), so that a successor of a node without Seeds is back in its
+	// cluster at once; unlike Seeds, none answering leaves such a node in
+	// its cluster of one, as it was. Optional.
+	Known []string
 	// SecretKeys, when given, encrypt gossip (AES-GCM; 16, 24 or 32 bytes
 	// each). The first one encrypts, all of them decrypt, so keys can be
 	// rotated. Nodes with different keys never merge: a node whose join
@@ -725,6 +732,7 @@ func (n *Node) fail(err error) {
 // check validates c and fills in defaults and normal forms.
 func (c *Config) check() error {
 	c.Seeds, c.VNIs, c.SecretKeys = slices.Clone(c.Seeds), slices.Clone(c.VNIs), slices.Clone(c.SecretKeys)
+	c.Known = slices.Clone(c.Known)
 	if !validName(c.Name) {
 		return fmt.Errorf("config Name %q: want 1 to %d bytes without control characters", c.Name, maxNameLen)
 	}
@@ -772,6 +780,16 @@ func (c *Config) check() error {
 			return fmt.Errorf("config Seeds: %w", err)
 		}
 		c.Seeds[i] = seed
+	}
+	for i, s := range c.Known {
+		seed, err := normSeed(s)
+		if err != nil {
+			return fmt.Errorf("config Known: %w", err)
+		}
+		c.Known[i] = seed
+	}
+	if c.Offline {
+		c.Known = nil // nobody to join
 	}
 	if c.Offline && (len(c.Seeds) > 0 || len(c.Extensions) > 0) {
 		return errors.New("config Offline: a node without gossip has no seeds and no extensions")
@@ -916,11 +934,14 @@ func (n *Node) loop(ctx context.Context) {
 	rejoin := time.NewTicker(n.cfg.RejoinInterval)
 	defer rejoin.Stop()
 	var seeds []string // ourselves excluded: joining ourselves proves nothing
-	for _, s := range n.cfg.Seeds {
-		if s != n.addr.String() {
+	for _, s := range slices.Concat(n.cfg.Seeds, n.cfg.Known) {
+		if s != n.addr.String() && !slices.Contains(seeds, s) {
 			seeds = append(seeds, s)
 		}
 	}
+	// A node with no seed of its own founded its cluster: it is in it
+	// whether or not the members it knew (Known) answer.
+	founder := !slices.ContainsFunc(n.cfg.Seeds, func(s string) bool { return s != n.addr.String() })
 	backoff := joinBackoffMin
 	join := time.NewTimer(0)
 	defer join.Stop()
@@ -931,7 +952,7 @@ func (n *Node) loop(ctx context.Context) {
 	settle.Stop()
 	defer settle.Stop()
 	settles, counted := 0, 0 // settling syncs since the join, alive members at the last
-	if len(seeds) == 0 {
+	if founder {
 		n.setJoined()
 	}
 	pull := time.NewTicker(n.pt.tick)
@@ -987,6 +1008,10 @@ func (n *Node) loop(ctx context.Context) {
 				n.log.Error("not joining: every seed refused our gossip key", "seeds", seeds, "err", kerr)
 				n.fail(kerr)
 				return
+			}
+			if founder {
+				n.log.Info("could not join the members known before; going on alone", "members", seeds, "err", err)
+				continue
 			}
 			n.log.Info("could not join any seed; retrying", "seeds", seeds, "err", err, "retry_in", backoff)
 			// Jittered, so that the nodes of a cold start refused by a

@@ -150,6 +150,7 @@ func New(cfg Config) (_ *Node, err error) {
 		PinsChanged:  n.pinsChanged,
 		Contested:    n.contested,
 		Seeds:        cfg.Join,
+		Known:        n.known(),
 		SecretKeys:   cfg.GossipKeys,
 		Offline:      cfg.GossipOff,
 		StaticPeers:  cfg.Peers,
