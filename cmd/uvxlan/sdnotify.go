@@ -86,6 +86,11 @@ func successorCommand(bin string, args []string) *exec.Cmd {
 	}
 	cmd := exec.Command(bin, rest...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, os.Stdout, os.Stderr
+	// The successor is this agent's sibling (CLONE_PARENT), a child of the
+	// service manager: systemd supervises a main process that is not its
+	// child only from afar (before version 253: it cannot wait for its
+	// exit, so "systemctl stop" SIGKILLs it at once).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_PARENT}
 	return cmd
 }
 
@@ -148,5 +153,5 @@ func startSuccessor(log *slog.Logger, bin string, binErr error) {
 		return
 	}
 	log.Info("SIGHUP: started the successor, which takes over", "pid", cmd.Process.Pid, "command", strings.Join(cmd.Args, " "))
-	go cmd.Wait() // reaped if it exits while this one still runs
+	cmd.Process.Release() // our parent's child, not ours
 }
