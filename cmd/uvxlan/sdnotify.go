@@ -5,8 +5,11 @@ package main
 // Under systemd (Type=notify, NotifyAccess=all; deploy/uvxlan.service) the
 // agent says READY=1 with its MAINPID once it forwards, and STOPPING=1 at a
 // clean stop. SIGHUP (systemctl reload) upgrades in place: the agent starts
-// its successor, the binary at the path it was started from with the same
-// arguments and --takeover; the successor takes the TAP queues, sockets,
+// its successor, the binary at the path it was started from (checked:
+// checkSuccessor) with the same arguments and --takeover, as its sibling,
+// so that the successor is the service manager's child: systemd (before
+// 253) cannot wait for a main process that is not its child, and SIGKILLs
+// it at the next stop. The successor takes the TAP queues, sockets,
 // tables and gossip identity over the control socket, says MAINPID=<its
 // pid> and READY=1, and the old agent exits 0 (see takeover.go). No frame
 // is lost and no peer notices. If the successor cannot start, the agent
