@@ -1128,12 +1128,18 @@ func (n *Node) shutdown(leave bool) {
 // bounds it all.
 func (n *Node) leave() {
 	n.queue.QueueBroadcast(&broadcast{name: "leave/" + n.name, msg: appendLeave(nil, n.name, n.self.boot)})
-	var peers []*memberlist.Node
-	for _, m := range n.ml.Members() {
-		if m.Name != n.name {
-			peers = append(peers, m)
+	type peer struct {
+		name string
+		addr *net.UDPAddr
+	}
+	var peers []peer
+	n.mu.Lock()
+	for _, m := range n.members {
+		if m.alive && m.name != n.name {
+			peers = append(peers, peer{m.name, net.UDPAddrFromAddrPort(m.addr)})
 		}
 	}
+	n.mu.Unlock()
 	rand.Shuffle(len(peers), func(i, j int) { peers[i], peers[j] = peers[j], peers[i] })
 	left := make(chan error, 1)
 	go func() { left <- n.ml.Leave(leaveTimeout) }()
@@ -1154,7 +1160,7 @@ func (n *Node) leave() {
 		case <-tick.C:
 			if len(peers) > 0 && i < maxLeavePings {
 				p := peers[i%len(peers)]
-				go n.ml.Ping(p.Name, &net.UDPAddr{IP: p.Addr, Port: int(p.Port)}) // the answer does not matter
+				go n.ml.Ping(p.name, p.addr) // the answer does not matter
 			}
 		}
 	}
