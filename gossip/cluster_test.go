@@ -803,9 +803,11 @@ func TestContested(t *testing.T) {
 
 // The successor of a node without seeds (a hot takeover of the node that
 // founded the cluster: same name, same address) joins the members its
-// predecessor knew (Config.Known) at once, instead of waiting alone for
-// their periodic push/pull; and a node whose known members do not answer
-// is still in its cluster of one.
+// predecessor knew (Config.Known) and is in its cluster at once; a node
+// whose known members do not answer is still in its cluster of one. (With
+// these fast timings the others find a successor without Known soon too;
+// the agent's TestFounderUpgrade, at memberlist's real timings, is the test
+// that fails without it.)
 func TestKnownMembers(t *testing.T) {
 	tune := func(c *memberlist.Config) {
 		fastTimings(c)
