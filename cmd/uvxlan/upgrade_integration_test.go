@@ -342,3 +342,63 @@ func testFounderUpgrade(t *testing.T, mode, how string) {
 		t.Errorf("the cluster shrank at %d of %d polls:\n%s", len(shrunk), polls, strings.Join(shrunk, "\n"))
 	}
 }
+
+// SIGHUP whose successor cannot take over (the binary at the agent's path
+// now crashes at once), or may not (the binary is world-writable: refused,
+// one log line): the agent goes on forwarding, and SIGTERM stops it at
+// once.
+func TestReloadSuccessorFails(t *testing.T) {
+	for _, tt := range []struct {
+		desc    string
+		replace func(t *testing.T, bin string)
+		log     string
+	}{
+		{"crashes", func(t *testing.T, bin string) {
+			tmp := bin + ".new"
+			mustWrite(t, tmp, "#!/bin/sh\nexit 1\n")
+			must(t, os.Chmod(tmp, 0o755))
+			must(t, os.Rename(tmp, bin))
+		}, "SIGHUP: started the successor"},
+		{"is world-writable", func(t *testing.T, bin string) { must(t, os.Chmod(bin, 0o757)) }, "refusing to start the successor"},
+	} {
+		t.Run(tt.desc, func(t *testing.T) {
+			tb := testenv.NewForTest(t, testenv.Config{Hosts: 2})
+			h1, h2 := tb.Host(1), tb.Host(2)
+			dir := filepath.Join(t.TempDir(), "bin")
+			must(t, os.Mkdir(dir, 0o755))
+			bin := filepath.Join(dir, "uvxlan")
+			raw, err := os.ReadFile(uvxlanBin)
+			must(t, err)
+			must(t, os.WriteFile(bin, raw, 0o755))
+			a2 := startAgent(t, h2, "--join", h1.Underlay.String())
+			control := filepath.Join(t.TempDir(), "h1.sock")
+			a1 := &agent{host: h1, control: control, overlay: overlayAddr(1)}
+			a1.proc, err = h1.Start(context.Background(), "", bin, "run", "--name", h1.Name, "--local", h1.Underlay.String(),
+				"--address", "10.42.0.1/24", "--control", control, "--gossip-key", testKey)
+			must(t, err)
+			must(t, waitForSocket(context.Background(), control, 10*time.Second))
+			eventuallyT(t, 20*time.Second, "h2 pings h1", func() bool {
+				_, err := h2.Ping(context.Background(), a1.overlay, 1)
+				return err == nil
+			})
+			tt.replace(t, bin)
+			if err := syscall.Kill(a1.proc.Pid(), syscall.SIGHUP); err != nil {
+				t.Fatal(err)
+			}
+			eventuallyT(t, 10*time.Second, "the agent logs the SIGHUP", func() bool { return strings.Contains(a1.proc.Log(), tt.log) })
+			gap, replies, err := pingGaps(h2, a1.overlay.String(), 200)
+			t.Logf("after the failed reload: ping h2 → h1 %d of 200, longest gap %v", replies, gap)
+			if err != nil || replies < 180 {
+				t.Errorf("h2 → h1 after the failed reload: %d of 200 (%v)", replies, err)
+			}
+			if rows := a2.members(t); len(rows) != 2 || rows[0].State != "alive" || rows[1].State != "alive" {
+				t.Errorf("h2's members: %+v", rows)
+			}
+			took := stopTimed(t, a1, 5*time.Second)
+			t.Logf("SIGTERM after the failed reload: exited in %v", took)
+			if err := a1.proc.Wait(); err != nil {
+				t.Errorf("the agent: %v\n%s", err, a1.proc.Log())
+			}
+		})
+	}
+}
