@@ -800,3 +800,47 @@ func TestContested(t *testing.T) {
 		t.Errorf("A's table after its withdrawal: %s at %s (%v), want B's %s", ip, m, ok, macNew)
 	}
 }
+
+// The successor of a node without seeds (a hot takeover of the node that
+// founded the cluster: same name, same address) joins the members its
+// predecessor knew (Config.Known) and is in its cluster at once; a node
+// whose known members do not answer is still in its cluster of one. (With
+// these fast timings the others find a successor without Known soon too;
+// the agent's TestFounderUpgrade, at memberlist's real timings, is the test
+// that fails without it.)
+func TestKnownMembers(t *testing.T) {
+	tune := func(c *memberlist.Config) {
+		fastTimings(c)
+		c.PushPullInterval = time.Hour // only a join brings the view
+	}
+	a := start(t, testConfig(0, 0, tune))
+	bcfg := testConfig(1, 0, tune)
+	bcfg.Seeds = []string{a.Addr().String()}
+	b := start(t, bcfg)
+	waitMembers(t, []*testNode{a, b})
+
+	a.kill() // abandoned for its successor: no leave
+	cfg := testConfig(0, int(a.Addr().Port()), tune)
+	cfg.Known = []string{b.Addr().String()}
+	succ := start(t, cfg)
+	select {
+	case <-succ.joinedCh:
+	case <-time.After(time.Second):
+		t.Error("a node without seeds is not in its cluster at once")
+	}
+	eventually(t, 3*time.Second, "the successor sees b", func() error {
+		if n := succ.AliveMembers(); n != 2 {
+			return fmt.Errorf("%d alive members", n)
+		}
+		return nil
+	})
+
+	cfg = testConfig(2, 0, tune)
+	cfg.Known = []string{"127.0.0.99:1"} // nobody
+	alone := start(t, cfg)
+	select {
+	case <-alone.joinedCh:
+	case <-time.After(time.Second):
+		t.Error("a node without seeds whose known members are gone is not in its cluster")
+	}
+}

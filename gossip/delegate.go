@@ -349,6 +349,10 @@ type logWriter struct {
 	log        *slog.Logger
 	limit      bucket
 	suppressed int
+	// closing, when set and closed, says the node is shutting down: then
+	// memberlist's errors of sends on its closed sockets (its gossip and
+	// probe rounds race its Shutdown) are Debug lines, not errors.
+	closing <-chan struct{}
 }
 
 const (
@@ -374,6 +378,13 @@ func (w *logWriter) Write(p []byte) (int, error) {
 		if rest, ok := strings.CutPrefix(line, l.tag); ok {
 			line, level = rest, l.level
 			break
+		}
+	}
+	if level == slog.LevelError && w.closing != nil && strings.Contains(line, "use of closed network connection") {
+		select {
+		case <-w.closing:
+			level = slog.LevelDebug
+		default:
 		}
 	}
 	ctx := context.Background()

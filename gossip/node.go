@@ -150,6 +150,10 @@ const (
 	// leaveTimeout bounds how long Close waits for the leave message to go
 	// out.
 	leaveTimeout = 2 * time.Second
+	// leavePingEvery is how often, and maxLeavePings how many times, a
+	// leaving node pings its peers to push its leave out (leave).
+	leavePingEvery = 2 * time.Millisecond
+	maxLeavePings  = 64
 	// joinBackoffMin and joinBackoffMax bound the wait between failed
 	// attempts to join the seeds.
 	joinBackoffMin = time.Second
@@ -231,6 +235,13 @@ type Config struct {
 	// Seeds are nodes to join, "HOST[:PORT]" (port default 7946). Empty:
 	// this node starts a new cluster and others join it.
 	Seeds []string
+	// Known are the gossip addresses, "HOST:PORT", of members known to be
+	// in the cluster: those a predecessor of this node knew alive (a hot
+	// takeover). They are joined at start like Seeds (and not again
+	// later), so that a successor of a node without Seeds is back in its
+	// cluster at once; unlike Seeds, none answering leaves such a node in
+	// its cluster of one, as it was. Optional.
+	Known []string
 	// SecretKeys, when given, encrypt gossip (AES-GCM; 16, 24 or 32 bytes
 	// each). The first one encrypts, all of them decrypt, so keys can be
 	// rotated. Nodes with different keys never merge: a node whose join
@@ -598,7 +609,7 @@ func New(cfg Config) (*Node, error) {
 	mc.AdvertisePort = cfg.BindPort
 	d := &delegate{n}
 	mc.Delegate, mc.Events, mc.Alive, mc.Merge, mc.Conflict = d, d, d, d, d
-	mc.Logger = log.New(&logWriter{log: n.log}, "", 0)
+	mc.Logger = log.New(&logWriter{log: n.log, closing: n.closed}, "", 0)
 	if len(cfg.SecretKeys) > 0 {
 		kr, err := memberlist.NewKeyring(cfg.SecretKeys, cfg.SecretKeys[0])
 		if err != nil {
@@ -798,6 +809,7 @@ func (n *Node) fail(err error) {
 func (c *Config) check() error {
 	c.Seeds, c.VNIs, c.SecretKeys = slices.Clone(c.Seeds), slices.Clone(c.VNIs), slices.Clone(c.SecretKeys)
 	c.AllowVTEPs = slices.Clone(c.AllowVTEPs)
+	c.Known = slices.Clone(c.Known)
 	if !ValidName(c.Name) {
 		return fmt.Errorf("config Name %q: want 1 to %d bytes without control characters", c.Name, MaxNameLen)
 	}
@@ -845,6 +857,16 @@ func (c *Config) check() error {
 			return fmt.Errorf("config Seeds: %w", err)
 		}
 		c.Seeds[i] = seed
+	}
+	for i, s := range c.Known {
+		seed, err := normSeed(s)
+		if err != nil {
+			return fmt.Errorf("config Known: %w", err)
+		}
+		c.Known[i] = seed
+	}
+	if c.Offline {
+		c.Known = nil // nobody to join
 	}
 	if c.Offline && (len(c.Seeds) > 0 || len(c.Extensions) > 0) {
 		return errors.New("config Offline: a node without gossip has no seeds and no extensions")
@@ -992,11 +1014,14 @@ func (n *Node) loop(ctx context.Context) {
 	rejoin := time.NewTicker(n.cfg.RejoinInterval)
 	defer rejoin.Stop()
 	var seeds []string // ourselves excluded: joining ourselves proves nothing
-	for _, s := range n.cfg.Seeds {
-		if s != n.addr.String() {
+	for _, s := range slices.Concat(n.cfg.Seeds, n.cfg.Known) {
+		if s != n.addr.String() && !slices.Contains(seeds, s) {
 			seeds = append(seeds, s)
 		}
 	}
+	// A node with no seed of its own founded its cluster: it is in it
+	// whether or not the members it knew (Known) answer.
+	founder := !slices.ContainsFunc(n.cfg.Seeds, func(s string) bool { return s != n.addr.String() })
 	backoff := joinBackoffMin
 	join := time.NewTimer(0)
 	defer join.Stop()
@@ -1007,7 +1032,7 @@ func (n *Node) loop(ctx context.Context) {
 	settle.Stop()
 	defer settle.Stop()
 	settles, counted := 0, 0 // settling syncs since the join, alive members at the last
-	if len(seeds) == 0 {
+	if founder {
 		n.setJoined()
 	}
 	pull := time.NewTicker(n.pt.tick)
@@ -1063,6 +1088,10 @@ func (n *Node) loop(ctx context.Context) {
 				n.log.Error("not joining: every seed refused our gossip key", "seeds", seeds, "err", kerr)
 				n.fail(kerr)
 				return
+			}
+			if founder {
+				n.log.Info("could not join the members known before; going on alone", "members", seeds, "err", err)
+				continue
 			}
 			n.log.Info("could not join any seed; retrying", "seeds", seeds, "err", err, "retry_in", backoff)
 			// Jittered, so that the nodes of a cold start refused by a
@@ -1160,15 +1189,61 @@ func (n *Node) shutdown(leave bool) {
 			return // offline
 		}
 		if leave {
-			n.queue.QueueBroadcast(&broadcast{name: "leave/" + n.name, msg: appendLeave(nil, n.name, n.self.boot)})
-			if err := n.ml.Leave(leaveTimeout); err != nil {
-				n.log.Debug("leave", "err", err)
-			}
+			n.leave()
 		}
 		if err := n.ml.Shutdown(); err != nil {
 			n.closeErr = fmt.Errorf("gossip: shutdown: %w", err)
 		}
 	})
+}
+
+// leave tells the cluster that this node leaves: memberlist's dead message
+// about itself (Leave), which makes the others drop it as "left" at once,
+// and ours (msgLeave). Leave waits until its message has gone out as many
+// times as memberlist retransmits a broadcast, which its gossip rounds
+// (one every GossipInterval, to a few members) take most of a second to
+// do. Every packet memberlist sends carries queued broadcasts, pings too:
+// so the node pings the alive members meanwhile, one every few
+// milliseconds, and the leave is out in a few round trips. leaveTimeout
+// bounds it all.
+func (n *Node) leave() {
+	n.queue.QueueBroadcast(&broadcast{name: "leave/" + n.name, msg: appendLeave(nil, n.name, n.self.boot)})
+	type peer struct {
+		name string
+		addr *net.UDPAddr
+	}
+	var peers []peer
+	n.mu.Lock()
+	for _, m := range n.members {
+		if m.alive && m.name != n.name {
+			peers = append(peers, peer{m.name, net.UDPAddrFromAddrPort(m.addr)})
+		}
+	}
+	n.mu.Unlock()
+	rand.Shuffle(len(peers), func(i, j int) { peers[i], peers[j] = peers[j], peers[i] })
+	left := make(chan error, 1)
+	go func() { left <- n.ml.Leave(leaveTimeout) }()
+	deadline := time.NewTimer(leaveTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(leavePingEvery)
+	defer tick.Stop()
+	for i := 0; ; i++ {
+		select {
+		case err := <-left:
+			if err != nil {
+				n.log.Debug("leave", "err", err)
+			}
+			return
+		case <-deadline.C:
+			n.log.Debug("leave: timed out")
+			return
+		case <-tick.C:
+			if len(peers) > 0 && i < maxLeavePings {
+				p := peers[i%len(peers)]
+				go n.ml.Ping(p.name, p.addr) // the answer does not matter
+			}
+		}
+	}
 }
 
 // LocalNode returns this node's name.

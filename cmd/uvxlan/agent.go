@@ -21,7 +21,8 @@ import (
 // any part fails: the node's error first (the cause of the others, such as
 // a lease lost or a name taken), else the first one.
 func runAgent(ctx context.Context, cfg runConfig) error {
-	var successor *net.UnixConn // --takeover: the connection to the agent taken over
+	self, selfErr := startedFrom(os.Args) // what SIGHUP starts, found now
+	var successor *net.UnixConn           // --takeover: the connection to the agent taken over
 	if cfg.Takeover {
 		h, conn, err := takeOver(ctx, cfg.Control, &cfg.Config)
 		if err != nil {
@@ -59,7 +60,7 @@ func runAgent(ctx context.Context, cfg runConfig) error {
 		handingOver atomic.Bool
 		handedErr   error
 	)
-	ctl.takeover = &takeoverServer{n: n,
+	ctl.takeover = &takeoverServer{n: n, log: cfg.Logger,
 		release: func() {
 			handingOver.Store(true)
 			ctl.Close()
@@ -123,7 +124,7 @@ func runAgent(ctx context.Context, cfg runConfig) error {
 				return
 			case <-hup:
 				if !handingOver.Load() {
-					startSuccessor(cfg.Logger)
+					startSuccessor(cfg.Logger, self, selfErr)
 				}
 			}
 		}

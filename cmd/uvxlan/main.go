@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -251,11 +252,39 @@ containers use (Docker: --bip=$FLANNEL_SUBNET --mtu=$FLANNEL_MTU).
 			}
 			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
+			defer stopDeadline(ctx, log)()
 			err = runAgent(ctx, cfg)
 			log.Info("uvxlan stopped")
 			return err
 		},
 	}
+}
+
+// stopTimeout is how long the agent may take to stop once told to.
+const stopTimeout = 2 * time.Second
+
+// stopDeadline makes the process exit 1 when it has not stopped within
+// stopTimeout of ctx's end (SIGTERM, SIGINT), whatever holds it up: the
+// service manager sees a failure, not a process it must kill. Call the
+// returned function once stopped.
+func stopDeadline(ctx context.Context, log *slog.Logger) func() {
+	stopped := make(chan struct{})
+	go func() {
+		select {
+		case <-stopped:
+			return
+		case <-ctx.Done():
+		}
+		t := time.NewTimer(stopTimeout)
+		defer t.Stop()
+		select {
+		case <-stopped:
+		case <-t.C:
+			log.Error("not stopped after the signal; exiting without cleaning up", "waited", stopTimeout)
+			os.Exit(exitError)
+		}
+	}()
+	return func() { close(stopped) }
 }
 
 // controlFlags are the flags of the commands that talk to an agent.

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -26,20 +27,110 @@ func TestSuccessorCommand(t *testing.T) {
 		{[]string{"./uvxlan", "--log-level", "debug", "run", "--takeover=true"}, filepath.Join(wd, "uvxlan"), []string{"--log-level", "debug", "run", "--takeover=true"}},
 	}
 	for _, tt := range tests {
-		cmd, err := successorCommand(tt.args)
+		bin, err := startedFrom(tt.args)
 		if err != nil {
 			t.Errorf("%q: %v", tt.args, err)
 			continue
 		}
+		cmd := successorCommand(bin, tt.args)
 		if cmd.Path != tt.bin || !slices.Equal(cmd.Args[1:], tt.rest) {
 			t.Errorf("%q: %s %q, want %s %q", tt.args, cmd.Path, cmd.Args[1:], tt.bin, tt.rest)
 		}
 	}
-	if _, err := successorCommand(nil); err == nil {
+	if _, err := startedFrom(nil); err == nil {
 		t.Error("no command line: no error")
 	}
-	if _, err := successorCommand([]string{"no-such-uvxlan-binary", "run"}); err == nil {
+	if _, err := startedFrom([]string{"no-such-uvxlan-binary", "run"}); err == nil {
 		t.Error("a name not on PATH: no error")
+	}
+}
+
+// The path of the binary is the one found at start: a later change of the
+// working directory or of PATH does not change what SIGHUP starts.
+func TestStartedFromAtStart(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "uvxlan")
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir)
+	got, err := startedFrom([]string{"uvxlan", "run"})
+	if err != nil || got != bin {
+		t.Fatalf("startedFrom: %q, %v; want %q", got, err, bin)
+	}
+	t.Setenv("PATH", t.TempDir())
+	if cmd := successorCommand(got, []string{"uvxlan", "run"}); cmd.Path != bin {
+		t.Errorf("after PATH changed, the successor is %s, want %s", cmd.Path, bin)
+	}
+}
+
+// SIGHUP starts only a binary that nobody but root (or the agent's own
+// user) could have put there: the file, and the directory it is in, owned
+// by root or by us and writable by nobody else; through a symbolic link,
+// the same of the link's target.
+func TestCheckSuccessor(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root, to give files away")
+	}
+	const other = 4242 // a uid that is neither root nor us
+	tests := []struct {
+		desc  string
+		setup func(t *testing.T, dir, bin string)
+		want  string // "" for accepted, else part of the error
+	}{
+		{"root's, 0755, in a 0755 directory", func(t *testing.T, dir, bin string) {}, ""},
+		{"group-writable", func(t *testing.T, dir, bin string) { must(t, os.Chmod(bin, 0o775)) }, "writable"},
+		{"world-writable", func(t *testing.T, dir, bin string) { must(t, os.Chmod(bin, 0o757)) }, "writable"},
+		{"owned by another user", func(t *testing.T, dir, bin string) { must(t, os.Chown(bin, other, 0)) }, "owned by uid 4242"},
+		{"in a world-writable directory", func(t *testing.T, dir, bin string) { must(t, os.Chmod(dir, 0o777)) }, "writable"},
+		{"in a directory of another user", func(t *testing.T, dir, bin string) { must(t, os.Chown(dir, other, 0)) }, "owned by uid 4242"},
+		{"not executable", func(t *testing.T, dir, bin string) { must(t, os.Chmod(bin, 0o644)) }, "not an executable"},
+		{"a directory", func(t *testing.T, dir, bin string) { must(t, os.Remove(bin)); must(t, os.Mkdir(bin, 0o755)) }, "not an executable"},
+		{"missing", func(t *testing.T, dir, bin string) { must(t, os.Remove(bin)) }, "no such file"},
+		{"a link to a world-writable file", func(t *testing.T, dir, bin string) {
+			target := filepath.Join(t.TempDir(), "real")
+			must(t, os.WriteFile(target, nil, 0o755))
+			must(t, os.Chmod(target, 0o757)) // (past the umask)
+			must(t, os.Remove(bin))
+			must(t, os.Symlink(target, bin))
+		}, "writable"},
+		{"a link into a directory of another user", func(t *testing.T, dir, bin string) {
+			tdir := t.TempDir()
+			target := filepath.Join(tdir, "real")
+			must(t, os.WriteFile(target, nil, 0o755))
+			must(t, os.Chown(tdir, other, 0))
+			must(t, os.Remove(bin))
+			must(t, os.Symlink(target, bin))
+		}, "owned by uid 4242"},
+		{"a link to a good file", func(t *testing.T, dir, bin string) {
+			target := filepath.Join(t.TempDir(), "real")
+			must(t, os.WriteFile(target, nil, 0o755))
+			must(t, os.Remove(bin))
+			must(t, os.Symlink(target, bin))
+		}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.desc, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "bin")
+			must(t, os.Mkdir(dir, 0o755))
+			bin := filepath.Join(dir, "uvxlan")
+			must(t, os.WriteFile(bin, []byte("#!/bin/sh\n"), 0o755))
+			tt.setup(t, dir, bin)
+			err := checkSuccessor(bin)
+			switch {
+			case tt.want == "" && err != nil:
+				t.Errorf("refused: %v", err)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Errorf("got %v, want an error saying %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 

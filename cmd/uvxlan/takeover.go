@@ -4,25 +4,43 @@ package main
 // agent's control socket (a unix stream socket):
 //
 //  1. The successor connects and sends POST /v1/takeover with what it is
-//     configured to serve (takeoverRequest: name, port, segments).
+//     configured to serve (takeoverRequest: name, port, segments) and
+//     "release": true (it will ask for the release, step 4).
 //  2. The running agent checks that it serves exactly that; if not, it
 //     answers 409 with the difference, changes nothing, and goes on (the
 //     successor exits 2).
 //  3. Otherwise it duplicates the descriptors of its TAP queues and
-//     underlay sockets and snapshots its tables (node.Handover), stops its
-//     gossip member without leaving the cluster (node.Abandon), stops
-//     accepting on the control socket and the metrics listener (so the
-//     successor can bind them), and answers 200 with the handover as JSON,
-//     the descriptors riding the first bytes (SCM_RIGHTS). It keeps
-//     forwarding.
-//  4. The successor adopts the descriptors and the tables (node.New with
+//     underlay sockets and snapshots its tables and the gossip members it
+//     knows (node.Handover), and answers 200 with the handover as JSON,
+//     the descriptors riding the first bytes (SCM_RIGHTS), and the header
+//     "Uvxlan-Takeover: release". It changes nothing else and keeps
+//     forwarding, gossiping and serving.
+//  4. The successor checks the handover and writes "release\n". The agent
+//     then stops its gossip member without leaving the cluster
+//     (node.Abandon) and stops accepting on the control socket and the
+//     metrics listener (so the successor can bind them), and writes
+//     "released\n". It keeps forwarding.
+//  5. The successor adopts the descriptors and the tables (node.New with
 //     Config.Inherit), binds the control socket, the metrics and gossip
-//     (same name, same address: peers see the same member), starts
-//     forwarding, and writes "ready\n".
-//  5. On "ready" the old agent stops forwarding and exits 0, leaving its
-//     TAPs in place. Without it (the successor failed, or 30 s passed) it
-//     exits 1: gossip and the control socket are gone by then, so the host
-//     is off the overlay until an agent starts again (its TAPs persist).
+//     (same name, same address: peers see the same member; it joins the
+//     members the agent knew, so a node without --join is back in its
+//     cluster at once), starts forwarding, and writes "ready\n".
+//  6. On "ready" the old agent stops forwarding and exits 0, leaving its
+//     TAPs in place.
+//
+// A successor that goes away before step 4 (it crashed, or found the
+// handover wrong) costs nothing: the agent closes its copies of the
+// descriptors, logs it and goes on as before; another takeover may follow.
+// One that goes away after step 4 leaves the agent without gossip or
+// control socket: it exits 1 at once (within readyTimeout if the
+// successor hangs), so that the service manager starts an agent again (the
+// TAPs persist). Descriptors are passed by number, never through
+// (*os.File).Fd, which may switch the open file description, shared with
+// the agent's own queues and sockets, to blocking mode.
+//
+// An agent of a release before the release step (no "release" in the
+// request, or no header in the answer) does step 4's abandon before
+// sending the descriptors, and the successor skips step 4.
 //
 // For a moment both read the same queues and sockets; nothing queued in the
 // kernel is lost.
@@ -32,15 +50,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"slices"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -53,14 +71,20 @@ type takeoverRequest struct {
 	Name     string                 `json:"name"`
 	Port     uint16                 `json:"port"`
 	Segments []node.HandoverSegment `json:"segments"`
+	// Release: the successor asks for the release (step 4) once it has
+	// checked the handover.
+	Release bool `json:"release"`
 }
+
+// releaseHeader, in the answer, says the agent waits for "release\n".
+const releaseHeader = "Uvxlan-Takeover"
 
 // readyTimeout bounds how long the old agent waits for the successor.
 const readyTimeout = 30 * time.Second
 
 // requestFor is the takeover request of a configuration.
 func requestFor(cfg *node.Config) takeoverRequest {
-	r := takeoverRequest{Name: cfg.Name, Port: cfg.Port}
+	r := takeoverRequest{Name: cfg.Name, Port: cfg.Port, Release: true}
 	for _, s := range cfg.Segments {
 		r.Segments = append(r.Segments, node.HandoverSegment{VNI: s.VNI, Dev: s.Dev})
 	}
@@ -91,12 +115,14 @@ func mismatch(st node.Status, r takeoverRequest) string {
 }
 
 // takeoverServer is the running agent's end: the handler of POST
-// /v1/takeover. stop ends the agent (nil: exit 0).
+// /v1/takeover. release stops accepting on the control socket and the
+// metrics; stop ends the agent (nil: exit 0).
 type takeoverServer struct {
 	n       *node.Node
-	release func() // stops accepting on the control socket and the metrics
+	log     *slog.Logger
+	release func()
 	stop    func(error)
-	once    sync.Once
+	busy    atomic.Bool // a takeover is under way
 }
 
 func (t *takeoverServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -109,16 +135,22 @@ func (t *takeoverServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, why, http.StatusConflict)
 		return
 	}
-	started := false
-	t.once.Do(func() { started = true })
-	if !started {
+	if !t.busy.CompareAndSwap(false, true) {
 		http.Error(w, "a takeover is already under way", http.StatusConflict)
 		return
 	}
+	if !t.handOver(w, req.Release) {
+		t.busy.Store(false) // nothing was given up: another may try
+	}
+}
+
+// handOver runs steps 3 to 6 of the protocol; it reports whether the agent
+// gave anything up (then it ends, by stop).
+func (t *takeoverServer) handOver(w http.ResponseWriter, release bool) bool {
 	h, err := t.n.Handover()
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
+		return false
 	}
 	defer func() {
 		for _, f := range h.Files {
@@ -128,65 +160,137 @@ func (t *takeoverServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, err := json.Marshal(h)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
+		return false
+	}
+	fds, err := rawFDs(h.Files)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return false
 	}
 	hj, ok := w.(http.Hijacker)
 	if !ok {
 		http.Error(w, "takeover needs a hijackable connection", http.StatusInternalServerError)
-		return
+		return false
 	}
 	conn, _, err := hj.Hijack()
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
+		return false
 	}
 	defer conn.Close()
 	uc, ok := conn.(*net.UnixConn)
 	if !ok {
-		t.stop(errors.New("takeover: the control connection is not a unix socket"))
-		return
+		t.log.Warn("takeover refused: the control connection is not a unix socket")
+		return false
 	}
-	// From here on the old agent cannot take back what it gave up.
-	t.n.Abandon()
-	t.release()
-	fds := make([]int, len(h.Files))
-	for i, f := range h.Files {
-		fds[i] = int(f.Fd())
+	letGo := func() {
+		// From here on the old agent cannot take back what it gave up.
+		t.n.Abandon()
+		t.release()
 	}
-	msg := append([]byte(fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", len(body))), body...)
+	head := "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+	if release {
+		head += releaseHeader + ": release\r\n"
+	} else {
+		letGo() // a successor of an earlier release
+	}
+	msg := append([]byte(fmt.Sprintf("%sContent-Length: %d\r\n\r\n", head, len(body))), body...)
 	first := min(len(msg), 4096)
-	if _, _, err := uc.WriteMsgUnix(msg[:first], unix.UnixRights(fds...), nil); err != nil {
-		t.stop(fmt.Errorf("takeover: hand over: %w", err))
-		return
+	uc.SetDeadline(time.Now().Add(readyTimeout))
+	_, _, err = uc.WriteMsgUnix(msg[:first], unix.UnixRights(fds...), nil)
+	if err == nil && first < len(msg) { // (a successor that has it all may have closed already)
+		_, err = uc.Write(msg[first:])
 	}
-	if first < len(msg) { // (a successor that has it all may have closed already)
-		if _, err := uc.Write(msg[first:]); err != nil {
-			t.stop(fmt.Errorf("takeover: hand over: %w", err))
-			return
+	rd := bufio.NewReader(uc)
+	if release {
+		if err != nil {
+			t.log.Warn("takeover failed: the handover did not reach the successor; going on", "err", err)
+			return false
 		}
+		line, err := rd.ReadString('\n')
+		if line != "release\n" {
+			t.log.Warn("takeover failed: the successor went away before taking over; going on", "said", line, "err", err)
+			return false
+		}
+		letGo()
+		_, err = uc.Write([]byte("released\n"))
 	}
-	uc.SetReadDeadline(time.Now().Add(readyTimeout))
-	line, err := bufio.NewReader(uc).ReadString('\n')
-	if err != nil || line != "ready\n" {
+	if err != nil {
+		t.stop(fmt.Errorf("takeover: hand over: %w", err))
+		return true
+	}
+	line, err := rd.ReadString('\n')
+	if line != "ready\n" {
 		t.stop(fmt.Errorf("takeover: the successor did not become ready (%q, %v); this host is off the overlay until an agent starts again", line, err))
-		return
+		return true
 	}
 	t.stop(nil)
+	return true
+}
+
+// rawFDs returns the numbers of files' descriptors, which stay valid while
+// the files are open. It reads them through SyscallConn, which leaves
+// their mode alone, unlike (*os.File).Fd.
+func rawFDs(files []*os.File) ([]int, error) {
+	fds := make([]int, len(files))
+	for i, f := range files {
+		rc, err := f.SyscallConn()
+		if err == nil {
+			err = rc.Control(func(fd uintptr) { fds[i] = int(fd) })
+		}
+		if err != nil {
+			return nil, fmt.Errorf("takeover: descriptor of %s: %w", f.Name(), err)
+		}
+	}
+	return fds, nil
 }
 
 // takeOver is the successor's end: it asks the agent on control for its
-// descriptors and tables. An error before the agent answered 200 changed
-// nothing; it is a usage error when the agent serves something else.
+// descriptors and tables, and for the release (steps 1 to 4). An error
+// before the agent let go changed nothing; it is a usage error when the
+// agent serves something else. The caller writes "ready\n" on the
+// connection once it forwards.
 func takeOver(ctx context.Context, control string, cfg *node.Config) (*node.Handover, *net.UnixConn, error) {
+	a, err := askTakeover(ctx, control, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	if a.release {
+		line := ""
+		if _, err = a.conn.Write([]byte("release\n")); err == nil {
+			line, err = a.rd.ReadString('\n')
+		}
+		if line != "released\n" {
+			for _, f := range a.h.Files {
+				f.Close()
+			}
+			a.conn.Close()
+			return nil, nil, fmt.Errorf("takeover: the agent did not let go (%q, %v)", line, err)
+		}
+	}
+	a.conn.SetDeadline(time.Time{})
+	return a.h, a.conn, nil
+}
+
+// takeoverAnswer is the running agent's answer to a takeover request.
+type takeoverAnswer struct {
+	h       *node.Handover
+	conn    *net.UnixConn
+	rd      *bufio.Reader // conn's, past the answer
+	release bool          // the agent waits for "release\n" (step 4)
+}
+
+// askTakeover does steps 1 and 3 of the protocol, and checks the handover.
+func askTakeover(ctx context.Context, control string, cfg *node.Config) (*takeoverAnswer, error) {
 	d := net.Dialer{Timeout: 5 * time.Second}
 	c, err := d.DialContext(ctx, "unix", control)
 	if err != nil {
-		return nil, nil, badFlag("takeover", control, "no agent answers on the control socket: %v", err)
+		return nil, badFlag("takeover", control, "no agent answers on the control socket: %v", err)
 	}
 	uc := c.(*net.UnixConn)
-	fail := func(err error) (*node.Handover, *net.UnixConn, error) {
+	fail := func(err error) (*takeoverAnswer, error) {
 		uc.Close()
-		return nil, nil, err
+		return nil, err
 	}
 	body, _ := json.Marshal(requestFor(cfg))
 	req := fmt.Sprintf("POST /v1/takeover HTTP/1.1\r\nHost: uvxlan\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
@@ -221,7 +325,8 @@ func takeOver(ctx context.Context, control string, cfg *node.Config) (*node.Hand
 			f.Close()
 		}
 	}
-	resp, err := http.ReadResponse(bufio.NewReader(io.MultiReader(bytes.NewReader(buf[:n]), uc)), nil)
+	rd := bufio.NewReader(io.MultiReader(bytes.NewReader(buf[:n]), uc))
+	resp, err := http.ReadResponse(rd, nil)
 	if err != nil {
 		closeFiles()
 		return fail(fmt.Errorf("takeover: bad answer: %w", err))
@@ -249,6 +354,5 @@ func takeOver(ctx context.Context, control string, cfg *node.Config) (*node.Hand
 		closeFiles()
 		return fail(err)
 	}
-	uc.SetDeadline(time.Time{})
-	return &h, uc, nil
+	return &takeoverAnswer{h: &h, conn: uc, rd: rd, release: resp.Header.Get(releaseHeader) == "release"}, nil
 }

@@ -5,17 +5,19 @@ package node
 // command line carries it over the control socket (package main, takeover.go
 // there, writes the protocol down); here are the two ends:
 //
-//   - the running node's Abandon stops its gossip member without leaving the
-//     cluster (the successor takes the same name and address; peers see no
-//     member change), and marks its TAPs to stay; Handover then duplicates
-//     the descriptors of every TAP queue and underlay socket and snapshots
-//     the tables; the node keeps forwarding until its Run is cancelled;
+//   - the running node's Handover duplicates the descriptors of every TAP
+//     queue and underlay socket and snapshots the tables and the members
+//     alive, changing nothing; once the successor holds them, Abandon stops
+//     its gossip member without leaving the cluster (the successor takes
+//     the same name and address; peers see no member change), and marks its
+//     TAPs to stay; the node keeps forwarding until its Run is cancelled;
 //   - the successor's New, with Config.Inherit, adopts those descriptors
 //     (tap.Adopt, encap.FileUDP) instead of opening its own, and preloads
 //     the tables: the endpoints behind its TAPs as local entries (announced
 //     again), static entries as static, everything else it held as learned
 //     entries (they age out unless gossip or traffic confirms them), and the
-//     flood lists until gossip computes its own. Both read the same queues
+//     flood lists until gossip computes its own; its gossip joins the
+//     members the predecessor knew alive. Both read the same queues
 //     and sockets for a moment, and nothing queued in the kernel is lost.
 
 import (
@@ -41,6 +43,10 @@ type Handover struct {
 	Entries  []fdb.Entry                  `json:"entries"`
 	Neigh    []fdb.Neigh                  `json:"neigh"`
 	Flood    map[fdb.VNI][]netip.AddrPort `json:"flood"`
+	// Members are the gossip addresses of the other members alive: the
+	// successor joins them at once (gossip.Config.Known), which a node
+	// started without --join could not do otherwise.
+	Members []string `json:"members,omitempty"`
 	// Files are the descriptors: each segment's TAP queues in order, then
 	// the receiving sockets, then the source-port sockets.
 	Files []*os.File `json:"-"`
@@ -66,8 +72,8 @@ func (n *Node) Abandon() {
 }
 
 // Handover duplicates the descriptors of the node's TAP queues and sockets
-// and snapshots its tables. The caller owns the files. Call Abandon first,
-// so that nothing changes the tables meanwhile.
+// and snapshots its tables and its alive members. The caller owns the
+// files. It changes nothing: the node goes on as before until Abandon.
 func (n *Node) Handover() (*Handover, error) {
 	h := &Handover{Name: n.cfg.Name, Port: n.cfg.Port, RX: len(n.rxs), Sources: len(n.srcs),
 		Entries: n.table.Entries(), Neigh: n.neigh.Entries(), Flood: map[fdb.VNI][]netip.AddrPort{}}
@@ -76,6 +82,11 @@ func (n *Node) Handover() (*Handover, error) {
 			f.Close()
 		}
 		return nil, err
+	}
+	for _, m := range n.gossip.Members() {
+		if !m.Self && m.State == "alive" {
+			h.Members = append(h.Members, m.Addr.String())
+		}
 	}
 	for _, s := range n.segs {
 		h.Segments = append(h.Segments, HandoverSegment{VNI: s.cfg.VNI, Dev: s.cfg.Dev, Queues: len(s.devs)})
@@ -207,4 +218,13 @@ func (n *Node) preload(h *Handover) {
 		}
 	}
 	n.refreshStatic()
+}
+
+// known is what gossip joins besides --join: the members the predecessor
+// knew, at a takeover.
+func (n *Node) known() []string {
+	if n.cfg.Inherit == nil {
+		return nil
+	}
+	return n.cfg.Inherit.Members
 }

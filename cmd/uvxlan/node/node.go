@@ -200,6 +200,7 @@ func (n *Node) startGossip(ports gossip.SourcePorts) (err error) {
 		SourcesChanged: n.sourcesChanged,
 		Contested:      n.contested,
 		Seeds:          n.cfg.Join,
+		Known:          n.known(),
 		SecretKeys:     n.cfg.GossipKeys,
 		Offline:        n.cfg.GossipOff,
 		StaticPeers:    n.cfg.Peers,
