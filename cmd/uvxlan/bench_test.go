@@ -217,8 +217,11 @@ func checkCPU(t *testing.T, where string, o perf.OverlayResult) {
 		t.Errorf("%s%s: want the CPU cost of bytes delivered, got %+v", where, o.Overlay, c)
 		return
 	}
-	if !(o.MachineCPUPerGB > 0) {
-		t.Errorf("%s%s: machine cpu per GB %v, want > 0 (%+v)", where, o.Overlay, o.MachineCPUPerGB, c)
+	// A machine that other work keeps busy (two CPU-bound loops: the
+	// suite must pass beside them) leaves no busy time to measure above
+	// the idle rate: then the figure is absent with its reason.
+	if !(o.MachineCPUPerGB > 0) && c.Unmeasured == "" {
+		t.Errorf("%s%s: machine cpu per GB %v without a reason (%+v)", where, o.Overlay, o.MachineCPUPerGB, c)
 	}
 	switch {
 	case o.Overlay == perf.UVXLAN:
