@@ -466,9 +466,10 @@ type Source struct {
 	Ports *SourcePorts
 }
 
-// Stats are the node's counters. Each field is declared once, here: its
-// JSON tag names it in `uvxlan stats` and in the metrics, and the fields
-// tagged metric:"gauge" are levels, not events. The counts are of records (one entry's
+// Stats are the node's counters. Each is named and documented here, its
+// JSON tag naming it in `uvxlan stats` and in the metrics (the fields
+// tagged metric:"gauge" are levels, not events); the node counts in
+// atomics of its own (counters), which Stats copies into this struct. The counts are of records (one entry's
 // claim by one owner), received in broadcasts and push/pull.
 type Stats struct {
 	// Received counts records received from peers.
