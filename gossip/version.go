@@ -1,0 +1,107 @@
+package gossip
+
+// The metadata version the node speaks: the highest every alive member
+// reads, so a cluster keeps working through a rolling upgrade or a
+// rollback (see "Protocol versions" in node.go's comments).
+
+import "time"
+
+// encodeSelfLocked encodes our metadata, in the version we speak now, with
+// the digest of our records (from version 5 on) and our source ports (from
+// version 6 on).
+func (n *Node) encodeSelfLocked() []byte {
+	n.self.digest, n.self.hasDigest = n.store.digest(n.name), n.self.version >= 5
+	n.self.hasPorts = n.self.version >= 6
+	return n.self.encode()
+}
+
+// maxVersion is the highest metadata version this node speaks and reads:
+// protoVersion, or 4 or 5 when it emulates an older release (Config.v4,
+// Config.v5).
+func (n *Node) maxVersion() uint8 {
+	switch {
+	case n.cfg.v4:
+		return 4
+	case n.cfg.v5:
+		return 5
+	}
+	return protoVersion
+}
+
+// spokenVersion returns the metadata version to speak, at most top, to
+// members that read at most the versions in dmax (memberlist's DMax of
+// each alive member but us): the highest that all of them read. Releases
+// before version 5 advertise none (0): they read version 4 only.
+func spokenVersion(top uint8, dmax []uint8) uint8 {
+	v := top
+	for _, d := range dmax {
+		v = min(v, max(d, minProtoVersion))
+	}
+	return v
+}
+
+// chooseVersionLocked sets the version of our metadata (n.self.version) to
+// what every alive member reads, after a join, an update or a departure.
+// When it changes, the switch is counted and logged, and Run's loop
+// publishes the metadata (metaDirty): memberlist calls us with its node
+// lock held, so UpdateNode cannot be called from here.
+func (n *Node) chooseVersionLocked() {
+	if n.cfg.v4 {
+		return
+	}
+	var dmax []uint8
+	oldest := ""
+	for _, m := range n.members {
+		if m.alive && m.name != n.name {
+			dmax = append(dmax, m.dmax)
+			if m.dmax < n.maxVersion() {
+				oldest = m.name
+			}
+		}
+	}
+	v := spokenVersion(n.maxVersion(), dmax)
+	if v == n.self.version {
+		return
+	}
+	if v < n.maxVersion() {
+		n.log.Info("speaking an older gossip metadata version: a member reads no later one",
+			"version", v, "was", n.self.version, "member", oldest)
+	} else {
+		n.log.Info("speaking the current gossip metadata version again: every member reads it",
+			"version", v, "was", n.self.version)
+	}
+	n.self.version = v
+	n.stats.protocolSwitches.Add(1)
+	select {
+	case n.metaDirty <- struct{}{}:
+	default:
+	}
+}
+
+// publishMeta re-encodes our metadata with the digest of our records and,
+// if it changed, tells the cluster (memberlist's UpdateNode, in the
+// background, one at a time). It reports whether it is done: false when an
+// update is still under way, so the caller tries again later.
+func (n *Node) publishMeta() bool {
+	if !n.metaBusy.CompareAndSwap(false, true) {
+		return false
+	}
+	n.mu.Lock()
+	b := n.encodeSelfLocked()
+	n.mu.Unlock()
+	n.metaMu.Lock()
+	same := string(b) == string(n.meta)
+	n.meta = b
+	n.metaMu.Unlock()
+	if same || n.ml == nil {
+		n.metaBusy.Store(false)
+		return true
+	}
+	go func() {
+		defer n.metaBusy.Store(false)
+		if err := n.ml.UpdateNode(5 * time.Second); err != nil {
+			n.log.Debug("publish metadata", "err", err)
+		}
+	}()
+	return true
+}
