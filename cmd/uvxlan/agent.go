@@ -36,99 +36,26 @@ func runAgent(ctx context.Context, cfg runConfig) error {
 		return err
 	}
 	defer ctl.Close()
-	var metrics *metricsServer
-	var n *node.Node
+	a := &agentRun{cfg: cfg, ctl: ctl}
 	if cfg.Metrics != "" {
-		if metrics, err = listenMetrics(cfg.Metrics, func() metricsSnapshot { return snapshotOf(n)() }); err != nil {
+		if a.metrics, err = listenMetrics(cfg.Metrics, func() metricsSnapshot { return snapshotOf(a.n)() }); err != nil {
 			return err
 		}
-		defer metrics.Close()
+		defer a.metrics.Close()
 	}
-	if n, err = node.New(cfg.Config); err != nil {
+	if a.n, err = node.New(cfg.Config); err != nil {
 		return err
 	}
-
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		wg      sync.WaitGroup
-		mu      sync.Mutex
-		first   error
-		nodeErr error
-		// handingOver: a successor takes over; the control socket and
-		// the metrics stop serving, and that ends nothing.
-		handingOver atomic.Bool
-		handedErr   error
-	)
-	ctl.takeover = &takeoverServer{n: n, log: cfg.Logger,
-		release: func() {
-			handingOver.Store(true)
-			ctl.Close()
-			if metrics != nil {
-				metrics.Close()
-			}
-		},
-		stop: func(err error) {
-			mu.Lock()
-			handedErr = err
-			mu.Unlock()
-			cancel()
-		},
-	}
-	// serve runs an adapter's Serve, which returns nil once released for a
-	// successor: then it waits for the end.
-	serve := func(f func() error) func() error {
-		return func() error {
-			err := f()
-			if err == nil && handingOver.Load() {
-				<-ctx.Done()
-			}
-			return err
-		}
-	}
-	spawn := func(f func() error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := f(); err != nil {
-				mu.Lock()
-				if first == nil {
-					first = err
-				}
-				mu.Unlock()
-			}
-			cancel()
-		}()
-	}
-	spawn(func() error { nodeErr = n.Run(ctx); return nodeErr })
-	if w := n.LeaseWatch(); w != nil {
-		seg := n.Status().Segments[0]
-		rc := routed.Config{Network: cfg.Leases.Network, VNI: seg.VNI, Dev: seg.Dev, MTU: seg.MTU,
-			SubnetFile: cfg.SubnetFile, IPMasq: cfg.IPMasq, Logger: cfg.Logger.With("subsystem", "routed")}
-		spawn(func() error { return routed.Run(ctx, rc, w, n) })
-	}
-	spawn(serve(func() error { return ctl.Serve(n) }))
-	if metrics != nil {
-		spawn(serve(metrics.Serve))
-	}
+	a.ctx, a.cancel = context.WithCancel(ctx)
+	defer a.cancel()
+	a.start()
 	// The service manager learns the new main process before the old one
 	// exits on "ready".
 	notifyReady(cfg.Logger)
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	go func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-hup:
-				if !handingOver.Load() {
-					startSuccessor(cfg.Logger, self, selfErr)
-				}
-			}
-		}
-	}()
+	go a.reloadOn(hup, self, selfErr)
 	if successor != nil {
 		cfg.Logger.Info("took over from the running agent", "control", cfg.Control)
 		if _, err := successor.Write([]byte("ready\n")); err != nil {
@@ -136,25 +63,124 @@ func runAgent(ctx context.Context, cfg runConfig) error {
 		}
 		successor.Close()
 	}
-	<-ctx.Done()
-	ctl.Close()
-	if metrics != nil {
-		metrics.Close()
+	<-a.ctx.Done()
+	return a.stop()
+}
+
+// agentRun is a running agent: its node and the adapters that serve it,
+// each in a goroutine whose end ends them all.
+type agentRun struct {
+	cfg     runConfig
+	ctl     *controlServer
+	metrics *metricsServer
+	n       *node.Node
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	first  error // the first goroutine's error
+	// nodeErr is the node's: it outranks first.
+	nodeErr error
+	// handingOver: a successor takes over; the control socket and the
+	// metrics stop serving, and that ends nothing.
+	handingOver atomic.Bool
+	handedErr   error
+}
+
+// start runs the node, routed mode's host networking when it holds a
+// lease, the control socket (with takeover) and the metrics.
+func (a *agentRun) start() {
+	a.ctl.takeover = &takeoverServer{n: a.n, log: a.cfg.Logger,
+		release: func() {
+			a.handingOver.Store(true)
+			a.ctl.Close()
+			if a.metrics != nil {
+				a.metrics.Close()
+			}
+		},
+		stop: func(err error) {
+			a.mu.Lock()
+			a.handedErr = err
+			a.mu.Unlock()
+			a.cancel()
+		},
 	}
-	wg.Wait()
-	if !handingOver.Load() {
-		_ = sdNotify("STOPPING=1")
+	a.spawn(func() error { a.nodeErr = a.n.Run(a.ctx); return a.nodeErr })
+	if w := a.n.LeaseWatch(); w != nil {
+		cfg, seg := a.cfg, a.n.Status().Segments[0]
+		rc := routed.Config{Network: cfg.Leases.Network, VNI: seg.VNI, Dev: seg.Dev, MTU: seg.MTU,
+			SubnetFile: cfg.SubnetFile, IPMasq: cfg.IPMasq, Logger: cfg.Logger.With("subsystem", "routed")}
+		a.spawn(func() error { return routed.Run(a.ctx, rc, w, a.n) })
 	}
-	if handingOver.Load() {
-		mu.Lock()
-		defer mu.Unlock()
-		if handedErr == nil {
-			cfg.Logger.Info("handed over to the successor")
+	a.spawn(a.serve(func() error { return a.ctl.Serve(a.n) }))
+	if a.metrics != nil {
+		a.spawn(a.serve(a.metrics.Serve))
+	}
+}
+
+// spawn runs f in a goroutine; its end cancels the agent's context.
+func (a *agentRun) spawn(f func() error) {
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		if err := f(); err != nil {
+			a.mu.Lock()
+			if a.first == nil {
+				a.first = err
+			}
+			a.mu.Unlock()
 		}
-		return handedErr
+		a.cancel()
+	}()
+}
+
+// serve runs an adapter's Serve, which returns nil once released for a
+// successor: then it waits for the end.
+func (a *agentRun) serve(f func() error) func() error {
+	return func() error {
+		err := f()
+		if err == nil && a.handingOver.Load() {
+			<-a.ctx.Done()
+		}
+		return err
 	}
-	if nodeErr != nil {
-		first = nodeErr
+}
+
+// reloadOn starts a successor (self) at each SIGHUP on hup, until the end.
+func (a *agentRun) reloadOn(hup <-chan os.Signal, self string, selfErr error) {
+	for {
+		select {
+		case <-a.ctx.Done():
+			return
+		case <-hup:
+			if !a.handingOver.Load() {
+				startSuccessor(a.cfg.Logger, self, selfErr)
+			}
+		}
+	}
+}
+
+// stop waits for every goroutine once the context is done and returns
+// why the agent ended: nil for a signal or a hand-over.
+func (a *agentRun) stop() error {
+	a.ctl.Close()
+	if a.metrics != nil {
+		a.metrics.Close()
+	}
+	a.wg.Wait()
+	if a.handingOver.Load() {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if a.handedErr == nil {
+			a.cfg.Logger.Info("handed over to the successor")
+		}
+		return a.handedErr
+	}
+	_ = sdNotify("STOPPING=1")
+	first := a.first
+	if a.nodeErr != nil {
+		first = a.nodeErr
 	}
 	if errors.Is(first, context.Canceled) {
 		return nil

@@ -126,9 +126,15 @@ func env(flag string) []string {
 
 func runCommand() *cli.Command {
 	return &cli.Command{
-		Name:  "run",
-		Usage: "run the agent: create the TAP and forward until SIGINT or SIGTERM",
-		Description: `Creates the TAP --dev, sets --mac, --mtu and --address on it, listens for VXLAN
+		Name:        "run",
+		Usage:       "run the agent: create the TAP and forward until SIGINT or SIGTERM",
+		Description: runDescription,
+		Flags:       runFlags(),
+		Action:      runAction,
+	}
+}
+
+const runDescription = `Creates the TAP --dev, sets --mac, --mtu and --address on it, listens for VXLAN
 on --local:--port, and forwards. Frames to a MAC in the FDB go to its VTEP;
 broadcast, multicast and unknown unicast go to every --peer (head-end
 replication). With --learning the FDB learns inner source MAC -> outer source
@@ -173,91 +179,96 @@ nodes' subnets through the TAP, and writes --subnet-file for the bridge the
 containers use (Docker: --bip=$FLANNEL_SUBNET --mtu=$FLANNEL_MTU).
    host A# uvxlan run --network 10.244.0.0/16 --name a --gossip-key-file /etc/uvxlan/gossip.key
    host B# uvxlan run --network 10.244.0.0/16 --name b --gossip-key-file /etc/uvxlan/gossip.key --join hostA
-   host B# uvxlan leases`,
-		Flags: []cli.Flag{
-			&cli.GenericFlag{Name: "segment", Value: &segmentList{}, Usage: "one overlay `'VNI[,dev=NAME][,address=CIDR]...[,mtu=N][,mac=MAC]'`, repeatable: every segment has its own TAP (default uvx<VNI>) and shares --port; replaces --vni, --dev, --address, --mtu and --mac", EnvVars: env("segment")},
-			&cli.StringFlag{Name: "dev", Value: "uvx0", Usage: "TAP interface `NAME` (one segment)", EnvVars: env("dev")},
-			&cli.Int64SliceFlag{Name: "vni", Usage: "VXLAN network identifier, 1..16777215 (one segment; default 1; for several, use --segment)", EnvVars: env("vni")},
-			&cli.IntFlag{Name: "port", Value: 4789, Usage: "UDP `PORT` to listen on and send to (8472 for Linux-default kernel peers)", EnvVars: env("port")},
-			&cli.StringFlag{Name: "src-port-range", Value: "49152-49159", Usage: "outer UDP source ports `MIN-MAX`, chosen by a hash of the inner flow; 0 sends from --port", EnvVars: env("src-port-range")},
-			&cli.StringFlag{Name: "local", Usage: "underlay `IP` of this VTEP (default: the address of the default-route interface)", EnvVars: env("local")},
-			&cli.StringSliceFlag{Name: "address", Usage: "overlay address for the TAP, `CIDR` such as 10.42.0.1/24, repeatable (dual stack); optional", EnvVars: env("address")},
-			&cli.StringFlag{Name: "mac", Usage: "TAP `MAC` (default: kept from --state-dir, else derived from --name and --local, so it survives restarts)", EnvVars: env("mac")},
-			&cli.IntFlag{Name: "mtu", Usage: "TAP MTU (default: --underlay-mtu - 50, - 70 on IPv6)", EnvVars: env("mtu")},
-			&cli.IntFlag{Name: "underlay-mtu", Usage: "MTU of the underlay path (default: the MTU of the --local interface): a frame whose VXLAN datagram would not fit is dropped and, IPv4 with DF or IPv6, answered with ICMP fragmentation needed / packet too big so the sender lowers its path MTU (counted as too_big)", EnvVars: env("underlay-mtu")},
-			&cli.StringSliceFlag{Name: "peer", Usage: "static VTEP `IP[:PORT]` to flood to, repeatable (kernel VXLAN devices, switches, other agents)", EnvVars: env("peer")},
-			&cli.BoolFlag{Name: "takeover", Usage: "take over from the agent serving --control (the same flags otherwise): its TAP queues, sockets and tables pass to this process, which forwards at once; it exits 0 without leaving the cluster. How a binary is upgraded without a lost packet", EnvVars: env("takeover")},
-			&cli.BoolFlag{Name: "keep-tap", Usage: "leave the TAPs this agent created in place at a clean stop, with their addresses, routes and bridge membership (without it they are removed; after a crash they always stay, and the next start attaches)", EnvVars: env("keep-tap")},
-			&cli.StringSliceFlag{Name: "allow-vtep", Usage: "also accept VXLAN from the VTEPs in `CIDR`, repeatable (hardware VTEPs that are no member); by default only alive members serving the VNI and --peer may send; 0.0.0.0/0 (and ::/0) accepts anyone's, as the kernel does", EnvVars: env("allow-vtep")},
-			&cli.IntFlag{Name: "bum-rate", Value: defaultBUMRate, Usage: "storm control: most broadcast, multicast and unknown unicast frames each segment floods per second (burst: one second's worth); the excess is dropped and counted (bum_rate_limited); 0: no limit", EnvVars: env("bum-rate")},
-			&cli.BoolFlag{Name: "offload", Value: true, Usage: "open the TAP with a virtio-net header and TSO/checksum offloads: 64 KB super-frames are split and coalesced in userspace (falls back to plain frames where the kernel refuses)", EnvVars: env("offload")},
-			&cli.DurationFlag{Name: "busy-poll", Usage: "spin for up to this `DURATION` (at most 1ms, such as 50us) on an empty TAP or socket before sleeping: trades CPU for the microseconds of a thread wake-up per packet; each forwarding loop may burn up to DURATION of CPU after every burst it forwards, so leave it off (0) on machines with few cores", EnvVars: env("busy-poll")},
-			&cli.IntFlag{Name: "queues", Value: min(runtime.NumCPU(), maxQueues), Usage: "TAP queues (IFF_MULTI_QUEUE), each with its own forwarding goroutine and SO_REUSEPORT socket; the default is one per CPU, at most 64", EnvVars: env("queues")},
-			&cli.BoolFlag{Name: "learning", Value: true, Usage: "learn MAC -> VTEP from received frames", EnvVars: env("learning")},
-			&cli.DurationFlag{Name: "ageing", Value: 300 * time.Second, Usage: "forget learned MACs not seen for this long", EnvVars: env("ageing")},
-			&cli.IntFlag{Name: "fdb-max", Value: 16384, Usage: "most FDB entries; learning stops (and is counted) beyond", EnvVars: env("fdb-max")},
-			&cli.IntFlag{Name: "max-endpoints", Value: node.DefaultMaxEndpoints, Usage: "most endpoint MACs (and as many IP bindings) behind this node's TAPs, and accepted from each other member: new ones beyond are refused and counted (endpoints_refused, rejected_quota); the same on every node", EnvVars: env("max-endpoints")},
-			&cli.DurationFlag{Name: "probe-interval", Value: node.DefaultProbeInterval, Usage: "probe an endpoint behind the TAP (ARP, or a unicast NS for IPv6) whose binding sent nothing for this long; a binding another node claims is probed at once (a move, or a duplicate address: conflicts); 0: no probes, ageing only", EnvVars: env("probe-interval")},
-			&cli.IntFlag{Name: "probe-retries", Value: node.DefaultProbeRetries, Usage: "unanswered probes (one every quarter --probe-interval, at most a second apart) that withdraw a binding cluster-wide, with its MAC when that is silent too", EnvVars: env("probe-retries")},
-			&cli.StringFlag{Name: "state-dir", Usage: "`DIR` to keep state across restarts and reboots: the TAP MAC, the subnet lease (default with --network: /var/lib/uvxlan)", EnvVars: env("state-dir")},
-			&cli.StringFlag{Name: "control", Usage: "control socket `PATH` (default: /run/uvxlan/<dev>.sock)", EnvVars: env("control")},
-			&cli.StringFlag{Name: "name", Usage: "node name, unique in the cluster (default: the hostname and --local, such as myhost-198.18.0.1)", EnvVars: env("name")},
-			&cli.StringSliceFlag{Name: "join", Usage: "gossip seed `HOST[:PORT]` to join, repeatable; retried until one answers, and re-joined periodically", EnvVars: env("join")},
-			&cli.StringFlag{Name: "gossip-addr", Usage: "`IP` for gossip (TCP and UDP) (default: --local)", EnvVars: env("gossip-addr")},
-			&cli.IntFlag{Name: "gossip-port", Value: 7946, Usage: "gossip `PORT`", EnvVars: env("gossip-port")},
-			&cli.StringFlag{Name: "gossip-key-file", Usage: "`FILE` holding the base64 AES key (16, 24 or 32 bytes) that encrypts gossip, the same on every node (make one: uvxlan keygen > FILE); gossip needs a key unless --insecure-gossip", EnvVars: env("gossip-key-file")},
-			&cli.StringFlag{Name: "gossip-key", Usage: "the gossip key itself, base64 (visible in ps: prefer --gossip-key-file)", EnvVars: env("gossip-key")},
-			&cli.StringFlag{Name: "gossip-keyring", Usage: "`FILE` with a JSON array of base64 keys, primary first (key rotation)", EnvVars: env("gossip-keyring")},
-			&cli.BoolFlag{Name: "insecure-gossip", Usage: "gossip in plaintext, without a key: anyone who reaches the gossip port can join, announce entries or declare members dead (labs only)", EnvVars: env("insecure-gossip")},
-			&cli.BoolFlag{Name: "gossip", Value: true, Usage: "run gossip (memberlist); --gossip=false: static --peer VTEPs only, no gossip port, no key needed", EnvVars: env("gossip")},
-			&cli.StringFlag{Name: "network", Category: "routed overlay (flannel mode)", Usage: "cluster network `CIDR` such as 10.244.0.0/16: lease a subnet of it through gossip, route the others' subnets through the TAP (the same on every node)", EnvVars: env("network")},
-			&cli.IntFlag{Name: "subnet-len", Category: "routed overlay (flannel mode)", Value: 24, Usage: "prefix length of each node's subnet (the same on every node)", EnvVars: env("subnet-len")},
-			&cli.StringFlag{Name: "subnet-min", Category: "routed overlay (flannel mode)", Usage: "first subnet handed out, e.g. 10.244.10.0 (default: the network's second subnet)", EnvVars: env("subnet-min")},
-			&cli.StringFlag{Name: "subnet-max", Category: "routed overlay (flannel mode)", Usage: "last subnet handed out (default: the network's last subnet)", EnvVars: env("subnet-max")},
-			&cli.DurationFlag{Name: "lease-ttl", Category: "routed overlay (flannel mode)", Value: lease.DefaultTTL, Usage: "how long a gone node's subnet stays reserved for it", EnvVars: env("lease-ttl")},
-			&cli.StringFlag{Name: "subnet-file", Category: "routed overlay (flannel mode)", Value: defaultSubnetFile, Usage: "where to write the flannel-style subnet.env (FLANNEL_NETWORK, FLANNEL_SUBNET, FLANNEL_MTU, FLANNEL_IPMASQ) for Docker --bip or flannel's CNI plugin", EnvVars: env("subnet-file")},
-			&cli.BoolFlag{Name: "ip-masq", Category: "routed overlay (flannel mode)", Usage: "masquerade traffic from the cluster network to destinations outside it (nftables or iptables; removed at exit)", EnvVars: env("ip-masq")},
-			&cli.StringFlag{Name: "metrics", Usage: "serve Prometheus metrics at http://`ADDR`/metrics, e.g. 127.0.0.1:9464 (default: off)", EnvVars: env("metrics")},
-			&cli.StringFlag{Name: "config", Usage: "YAML `FILE` with the same keys as these flags; flags and UVXLAN_* variables win over it", EnvVars: env("config")},
-			&cli.StringFlag{Name: "cpu-profile", Usage: "write a CPU profile (go tool pprof) to `FILE` from start to exit", EnvVars: env("cpu-profile")},
-		},
-		Action: func(c *cli.Context) error {
-			if c.Args().Present() {
-				return usageError{fmt.Errorf("run takes no arguments, got %q", c.Args().Slice())}
-			}
-			log, err := logger(c)
-			if err != nil {
-				return err
-			}
-			if path := c.String("config"); path != "" {
-				if err := applyConfigFile(c, path); err != nil {
-					return err
-				}
-			}
-			cfg, err := configFromCLI(c, log)
-			if err != nil {
-				return err
-			}
-			cfg.Logger = log
-			if path := c.String("cpu-profile"); path != "" {
-				f, err := os.Create(path)
-				if err != nil {
-					return badFlag("cpu-profile", path, "%v", err)
-				}
-				defer f.Close()
-				if err := pprof.StartCPUProfile(f); err != nil {
-					return badFlag("cpu-profile", path, "%v", err)
-				}
-				defer pprof.StopCPUProfile()
-			}
-			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
-			defer stop()
-			defer stopDeadline(ctx, log)()
-			err = runAgent(ctx, cfg)
-			log.Info("uvxlan stopped")
-			return err
-		},
+   host B# uvxlan leases`
+
+// runFlags are the flags of `uvxlan run`, each also UVXLAN_<FLAG>.
+func runFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.GenericFlag{Name: "segment", Value: &segmentList{}, Usage: "one overlay `'VNI[,dev=NAME][,address=CIDR]...[,mtu=N][,mac=MAC]'`, repeatable: every segment has its own TAP (default uvx<VNI>) and shares --port; replaces --vni, --dev, --address, --mtu and --mac", EnvVars: env("segment")},
+		&cli.StringFlag{Name: "dev", Value: "uvx0", Usage: "TAP interface `NAME` (one segment)", EnvVars: env("dev")},
+		&cli.Int64SliceFlag{Name: "vni", Usage: "VXLAN network identifier, 1..16777215 (one segment; default 1; for several, use --segment)", EnvVars: env("vni")},
+		&cli.IntFlag{Name: "port", Value: 4789, Usage: "UDP `PORT` to listen on and send to (8472 for Linux-default kernel peers)", EnvVars: env("port")},
+		&cli.StringFlag{Name: "src-port-range", Value: "49152-49159", Usage: "outer UDP source ports `MIN-MAX`, chosen by a hash of the inner flow; 0 sends from --port", EnvVars: env("src-port-range")},
+		&cli.StringFlag{Name: "local", Usage: "underlay `IP` of this VTEP (default: the address of the default-route interface)", EnvVars: env("local")},
+		&cli.StringSliceFlag{Name: "address", Usage: "overlay address for the TAP, `CIDR` such as 10.42.0.1/24, repeatable (dual stack); optional", EnvVars: env("address")},
+		&cli.StringFlag{Name: "mac", Usage: "TAP `MAC` (default: kept from --state-dir, else derived from --name and --local, so it survives restarts)", EnvVars: env("mac")},
+		&cli.IntFlag{Name: "mtu", Usage: "TAP MTU (default: --underlay-mtu - 50, - 70 on IPv6)", EnvVars: env("mtu")},
+		&cli.IntFlag{Name: "underlay-mtu", Usage: "MTU of the underlay path (default: the MTU of the --local interface): a frame whose VXLAN datagram would not fit is dropped and, IPv4 with DF or IPv6, answered with ICMP fragmentation needed / packet too big so the sender lowers its path MTU (counted as too_big)", EnvVars: env("underlay-mtu")},
+		&cli.StringSliceFlag{Name: "peer", Usage: "static VTEP `IP[:PORT]` to flood to, repeatable (kernel VXLAN devices, switches, other agents)", EnvVars: env("peer")},
+		&cli.BoolFlag{Name: "takeover", Usage: "take over from the agent serving --control (the same flags otherwise): its TAP queues, sockets and tables pass to this process, which forwards at once; it exits 0 without leaving the cluster. How a binary is upgraded without a lost packet", EnvVars: env("takeover")},
+		&cli.BoolFlag{Name: "keep-tap", Usage: "leave the TAPs this agent created in place at a clean stop, with their addresses, routes and bridge membership (without it they are removed; after a crash they always stay, and the next start attaches)", EnvVars: env("keep-tap")},
+		&cli.StringSliceFlag{Name: "allow-vtep", Usage: "also accept VXLAN from the VTEPs in `CIDR`, repeatable (hardware VTEPs that are no member); by default only alive members serving the VNI and --peer may send; 0.0.0.0/0 (and ::/0) accepts anyone's, as the kernel does", EnvVars: env("allow-vtep")},
+		&cli.IntFlag{Name: "bum-rate", Value: defaultBUMRate, Usage: "storm control: most broadcast, multicast and unknown unicast frames each segment floods per second (burst: one second's worth); the excess is dropped and counted (bum_rate_limited); 0: no limit", EnvVars: env("bum-rate")},
+		&cli.BoolFlag{Name: "offload", Value: true, Usage: "open the TAP with a virtio-net header and TSO/checksum offloads: 64 KB super-frames are split and coalesced in userspace (falls back to plain frames where the kernel refuses)", EnvVars: env("offload")},
+		&cli.DurationFlag{Name: "busy-poll", Usage: "spin for up to this `DURATION` (at most 1ms, such as 50us) on an empty TAP or socket before sleeping: trades CPU for the microseconds of a thread wake-up per packet; each forwarding loop may burn up to DURATION of CPU after every burst it forwards, so leave it off (0) on machines with few cores", EnvVars: env("busy-poll")},
+		&cli.IntFlag{Name: "queues", Value: min(runtime.NumCPU(), maxQueues), Usage: "TAP queues (IFF_MULTI_QUEUE), each with its own forwarding goroutine and SO_REUSEPORT socket; the default is one per CPU, at most 64", EnvVars: env("queues")},
+		&cli.BoolFlag{Name: "learning", Value: true, Usage: "learn MAC -> VTEP from received frames", EnvVars: env("learning")},
+		&cli.DurationFlag{Name: "ageing", Value: 300 * time.Second, Usage: "forget learned MACs not seen for this long", EnvVars: env("ageing")},
+		&cli.IntFlag{Name: "fdb-max", Value: 16384, Usage: "most FDB entries; learning stops (and is counted) beyond", EnvVars: env("fdb-max")},
+		&cli.IntFlag{Name: "max-endpoints", Value: node.DefaultMaxEndpoints, Usage: "most endpoint MACs (and as many IP bindings) behind this node's TAPs, and accepted from each other member: new ones beyond are refused and counted (endpoints_refused, rejected_quota); the same on every node", EnvVars: env("max-endpoints")},
+		&cli.DurationFlag{Name: "probe-interval", Value: node.DefaultProbeInterval, Usage: "probe an endpoint behind the TAP (ARP, or a unicast NS for IPv6) whose binding sent nothing for this long; a binding another node claims is probed at once (a move, or a duplicate address: conflicts); 0: no probes, ageing only", EnvVars: env("probe-interval")},
+		&cli.IntFlag{Name: "probe-retries", Value: node.DefaultProbeRetries, Usage: "unanswered probes (one every quarter --probe-interval, at most a second apart) that withdraw a binding cluster-wide, with its MAC when that is silent too", EnvVars: env("probe-retries")},
+		&cli.StringFlag{Name: "state-dir", Usage: "`DIR` to keep state across restarts and reboots: the TAP MAC, the subnet lease (default with --network: /var/lib/uvxlan)", EnvVars: env("state-dir")},
+		&cli.StringFlag{Name: "control", Usage: "control socket `PATH` (default: /run/uvxlan/<dev>.sock)", EnvVars: env("control")},
+		&cli.StringFlag{Name: "name", Usage: "node name, unique in the cluster (default: the hostname and --local, such as myhost-198.18.0.1)", EnvVars: env("name")},
+		&cli.StringSliceFlag{Name: "join", Usage: "gossip seed `HOST[:PORT]` to join, repeatable; retried until one answers, and re-joined periodically", EnvVars: env("join")},
+		&cli.StringFlag{Name: "gossip-addr", Usage: "`IP` for gossip (TCP and UDP) (default: --local)", EnvVars: env("gossip-addr")},
+		&cli.IntFlag{Name: "gossip-port", Value: 7946, Usage: "gossip `PORT`", EnvVars: env("gossip-port")},
+		&cli.StringFlag{Name: "gossip-key-file", Usage: "`FILE` holding the base64 AES key (16, 24 or 32 bytes) that encrypts gossip, the same on every node (make one: uvxlan keygen > FILE); gossip needs a key unless --insecure-gossip", EnvVars: env("gossip-key-file")},
+		&cli.StringFlag{Name: "gossip-key", Usage: "the gossip key itself, base64 (visible in ps: prefer --gossip-key-file)", EnvVars: env("gossip-key")},
+		&cli.StringFlag{Name: "gossip-keyring", Usage: "`FILE` with a JSON array of base64 keys, primary first (key rotation)", EnvVars: env("gossip-keyring")},
+		&cli.BoolFlag{Name: "insecure-gossip", Usage: "gossip in plaintext, without a key: anyone who reaches the gossip port can join, announce entries or declare members dead (labs only)", EnvVars: env("insecure-gossip")},
+		&cli.BoolFlag{Name: "gossip", Value: true, Usage: "run gossip (memberlist); --gossip=false: static --peer VTEPs only, no gossip port, no key needed", EnvVars: env("gossip")},
+		&cli.StringFlag{Name: "network", Category: "routed overlay (flannel mode)", Usage: "cluster network `CIDR` such as 10.244.0.0/16: lease a subnet of it through gossip, route the others' subnets through the TAP (the same on every node)", EnvVars: env("network")},
+		&cli.IntFlag{Name: "subnet-len", Category: "routed overlay (flannel mode)", Value: 24, Usage: "prefix length of each node's subnet (the same on every node)", EnvVars: env("subnet-len")},
+		&cli.StringFlag{Name: "subnet-min", Category: "routed overlay (flannel mode)", Usage: "first subnet handed out, e.g. 10.244.10.0 (default: the network's second subnet)", EnvVars: env("subnet-min")},
+		&cli.StringFlag{Name: "subnet-max", Category: "routed overlay (flannel mode)", Usage: "last subnet handed out (default: the network's last subnet)", EnvVars: env("subnet-max")},
+		&cli.DurationFlag{Name: "lease-ttl", Category: "routed overlay (flannel mode)", Value: lease.DefaultTTL, Usage: "how long a gone node's subnet stays reserved for it", EnvVars: env("lease-ttl")},
+		&cli.StringFlag{Name: "subnet-file", Category: "routed overlay (flannel mode)", Value: defaultSubnetFile, Usage: "where to write the flannel-style subnet.env (FLANNEL_NETWORK, FLANNEL_SUBNET, FLANNEL_MTU, FLANNEL_IPMASQ) for Docker --bip or flannel's CNI plugin", EnvVars: env("subnet-file")},
+		&cli.BoolFlag{Name: "ip-masq", Category: "routed overlay (flannel mode)", Usage: "masquerade traffic from the cluster network to destinations outside it (nftables or iptables; removed at exit)", EnvVars: env("ip-masq")},
+		&cli.StringFlag{Name: "metrics", Usage: "serve Prometheus metrics at http://`ADDR`/metrics, e.g. 127.0.0.1:9464 (default: off)", EnvVars: env("metrics")},
+		&cli.StringFlag{Name: "config", Usage: "YAML `FILE` with the same keys as these flags; flags and UVXLAN_* variables win over it", EnvVars: env("config")},
+		&cli.StringFlag{Name: "cpu-profile", Usage: "write a CPU profile (go tool pprof) to `FILE` from start to exit", EnvVars: env("cpu-profile")},
 	}
+}
+
+// runAction is `uvxlan run`: the flags (and the --config file) to a
+// configuration, then the agent until a signal.
+func runAction(c *cli.Context) error {
+	if c.Args().Present() {
+		return usageError{fmt.Errorf("run takes no arguments, got %q", c.Args().Slice())}
+	}
+	log, err := logger(c)
+	if err != nil {
+		return err
+	}
+	if path := c.String("config"); path != "" {
+		if err := applyConfigFile(c, path); err != nil {
+			return err
+		}
+	}
+	cfg, err := configFromCLI(c, log)
+	if err != nil {
+		return err
+	}
+	cfg.Logger = log
+	if path := c.String("cpu-profile"); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			return badFlag("cpu-profile", path, "%v", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return badFlag("cpu-profile", path, "%v", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	defer stopDeadline(ctx, log)()
+	err = runAgent(ctx, cfg)
+	log.Info("uvxlan stopped")
+	return err
 }
 
 // stopTimeout is how long the agent may take to stop once told to.
