@@ -202,6 +202,24 @@ func (c *Config) check() error {
 	if err := checkPins(c.PinnedMACs, c.PinnedAddrs, c.VNIs); err != nil {
 		return fmt.Errorf("config PinnedMACs/PinnedAddrs: %w", err)
 	}
+	if err := c.checkPeers(); err != nil {
+		return err
+	}
+	if c.FDB == nil {
+		return errors.New("config FDB is nil")
+	}
+	if c.Neigh == nil {
+		return errors.New("config Neigh is nil")
+	}
+	if !c.SourcePorts.valid() {
+		return fmt.Errorf("config SourcePorts %+v: ports beyond 65535", c.SourcePorts)
+	}
+	return c.checkLimits()
+}
+
+// checkPeers normalizes the seeds, the known members and the static
+// peers, and checks the keys.
+func (c *Config) checkPeers() error {
 	for i, s := range c.Seeds {
 		seed, err := normSeed(s)
 		if err != nil {
@@ -239,15 +257,12 @@ func (c *Config) check() error {
 		peers = append(peers, p)
 	}
 	c.StaticPeers = peers
-	if c.FDB == nil {
-		return errors.New("config FDB is nil")
-	}
-	if c.Neigh == nil {
-		return errors.New("config Neigh is nil")
-	}
-	if !c.SourcePorts.valid() {
-		return fmt.Errorf("config SourcePorts %+v: ports beyond 65535", c.SourcePorts)
-	}
+	return nil
+}
+
+// checkLimits fills in the defaults of the logger and the limits, and
+// checks them and the extensions.
+func (c *Config) checkLimits() error {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}

@@ -352,12 +352,31 @@ func (n *Node) memberUpLocked(node *memberlist.Node) bool {
 	case !slices.Equal(oldMeta.macs, md.macs) || !slices.Equal(oldMeta.addrs, md.addrs):
 		n.rebuildPinsLocked()
 	}
-	// Records that waited for this owner.
+	n.mergePendingLocked(m, now)
+	for i, k := range keys {
+		n.applyLocked(k, olds[i], n.winnerLocked(k))
+	}
+	switch {
+	case !wasAlive && m.name != n.name:
+		n.floodAddLocked(m)
+	case m.name == n.name || oldMeta.vtep != md.vtep || !slices.Equal(oldMeta.vnis, md.vnis):
+		n.setFloodLocked()
+	}
+	if md.hasDigest {
+		n.watchLocked(node.Name, now)
+	}
+	return true
+}
+
+// mergePendingLocked merges the records that waited for m, now alive
+// (or of a new run): each as if it arrived now, and relayed now that it
+// checks out.
+func (n *Node) mergePendingLocked(m *member, now time.Time) {
 	for pk, p := range n.pending {
-		if n.pendingBy[node.Name] == 0 {
+		if n.pendingBy[m.name] == 0 {
 			break
 		}
-		if pk.owner != node.Name {
+		if pk.owner != m.name {
 			continue
 		}
 		n.dropPendingLocked(pk)
@@ -374,19 +393,6 @@ func (n *Node) memberUpLocked(node *memberlist.Node) bool {
 			n.broadcastLocked(&p.record) // relayed now that it checks out
 		}
 	}
-	for i, k := range keys {
-		n.applyLocked(k, olds[i], n.winnerLocked(k))
-	}
-	switch {
-	case !wasAlive && m.name != n.name:
-		n.floodAddLocked(m)
-	case m.name == n.name || oldMeta.vtep != md.vtep || !slices.Equal(oldMeta.vnis, md.vnis):
-		n.setFloodLocked()
-	}
-	if md.hasDigest {
-		n.watchLocked(node.Name, now)
-	}
-	return true
 }
 
 // memberDownLocked handles memberlist declaring a member dead or left. It

@@ -323,33 +323,9 @@ func New(cfg Config) (*Node, error) {
 	n.self = meta{version: n.maxVersion(), boot: n.clock.next(), vtep: cfg.VTEP, mac: cfg.MAC, vnis: slices.Clone(cfg.VNIs),
 		macs: cfg.PinnedMACs, addrs: cfg.PinnedAddrs, ports: cfg.SourcePorts}
 
-	mc := memberlist.DefaultLANConfig()
-	mc.Name = cfg.Name
-	mc.BindAddr = cfg.BindAddr.String()
-	mc.BindPort = cfg.BindPort
-	mc.AdvertisePort = cfg.BindPort
-	d := &delegate{n}
-	mc.Delegate, mc.Events, mc.Alive, mc.Merge, mc.Conflict = d, d, d, d, d
-	mc.Logger = log.New(&logWriter{log: n.log, closing: n.closed}, "", 0)
-	if len(cfg.SecretKeys) > 0 {
-		kr, err := memberlist.NewKeyring(cfg.SecretKeys, cfg.SecretKeys[0])
-		if err != nil {
-			return nil, fmt.Errorf("gossip: keyring: %w", err)
-		}
-		mc.Keyring = kr
-	}
-	mc.Transport = cfg.Transport
-	if cfg.Tune != nil {
-		cfg.Tune(mc)
-	}
-	// The highest metadata version we read travels in every alive message
-	// (memberlist's DMax); releases before version 5 leave it 0, so the
-	// others know to speak version 4 to them. memberlist only checks that
-	// every node's current delegate version (0 everywhere) is within every
-	// node's range, which [0, 0] and [0, 6] both hold.
-	mc.DelegateProtocolVersion, mc.DelegateProtocolMin, mc.DelegateProtocolMax = 0, 0, n.maxVersion()
-	if cfg.v4 {
-		mc.DelegateProtocolMax = 0 // as releases before version 5
+	mc, d, err := n.memberlistConfig()
+	if err != nil {
+		return nil, err
 	}
 	shutTransport := func() {}
 	if !cfg.Offline { // offline, nothing listens
@@ -408,6 +384,41 @@ func New(cfg Config) (*Node, error) {
 		n.addr = netip.AddrPortFrom(cfg.BindAddr, ml.LocalNode().Port)
 	}
 	return n, nil
+}
+
+// memberlistConfig is memberlist's configuration for the node: the LAN
+// defaults, our delegate (d) for everything, our log, the keyring, the
+// transport given (or none yet: New binds it), the metadata versions.
+func (n *Node) memberlistConfig() (mc *memberlist.Config, d *delegate, err error) {
+	mc = memberlist.DefaultLANConfig()
+	mc.Name = n.cfg.Name
+	mc.BindAddr = n.cfg.BindAddr.String()
+	mc.BindPort = n.cfg.BindPort
+	mc.AdvertisePort = n.cfg.BindPort
+	d = &delegate{n}
+	mc.Delegate, mc.Events, mc.Alive, mc.Merge, mc.Conflict = d, d, d, d, d
+	mc.Logger = log.New(&logWriter{log: n.log, closing: n.closed}, "", 0)
+	if len(n.cfg.SecretKeys) > 0 {
+		kr, err := memberlist.NewKeyring(n.cfg.SecretKeys, n.cfg.SecretKeys[0])
+		if err != nil {
+			return nil, nil, fmt.Errorf("gossip: keyring: %w", err)
+		}
+		mc.Keyring = kr
+	}
+	mc.Transport = n.cfg.Transport
+	if n.cfg.Tune != nil {
+		n.cfg.Tune(mc)
+	}
+	// The highest metadata version we read travels in every alive message
+	// (memberlist's DMax); releases before version 5 leave it 0, so the
+	// others know to speak version 4 to them. memberlist only checks that
+	// every node's current delegate version (0 everywhere) is within every
+	// node's range, which [0, 0] and [0, 6] both hold.
+	mc.DelegateProtocolVersion, mc.DelegateProtocolMin, mc.DelegateProtocolMax = 0, 0, n.maxVersion()
+	if n.cfg.v4 {
+		mc.DelegateProtocolMax = 0 // as releases before version 5
+	}
+	return mc, d, nil
 }
 
 // Encrypted reports whether gossip is encrypted (Config.SecretKeys).
@@ -477,15 +488,7 @@ func (n *Node) loop(ctx context.Context) {
 	defer gc.Stop()
 	rejoin := time.NewTicker(n.cfg.RejoinInterval)
 	defer rejoin.Stop()
-	var seeds []string // ourselves excluded: joining ourselves proves nothing
-	for _, s := range slices.Concat(n.cfg.Seeds, n.cfg.Known) {
-		if s != n.addr.String() && !slices.Contains(seeds, s) {
-			seeds = append(seeds, s)
-		}
-	}
-	// A node with no seed of its own founded its cluster: it is in it
-	// whether or not the members it knew (Known) answer.
-	founder := !slices.ContainsFunc(n.cfg.Seeds, func(s string) bool { return s != n.addr.String() })
+	seeds, founder := n.joinTargets()
 	backoff := joinBackoffMin
 	join := time.NewTimer(0)
 	defer join.Stop()
@@ -530,39 +533,20 @@ func (n *Node) loop(ctx context.Context) {
 				metaTimer.Reset(n.pt.metaEvery)
 			}
 		case <-join.C:
-			cnt, err := n.ml.Join(seeds)
-			select {
-			case <-n.failed: // refused while joining (ErrNameTaken): Run returns why
+			switch n.tryJoin(seeds, founder, backoff) {
+			case joinStop:
 				return
-			default:
-			}
-			if cnt > 0 {
-				n.log.Info("joined the cluster", "seeds", seeds, "contacted", cnt, "members", n.ml.NumMembers())
-				n.setJoined()
+			case joinDone:
 				rejoin.Reset(n.cfg.RejoinInterval)
 				settle.Reset(n.settleDelay)
 				settles, counted = 0, n.AliveMembers()
-				continue
+			case joinRetry:
+				// Jittered, so that the nodes of a cold start refused by a
+				// busy seed (its inbound streams are bounded) do not come
+				// back together.
+				join.Reset(backoff/2 + rand.N(backoff))
+				backoff = min(2*backoff, joinBackoffMax)
 			}
-			if m := n.mismatch.Load(); m != nil && !n.joined.Load() {
-				n.fail(fmt.Errorf("gossip: cannot join the cluster: %w", *m))
-				return
-			}
-			if kerr := n.keyMismatch(err, len(seeds)); kerr != nil && !n.joined.Load() {
-				n.log.Error("not joining: every seed refused our gossip key", "seeds", seeds, "err", kerr)
-				n.fail(kerr)
-				return
-			}
-			if founder {
-				n.log.Info("could not join the members known before; going on alone", "members", seeds, "err", err)
-				continue
-			}
-			n.log.Info("could not join any seed; retrying", "seeds", seeds, "err", err, "retry_in", backoff)
-			// Jittered, so that the nodes of a cold start refused by a
-			// busy seed (its inbound streams are bounded) do not come back
-			// together.
-			join.Reset(backoff/2 + rand.N(backoff))
-			backoff = min(2*backoff, joinBackoffMax)
 		case <-n.memberSeen:
 			if !n.joined.Load() {
 				// Another member joined us while our own joins failed.
@@ -585,6 +569,61 @@ func (n *Node) loop(ctx context.Context) {
 			n.rejoin()
 		}
 	}
+}
+
+// joinTargets returns whom the node joins at start: its seeds and the
+// members its predecessor knew (Config.Known), itself excluded (joining
+// itself proves nothing); and whether it founded its cluster (no seed of
+// its own), so that it is in it whether or not those members answer.
+func (n *Node) joinTargets() (seeds []string, founder bool) {
+	for _, s := range slices.Concat(n.cfg.Seeds, n.cfg.Known) {
+		if s != n.addr.String() && !slices.Contains(seeds, s) {
+			seeds = append(seeds, s)
+		}
+	}
+	founder = !slices.ContainsFunc(n.cfg.Seeds, func(s string) bool { return s != n.addr.String() })
+	return seeds, founder
+}
+
+// joinOutcome is what an attempt to join came to.
+type joinOutcome int
+
+const (
+	joinDone  joinOutcome = iota // in the cluster
+	joinRetry                    // nobody answered: try again later
+	joinAlone                    // a founder whose known members did not answer: it goes on alone
+	joinStop                     // refused for good (Run returns why)
+)
+
+// tryJoin joins seeds once; backoff is the wait before the next try, for
+// the log.
+func (n *Node) tryJoin(seeds []string, founder bool, backoff time.Duration) joinOutcome {
+	cnt, err := n.ml.Join(seeds)
+	select {
+	case <-n.failed: // refused while joining (ErrNameTaken): Run returns why
+		return joinStop
+	default:
+	}
+	if cnt > 0 {
+		n.log.Info("joined the cluster", "seeds", seeds, "contacted", cnt, "members", n.ml.NumMembers())
+		n.setJoined()
+		return joinDone
+	}
+	if m := n.mismatch.Load(); m != nil && !n.joined.Load() {
+		n.fail(fmt.Errorf("gossip: cannot join the cluster: %w", *m))
+		return joinStop
+	}
+	if kerr := n.keyMismatch(err, len(seeds)); kerr != nil && !n.joined.Load() {
+		n.log.Error("not joining: every seed refused our gossip key", "seeds", seeds, "err", kerr)
+		n.fail(kerr)
+		return joinStop
+	}
+	if founder {
+		n.log.Info("could not join the members known before; going on alone", "members", seeds, "err", err)
+		return joinAlone
+	}
+	n.log.Info("could not join any seed; retrying", "seeds", seeds, "err", err, "retry_in", backoff)
+	return joinRetry
 }
 
 // rejoin joins the seeds and the departed members that are not alive now.
