@@ -158,6 +158,12 @@ func (c *cluster) stop() {
 		}
 	}
 	c.agents = nil
+	// A leaving node pings its peers to speed its leave out (gossip's
+	// leave), and memberlist's Ping waits for its ack until ProbeTimeout
+	// even once the node is shut down: let those timers run out, in
+	// virtual time, before the bubble ends (it ends only when every
+	// goroutine in it has).
+	time.Sleep(time.Minute)
 }
 
 // stopAgent stops agent a (its Run must return nil).
