@@ -70,6 +70,10 @@ func runWithConfig(t *testing.T, text string, args ...string) (configValues, str
 	return got, path, err
 }
 
+// The tests here run urfave/cli apps in this process, and cli's HelpFlag
+// is one global that every app's Run writes: they run one at a time (no
+// t.Parallel), or the race detector fails whichever test runs beside them.
+
 func TestConfigFile(t *testing.T) {
 	with := func(f func(*configValues)) configValues {
 		v := configDefaults
@@ -153,7 +157,6 @@ func TestConfigFile(t *testing.T) {
 }
 
 func TestConfigFileErrors(t *testing.T) {
-	t.Parallel()
 	tests := []struct {
 		desc string
 		text string
@@ -200,7 +203,6 @@ func TestConfigFileErrors(t *testing.T) {
 // TestConfigFileRunFlags applies a file to the flags of the real run command,
 // so a change of a flag's kind that breaks its file syntax shows here.
 func TestConfigFileRunFlags(t *testing.T) {
-	t.Parallel()
 	path := filepath.Join(t.TempDir(), "uvxlan.yaml")
 	text := "dev: uvx1\nvni: 42\nport: 8472\npeer: [198.18.0.2, 198.18.0.3]\nlearning: false\nageing: 60s\nfdb-max: 100\n"
 	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
@@ -227,7 +229,6 @@ func TestConfigFileRunFlags(t *testing.T) {
 }
 
 func TestConfigEditDistance(t *testing.T) {
-	t.Parallel()
 	tests := []struct {
 		a, b string
 		want int
@@ -273,7 +274,6 @@ func FuzzConfigFile(f *testing.F) {
 // The YAML form of segments is a list of mappings, turned into --segment
 // values; a bad one names the file, the key and the field.
 func TestConfigFileSegments(t *testing.T) {
-	t.Parallel()
 	run := func(text string) ([]string, error) {
 		path := filepath.Join(t.TempDir(), "uvxlan.yaml")
 		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
