@@ -42,6 +42,12 @@ func claim(prefix string) (release func(), err error) {
 	return func() { os.Remove(path) }, nil
 }
 
+// claimed reports whether a claim names prefix.
+func claimed(prefix string) bool {
+	_, err := os.Stat(filepath.Join(ClaimDir, prefix))
+	return err == nil
+}
+
 // ReapStale tears down every claimed testbed whose test process is gone
 // (its PID no longer runs, or runs another program started later), and
 // returns what it removed. Errors are joined; it goes on after them.

@@ -100,15 +100,7 @@ func NewForTest(t T, cfg Config) *Testbed {
 	if cfg.LogDir == "" {
 		cfg.LogDir = t.TempDir() // before Cleanup(Down): removed after Down runs
 	}
-	reapOnce.Do(func() {
-		reaped, err := ReapStale()
-		if len(reaped) > 0 {
-			t.Logf("removed the testbeds %v, left by test runs stopped half-way", reaped)
-		}
-		if err != nil {
-			t.Logf("removing the testbeds of test runs stopped half-way: %v", err)
-		}
-	})
+	reapOnce.Do(func() { reapLeftovers(t) })
 	tb, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -133,6 +125,51 @@ func NewForTest(t T, cfg Config) *Testbed {
 		t.Fatal(err)
 	}
 	return tb
+}
+
+// PrefixForTest returns a fresh testbed prefix for a test that builds its
+// testbed by other means (the uvxlan CLI's testbed or bench, with
+// --prefix): claimed for this process like NewForTest's (a later run
+// removes it if this one is killed), and cleaned up when the test ends.
+func PrefixForTest(t T) string {
+	t.Helper()
+	Require(t)
+	reapOnce.Do(func() { reapLeftovers(t) })
+	// One no namespace or claim holds: the CLI's `testbed up` first
+	// removes the namespaces of its prefix, and other testbeds (other
+	// tests, other people) must be left alone.
+	existing, err := listNetns(context.Background())
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	prefix := RandomPrefix()
+	for i := 0; i < 100 && (existing[prefix+"-ul"] || existing[prefix+"-h1"] || claimed(prefix)); i++ {
+		prefix = RandomPrefix()
+	}
+	release, err := claim(prefix)
+	if err != nil {
+		t.Fatalf("testenv: claiming the testbed prefix %s: %v", prefix, err)
+	}
+	t.Cleanup(func() {
+		if err := Cleanup(prefix); err != nil {
+			t.Errorf("testbed %s teardown: %v", prefix, err)
+		} else {
+			release()
+		}
+	})
+	return prefix
+}
+
+// reapLeftovers removes the testbeds of killed runs (ReapStale) and says
+// so in t's log.
+func reapLeftovers(t T) {
+	reaped, err := ReapStale()
+	if len(reaped) > 0 {
+		t.Logf("removed the testbeds %v, left by test runs stopped half-way", reaped)
+	}
+	if err != nil {
+		t.Logf("removing the testbeds of test runs stopped half-way: %v", err)
+	}
 }
 
 // logTails logs the last 4 KiB of each process log.

@@ -79,8 +79,7 @@ func TestBenchSmoke(t *testing.T) {
 	t.Parallel()
 	testenv.Require(t)
 	requireTool(t, "iperf3")
-	prefix := testenv.RandomPrefix()
-	t.Cleanup(func() { _ = testenv.Cleanup(prefix) })
+	prefix := testenv.PrefixForTest(t)
 	svg := filepath.Join(t.TempDir(), "ratios.svg")
 
 	start := time.Now()
@@ -288,8 +287,7 @@ func TestBenchSIGTERMTearsDown(t *testing.T) {
 	t.Parallel()
 	testenv.Require(t)
 	requireTool(t, "iperf3")
-	prefix := testenv.RandomPrefix()
-	t.Cleanup(func() { _ = testenv.Cleanup(prefix) })
+	prefix := testenv.PrefixForTest(t)
 
 	cmd := exec.Command(uvxlanBin, "bench", "--duration", "60s", "--prefix", prefix, "--overlays", "veth,uvxlan")
 	var stderr lockedBuffer

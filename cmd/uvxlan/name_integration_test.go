@@ -54,26 +54,6 @@ func readmeByHand(t *testing.T) []string {
 	return cmds
 }
 
-// freePrefix returns a random testbed prefix no namespace uses yet: `uvxlan
-// testbed up` first removes the namespaces of its prefix, and those of
-// other testbeds (other tests, other people) must be left alone. The
-// README's own prefix, "uvx", is such a shared name.
-func freePrefix(t *testing.T) string {
-	t.Helper()
-	out, err := exec.Command("ip", "netns", "list").Output()
-	if err != nil {
-		t.Fatalf("ip netns list: %v", err)
-	}
-	for range 100 {
-		p := testenv.RandomPrefix()
-		if !strings.Contains(string(out), p+"-") {
-			return p
-		}
-	}
-	t.Fatal("no free testbed prefix")
-	return ""
-}
-
 // The README's "cluster by hand" example, run as written: the testbed CLI,
 // two agents started without --name (the namespaces share the hostname), a
 // ping, fdb show, members, testbed down. Only the binary's path, the
@@ -81,12 +61,7 @@ func freePrefix(t *testing.T) string {
 // the control sockets' directory differ.
 func TestReadmeClusterByHand(t *testing.T) {
 	testenv.Require(t)
-	prefix, dir := freePrefix(t), t.TempDir()
-	t.Cleanup(func() {
-		if err := testenv.Cleanup(prefix); err != nil { // kills the agents too
-			t.Errorf("teardown: %v", err)
-		}
-	})
+	prefix, dir := testenv.PrefixForTest(t), t.TempDir() // its cleanup kills the agents too
 	var agents []*exec.Cmd
 	var logs []string
 	t.Cleanup(func() {
