@@ -33,15 +33,23 @@ func TestPMTUProbeFloodNetns(t *testing.T) {
 		}
 		return false
 	})
-	// Let the agents' own path MTU rounds finish first.
+	// Let the agents' own path MTU rounds finish first. h1's first round
+	// to h2 starts as soon as h2 joins: h2 answers it although its own
+	// list of the members it answers predates h1 (it was refused, and the
+	// round ended at 1499 of 1500).
+	var pmtu int
 	eventuallyT(t, 15*time.Second, "h1 measures h2's path MTU", func() bool {
 		for _, m := range h1.members(t) {
 			if m.Name == h2.host.Name {
+				pmtu = m.PathMTU
 				return m.PathMTU != 0
 			}
 		}
 		return false
 	})
+	if pmtu != tb.Config().MTU {
+		t.Errorf("h1 measured h2's path MTU as %d, want the underlay's %d", pmtu, tb.Config().MTU)
+	}
 	// From h1's VTEP port, which only h1's agent holds (a process that
 	// cannot bind it is dropped as src_port before the probe is read): a
 	// raw socket, as root on h1 or a forger on the path would send, or a

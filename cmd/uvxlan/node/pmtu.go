@@ -61,6 +61,10 @@ const (
 	// pmtuWait at most.
 	pmtuAnswerRate  = int(pmtuTries * time.Second / pmtuWait)
 	pmtuAnswerBurst = pmtuMaxProbes
+	// pmtuRefreshMin is the least time between two refreshes of the
+	// members whose probes are answered, which probes from strangers
+	// cause (a flood from a stranger walks the cluster 10 times a second).
+	pmtuRefreshMin = 100 * time.Millisecond
 )
 
 // pathState is what the node knows of one member VTEP's path.
@@ -86,8 +90,11 @@ type pmtuProber struct {
 	// alive are the alive members by VTEP address, as due saw them last
 	// (a probe does not walk the cluster), with the bucket of their probes
 	// answered.
-	alive   map[netip.Addr]answerer
-	waiting map[uint64]chan int // nonce → the size acknowledged
+	alive map[netip.Addr]answerer
+	// refreshed is when alive was made; a probe from a stranger makes it
+	// again, at most every pmtuRefreshMin.
+	refreshed time.Time
+	waiting   map[uint64]chan int // nonce → the size acknowledged
 }
 
 func newPMTUProber(n *Node) *pmtuProber {
@@ -231,6 +238,12 @@ func (p *pmtuProber) answerable(r encap.PMTUReport) (gossip.Member, bool) {
 	}
 	p.mu.Lock()
 	a, ok := p.alive[r.From.Addr()]
+	if now := time.Now(); !ok && now.Sub(p.refreshed) >= pmtuRefreshMin {
+		// A member that joined since due last looked probes at once:
+		// refused, its first round would end below the path's MTU.
+		p.setAnswerersLocked(p.members(), now)
+		a, ok = p.alive[r.From.Addr()]
+	}
 	p.mu.Unlock()
 	if !ok || !a.limit.Take() {
 		return gossip.Member{}, false
@@ -263,6 +276,23 @@ func (p *pmtuProber) send(m gossip.Member, vni fdb.VNI, msg encap.PMTUMessage, f
 	return err == nil
 }
 
+// setAnswerersLocked makes the alive members the ones whose probes are
+// answered, each keeping its bucket.
+func (p *pmtuProber) setAnswerersLocked(members []gossip.Member, now time.Time) {
+	answerers := make(map[netip.Addr]answerer, len(p.alive))
+	for _, m := range members {
+		if m.Self || m.State != "alive" {
+			continue
+		}
+		if a, ok := p.alive[m.VTEP.Addr()]; ok {
+			answerers[m.VTEP.Addr()] = answerer{m: m, limit: a.limit}
+		} else {
+			answerers[m.VTEP.Addr()] = answerer{m: m, limit: encap.NewBucket(pmtuAnswerRate, pmtuAnswerBurst)}
+		}
+	}
+	p.alive, p.refreshed = answerers, now
+}
+
 // due returns the members whose round is due, and forgets the paths of
 // members gone.
 func (p *pmtuProber) due(now time.Time) []gossip.Member {
@@ -276,15 +306,11 @@ func (p *pmtuProber) due(now time.Time) []gossip.Member {
 			running++
 		}
 	}
-	answerers := make(map[netip.Addr]answerer, len(p.alive))
-	for _, m := range p.members() {
+	members := p.members()
+	p.setAnswerersLocked(members, now)
+	for _, m := range members {
 		if m.Self || m.State != "alive" {
 			continue
-		}
-		if a, ok := p.alive[m.VTEP.Addr()]; ok {
-			answerers[m.VTEP.Addr()] = answerer{m: m, limit: a.limit}
-		} else {
-			answerers[m.VTEP.Addr()] = answerer{m: m, limit: encap.NewBucket(pmtuAnswerRate, pmtuAnswerBurst)}
 		}
 		if m.MAC.IsZero() || !m.VTEP.IsValid() || m.VTEP.Addr() == p.n.cfg.Local {
 			continue
@@ -305,7 +331,6 @@ func (p *pmtuProber) due(now time.Time) []gossip.Member {
 			out = append(out, m)
 		}
 	}
-	p.alive = answerers
 	changed := false
 	for a, st := range p.paths {
 		if !alive[a] && !st.running {
