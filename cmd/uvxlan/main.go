@@ -164,7 +164,7 @@ identity over the control socket, and the old one exits 0. Or by hand:
    host A# uvxlan run <the same flags> --takeover
 
 Gossip (--join) is encrypted: every node needs the same key.
-   host A# uvxlan keygen > /etc/uvxlan/gossip.key     # copy it to every node
+   host A# mkdir -p /etc/uvxlan && uvxlan keygen > /etc/uvxlan/gossip.key     # copy it to every node
    host A# uvxlan run --local 198.18.0.1 --address 10.42.0.1/24 --gossip-key-file /etc/uvxlan/gossip.key
    host B# uvxlan run --local 198.18.0.2 --address 10.42.0.2/24 --gossip-key-file /etc/uvxlan/gossip.key --join 198.18.0.1
    host A# ping 10.42.0.2
@@ -328,7 +328,7 @@ func keygenCommand() *cli.Command {
 		Name:  "keygen",
 		Usage: "print a new random gossip key (32 bytes, base64) for --gossip-key-file",
 		Description: `Every node of a cluster needs the same key. Make it once, copy it to each node:
-   uvxlan keygen > /etc/uvxlan/gossip.key && chmod 600 /etc/uvxlan/gossip.key
+   mkdir -p /etc/uvxlan && uvxlan keygen > /etc/uvxlan/gossip.key && chmod 600 /etc/uvxlan/gossip.key
    uvxlan run --gossip-key-file /etc/uvxlan/gossip.key --join 198.18.0.1 ...`,
 		Action: func(c *cli.Context) error {
 			if c.Args().Present() {
