@@ -70,13 +70,25 @@ func bootContainer(t *testing.T, binds ...string) *nspawn {
 	// beside it) took over 30 s once: the bound only catches a boot that
 	// never ends.
 	err := testenv.Eventually(context.Background(), 3*time.Minute, func() bool {
-		if c.init == 0 {
-			c.init = childOf(c.cmd.Process.Pid)
+		select {
+		case <-exited:
+			return true // said below
+		default:
+		}
+		// The container's PID 1 is found among nspawn's descendants,
+		// and looked for again until it is: a child seen early may be a
+		// helper of nspawn's that is gone by now.
+		if c.init = containerInit(c.cmd.Process.Pid); c.init == 0 {
 			return false
 		}
 		out, _ := c.run("systemctl", "is-system-running")
 		return out == "running" || out == "degraded"
 	})
+	select {
+	case <-exited:
+		t.Fatalf("systemd-nspawn exited while the container booted:\n%s", c.out.String())
+	default:
+	}
 	if err != nil {
 		jobs, _ := c.run("systemctl", "list-jobs", "--no-pager")
 		t.Fatalf("the container's systemd is not up: %v\njobs:\n%s", err, jobs)
@@ -84,14 +96,33 @@ func bootContainer(t *testing.T, binds ...string) *nspawn {
 	return c
 }
 
-// childOf returns a child of process pid, or 0.
-func childOf(pid int) int {
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
-	if f := strings.Fields(string(b)); len(f) > 0 {
-		n, _ := strconv.Atoi(f[0])
-		return n
+// containerInit returns the descendant of process pid that is PID 1 in its
+// own PID namespace (the container's init), or 0.
+func containerInit(pid int) int {
+	for _, child := range childrenOf(pid) {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", child))
+		for line := range strings.Lines(string(b)) {
+			if f := strings.Fields(line); len(f) > 2 && f[0] == "NSpid:" && f[len(f)-1] == "1" {
+				return child
+			}
+		}
+		if init := containerInit(child); init != 0 {
+			return init
+		}
 	}
 	return 0
+}
+
+// childrenOf returns the children of process pid.
+func childrenOf(pid int) []int {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	var out []int
+	for _, f := range strings.Fields(string(b)) {
+		if n, err := strconv.Atoi(f); err == nil {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // run runs a command in the container and returns its trimmed output.
