@@ -54,11 +54,11 @@ type Demux struct {
 	// The last (engine, source MAC, source) checked (and learned) in the
 	// current batch, and the verdict, so that a run of datagrams of one
 	// flow is looked at once. Receive loop only.
-	lastEng    *Engine
-	lastSrc    fdb.MAC
-	lastFrom   netip.AddrPort
-	lastOK     bool
-	lastLearnt bool // the fields above are valid
+	lastEng   *Engine
+	lastSrc   fdb.MAC
+	lastFrom  netip.AddrPort
+	lastOK    bool
+	lastValid bool // the fields above hold this batch's last run
 	// The last (engine, source) checked against the engine's filter in
 	// the current batch, and the verdict. Receive loop only.
 	checkEng     *Engine
@@ -163,7 +163,7 @@ func (d *Demux) receiveLoop() error {
 			}
 			return err
 		}
-		d.lastLearnt, d.checkedBatch = false, false
+		d.lastValid, d.checkedBatch = false, false
 		for i := 0; i < n; i++ {
 			m := &msgs[i]
 			if m.Seg <= 0 || m.N <= m.Seg {
@@ -254,9 +254,9 @@ func (d *Demux) accept(m *Message) int {
 		e.c.drop(DropOwnMAC)
 		return -1
 	}
-	if !d.lastLearnt || e != d.lastEng || src != d.lastSrc || m.Addr != d.lastFrom {
+	if !d.lastValid || e != d.lastEng || src != d.lastSrc || m.Addr != d.lastFrom {
 		d.lastOK = e.admitSource(src, m.Addr.Addr(), member)
-		d.lastEng, d.lastSrc, d.lastFrom, d.lastLearnt = e, src, m.Addr, true
+		d.lastEng, d.lastSrc, d.lastFrom, d.lastValid = e, src, m.Addr, true
 	}
 	if !d.lastOK {
 		e.c.drop(DropForeignMAC)

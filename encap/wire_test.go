@@ -33,7 +33,7 @@ func acceptEngine(t *testing.T, tc fdb.Config, pinned *Pinned) (*Engine, *Filter
 // demultiplexer and reports whether it would reach the TAP.
 func deliver(e *Engine, from netip.AddrPort, frame []byte) bool {
 	pkt := vxlanDatagram(goodHeader(testVNI), frame)
-	e.own.checkedBatch, e.own.lastLearnt = false, false
+	e.own.checkedBatch, e.own.lastValid = false, false
 	return e.own.accept(&Message{Buf: pkt, N: len(pkt), Addr: from}) == 0
 }
 
