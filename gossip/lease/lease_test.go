@@ -243,9 +243,13 @@ func TestMergeRules(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// b's own gossip keeps arriving meanwhile (its announcements and
+	// push-pulls count as received, duplicate or applied), so those counters
+	// are lower bounds; a healthy b never makes a rejected, stale or
+	// foreign-VTEP record, so those are exact.
 	s := a.ls.Stats()
 	if s.Rejected-before.Rejected != 2 || s.Stale-before.Stale != 1 || s.RejectedForeignVTEP-before.RejectedForeignVTEP != 1 ||
-		s.Applied-before.Applied != 1 || s.Received-before.Received != 5 {
+		s.Applied-before.Applied < 1 || s.Received-before.Received < 5 {
 		t.Errorf("stats %+v → %+v", before, s)
 	}
 	// b did not make the claim in its name: it answers with a tombstone.
