@@ -59,7 +59,7 @@ func printStatus(w io.Writer, st node.Status) error {
 // byOrigin prints counts by origin in a fixed order: "3 local, 2 gossip".
 func byOrigin(m map[fdb.Origin]int) string {
 	var parts []string
-	for _, o := range []fdb.Origin{fdb.OriginLocal, fdb.OriginStatic, fdb.OriginGossip, fdb.OriginLearned} {
+	for _, o := range []fdb.Origin{fdb.OriginLocal, fdb.OriginStatic, fdb.OriginGossip, fdb.OriginEVPN, fdb.OriginLearned} {
 		if m[o] > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", m[o], o))
 		}
