@@ -27,12 +27,12 @@ func freePort(t *testing.T, addr string) uint16 {
 
 type testSpeaker struct {
 	*Speaker
-	fdb   *fdb.Table
-	neigh *fdb.Neighbors
-	mu    sync.Mutex
+	fdb      *fdb.Table
+	neigh    *fdb.Neighbors
+	mu       sync.Mutex
 	contests []string
-	cancel context.CancelFunc
-	done   chan error
+	cancel   context.CancelFunc
+	done     chan error
 }
 
 // startPair starts two speakers over loopback, iBGP AS 65000: a on
