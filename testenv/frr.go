@@ -69,7 +69,8 @@ type FRR struct {
 // Each daemon has its own zserv socket, vty sockets and pid file, so one
 // FRR per host runs beside the others, and none touches /etc/frr or
 // /var/run/frr (vtysh still reads /etc/frr/vtysh.conf). StartFRR returns
-// once both answer on their vty sockets. Down stops them with the host's
+// once both have opened their vty sockets; a configuration line a daemon
+// rejects (FRR goes on without it, only logging it) is an error naming it. Down stops them with the host's
 // other processes and removes the directory, also when the test failed.
 // Debian's frr service must not run in the root namespace's place: it is
 // not needed and nothing here talks to it.
@@ -98,6 +99,7 @@ func (h *Host) StartFRR(ctx context.Context, cfg FRRConfig) (*FRR, error) {
 		return fail(err)
 	}
 	if f.BGPd, err = f.start(ctx, "bgpd"); err != nil {
+		f.Zebra.Stop()
 		return fail(err)
 	}
 	return f, nil
@@ -129,7 +131,20 @@ func (f *FRR) start(ctx context.Context, daemon string) (*Proc, error) {
 		return nil, fmt.Errorf("%s exited at start: %v\n%s", daemon, p.Wait(), p.Log())
 	}
 	if err != nil {
+		p.Stop()
 		return nil, fmt.Errorf("%s: no vty socket %s: %w\n%s", daemon, sock, err, p.Log())
+	}
+	// The daemon has read its configuration before it opens its vty
+	// socket. It goes on past a line it rejects, only logging it.
+	var bad []string
+	for _, l := range strings.Split(p.Log(), "\n") {
+		if strings.Contains(l, "on config line") {
+			bad = append(bad, l)
+		}
+	}
+	if len(bad) > 0 {
+		p.Stop()
+		return nil, fmt.Errorf("%s rejected lines of %s.conf:\n%s", daemon, daemon, strings.Join(bad, "\n"))
 	}
 	return p, nil
 }
