@@ -267,7 +267,7 @@ func (s *BGPRawSpeaker) SendEVPN(nlri []byte, vni uint32) error {
 // updateBody builds an UPDATE body (RFC 4271 §4.3) around one MP_REACH_NLRI.
 func updateBody(cfg BGPRawConfig, nlri []byte, vni uint32) []byte {
 	attr := func(b []byte, flags, typ byte, v []byte) []byte {
-		if len(v) > 255 {
+		if len(v) > 255 || flags&0x10 != 0 {
 			b = append(b, flags|0x10, typ, byte(len(v)>>8), byte(len(v)))
 		} else {
 			b = append(b, flags, typ, byte(len(v)))
@@ -445,6 +445,9 @@ const (
 	EVPNMACLength7
 	// EVPNTruncated is a type-2 route of length 5: shorter than its RD.
 	EVPNTruncated
+	// EVPNMACLengthField is the valid route (length 33) with its MAC
+	// length field saying 56 bits: only that field is wrong.
+	EVPNMACLengthField
 )
 
 func (m MalformedEVPN) String() string {
@@ -454,9 +457,11 @@ func (m MalformedEVPN) String() string {
 	case EVPNLengthOverrun:
 		return "type-2 length overruns the attribute"
 	case EVPNMACLength7:
-		return "type-2 MAC length 56 bits"
+		return "type-2 MAC of 7 bytes, route length 34"
 	case EVPNTruncated:
 		return "type-2 of 5 bytes"
+	case EVPNMACLengthField:
+		return "type-2 MAC length field 56, route length 33"
 	}
 	return fmt.Sprintf("MalformedEVPN(%d)", int(m))
 }
@@ -476,6 +481,8 @@ func (m MalformedEVPN) NLRI(rid netip.Addr, mac net.HardwareAddr, vni uint32) []
 	case EVPNTruncated:
 		r = r[:7]
 		r[1] = 5
+	case EVPNMACLengthField:
+		r[24] = 56
 	}
 	return r
 }
