@@ -145,6 +145,7 @@ func TestBGPRawSpeakerReport(t *testing.T) {
 // route must not be in its table, whatever FRR chose (NOTIFICATION and
 // reset, or treat-as-withdraw), and bgpd must still run.
 func TestBGPRawSpeakerAgainstFRR(t *testing.T) {
+	t.Parallel()
 	requireFRR(t)
 	tb := NewForTest(t, Config{Hosts: 2})
 	ctx := t.Context()

@@ -95,6 +95,7 @@ func requireFRR(t *testing.T) {
 // zebra programs each kernel FDB with the others' MACs (extern_learn) and
 // flood entries (00:00:00:00:00:00).
 func TestFRREVPNFabric(t *testing.T) {
+	t.Parallel()
 	Require(t)
 	requireFRR(t)
 	tb := NewForTest(t, Config{Hosts: 3})
@@ -217,6 +218,7 @@ func TestFRREVPNFabric(t *testing.T) {
 
 // TestFRRTeardown: Down stops zebra and bgpd and removes their directory.
 func TestFRRTeardown(t *testing.T) {
+	t.Parallel()
 	requireFRR(t)
 	tb := NewForTest(t, Config{Hosts: 1})
 	ctx := t.Context()
@@ -243,6 +245,7 @@ func TestFRRTeardown(t *testing.T) {
 
 // A configuration bgpd rejects fails StartFRR with bgpd's complaint.
 func TestStartFRRBadConfig(t *testing.T) {
+	t.Parallel()
 	requireFRR(t)
 	tb := NewForTest(t, Config{Hosts: 1})
 	_, err := tb.Host(1).StartFRR(t.Context(), FRRConfig{ASN: 65000, Extra: []string{"router bgp 65001"}})
