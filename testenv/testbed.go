@@ -72,9 +72,10 @@ type Testbed struct {
 	runDir string // made by RunDir, removed by Down
 }
 
-// Host is one host namespace of a testbed.
+// Host is one host namespace of a testbed, or an endpoint namespace behind
+// one (AddEndpoint: Index 0, and the "underlay" fields describe its eth0).
 type Host struct {
-	Index    int          // 1-based position in the testbed
+	Index    int          // 1-based position in the testbed; 0 for an endpoint
 	Name     string       // "h<Index>"
 	Netns    string       // "<prefix>-h<Index>"
 	Iface    string       // underlay interface inside Netns: UnderlayIface
