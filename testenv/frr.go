@@ -66,14 +66,14 @@ type FRR struct {
 //	zebra -f DIR/zebra.conf -i DIR/zebra.pid -z DIR/zserv.api --vty_socket DIR -P 0 -u frr -g frr --log stdout
 //	bgpd  -f DIR/bgpd.conf  -i DIR/bgpd.pid  -z DIR/zserv.api --vty_socket DIR -P 0 -u frr -g frr --log stdout
 //
-// Each daemon has its own zserv socket, vty sockets and pid file, so one
-// FRR per host runs beside the others, and none touches /etc/frr or
-// /var/run/frr (vtysh still reads /etc/frr/vtysh.conf). StartFRR returns
-// once both have opened their vty sockets; a configuration line a daemon
-// rejects (FRR goes on without it, only logging it) is an error naming it. Down stops them with the host's
-// other processes and removes the directory, also when the test failed.
-// Debian's frr service must not run in the root namespace's place: it is
-// not needed and nothing here talks to it.
+// Each host's pair has its own zserv socket, vty sockets and pid files, so
+// an FRR per host runs beside the others, and none touches /etc/frr or
+// /var/run/frr (vtysh still reads /etc/frr/vtysh.conf); Debian's own frr
+// service need not run. StartFRR returns once both daemons have opened
+// their vty sockets; a configuration line a daemon rejects (FRR goes on
+// without it, only logging it) is an error naming it. ctx bounds the start:
+// the daemons run until Stop, or Down, which also removes the directory
+// (NewForTest's teardown, also when the test failed). One FRR per host.
 func (h *Host) StartFRR(ctx context.Context, cfg FRRConfig) (*FRR, error) {
 	fail := func(err error) (*FRR, error) { return nil, fmt.Errorf("testenv: %s: frr: %w", h.Name, err) }
 	bgpd, err := bgpdConf(h, cfg)
@@ -110,7 +110,8 @@ const frrStartTimeout = 20 * time.Second
 
 // start starts one daemon and waits until vtysh reaches it.
 func (f *FRR) start(ctx context.Context, daemon string) (*Proc, error) {
-	p, err := f.Host.Start(ctx, "", filepath.Join(FRRDir, daemon),
+	// ctx bounds the start only: the daemons run until Stop or Down.
+	p, err := f.Host.Start(context.WithoutCancel(ctx), "", filepath.Join(FRRDir, daemon),
 		"-f", filepath.Join(f.Dir, daemon+".conf"),
 		"-i", filepath.Join(f.Dir, daemon+".pid"),
 		"-z", filepath.Join(f.Dir, "zserv.api"),
