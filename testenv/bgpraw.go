@@ -92,7 +92,7 @@ type BGPRawReport struct {
 	Keepalives   int              // KEEPALIVEs received
 	Updates      int              // UPDATEs received (its routes, End-of-RIB)
 	Notification *BGPNotification // the NOTIFICATION it sent, if any
-	Closed       bool             // it closed or reset the connection
+	Closed       bool             // it closed or reset the connection (reading stops at a NOTIFICATION, so not after one)
 	Err          error            // a read error other than a close, or a message we could not read
 }
 
@@ -363,10 +363,7 @@ func (s *BGPRawSpeaker) readLoop() {
 }
 
 // isReset reports whether err is a connection reset by the peer.
-func isReset(err error) bool {
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "read" && errors.Is(err, syscall.ECONNRESET)
-}
+func isReset(err error) bool { return errors.Is(err, syscall.ECONNRESET) }
 
 func (s *BGPRawSpeaker) keepaliveLoop() {
 	t := time.NewTicker(bgpHoldTime * time.Second / 3)

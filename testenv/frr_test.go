@@ -229,6 +229,12 @@ func TestFRRTeardown(t *testing.T) {
 	if out, err := f.Vtysh(ctx, "show bgp l2vpn evpn summary"); err != nil {
 		t.Fatalf("vtysh: %v\n%s", err, out)
 	}
+	if ns, err := f.Neighbors(ctx); err != nil || len(ns) != 0 {
+		t.Errorf("no neighbour configured: want none and no error, got %v, %v", ns, err)
+	}
+	if routes, err := f.EVPNRoutes(ctx); err != nil || len(routes) != 0 {
+		t.Errorf("no VNI, no neighbour: want no route and no error, got %v, %v", routes, err)
+	}
 	if _, err := f.Vtysh(ctx, "show no such thing"); err == nil {
 		t.Error("a command FRR does not know: want an error, got none")
 	}

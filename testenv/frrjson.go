@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -143,7 +144,7 @@ type evpnPath struct {
 	evpnFields
 	Valid    bool            `json:"valid"`
 	Bestpath json.RawMessage `json:"bestpath"` // true (plain) or {"overall": true} (detail)
-	VNI      string          `json:"VNI"`      // "100", or "100/4001" with an L3 VNI
+	VNI      json.RawMessage `json:"VNI"`      // "100", or "100/4001" with an L3 VNI; a number would do
 	PMSI     struct {
 		Label uint32 `json:"label"`
 	} `json:"pmsi"`
@@ -196,7 +197,7 @@ func (p *evpnPath) route(rd, prefix string, pfx *evpnPrefix) (EVPNRoute, error) 
 		r.Peer = a
 	}
 	r.VNI = p.PMSI.Label
-	if n := leadingDigits(p.VNI); n != "" {
+	if n := leadingDigits(strings.Trim(string(p.VNI), `"`)); n != "" {
 		v, err := strconv.ParseUint(n, 10, 32)
 		if err != nil {
 			return r, fmt.Errorf("VNI %q: %w", p.VNI, err)

@@ -96,6 +96,7 @@ func TestParseEVPNRoutesOdd(t *testing.T) {
 		{desc: "bad ip", in: `{"r":{"p":{"routeType":3,"ip":"1.2.3","paths":[[{"valid":true}]]}}}`, err: "1.2.3"},
 		{desc: "huge VNI", in: `{"r":{"p":{"routeType":3,"paths":[[{"VNI":"99999999999"}]]}}}`, err: "VNI"},
 		{desc: "VNI pair", in: `{"r":{"p":{"routeType":2,"paths":[[{"VNI":"100/4001"}]]}}}`, want: 1},
+		{desc: "VNI number", in: `{"r":{"p":{"routeType":2,"paths":[[{"VNI":100}]]}}}`, want: 1},
 		{desc: "wrong types", in: `{"r":{"p":{"routeType":"2","paths":[[{}]]}}}`, err: "cannot unmarshal"},
 		{desc: "paths not nested", in: `{"r":{"p":{"paths":[{}]}}}`, err: "cannot unmarshal"},
 	}
