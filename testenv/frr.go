@@ -258,3 +258,16 @@ func (f *FRR) Vtysh(ctx context.Context, cmd string) (string, error) {
 func (f *FRR) Stop() error {
 	return errors.Join(f.BGPd.Stop(), f.Zebra.Stop())
 }
+
+// RequireFRR is Require, and fails the test (or skips it, as Require does)
+// when FRR's daemons are not installed.
+func RequireFRR(t T) {
+	t.Helper()
+	Require(t)
+	if _, err := os.Stat(FRRDir + "/bgpd"); err != nil {
+		if os.Getenv(RequireEnv) == "1" {
+			t.Fatalf("FRR is not installed (%v); .ci/run installs the frr package", err)
+		}
+		t.Skipf("skipping: FRR is not installed (%v)", err)
+	}
+}

@@ -75,18 +75,8 @@ debug bgp updates
 	}
 }
 
-// requireFRR fails the test (or skips it, as Require does) when FRR's
-// daemons are not installed.
-func requireFRR(t *testing.T) {
-	t.Helper()
-	Require(t)
-	if _, err := os.Stat(FRRDir + "/bgpd"); err != nil {
-		if os.Getenv(RequireEnv) == "1" {
-			t.Fatalf("FRR is not installed (%v); .ci/run installs the frr package", err)
-		}
-		t.Skipf("skipping: FRR is not installed (%v)", err)
-	}
-}
+// requireFRR is RequireFRR.
+func requireFRR(t *testing.T) { t.Helper(); RequireFRR(t) }
 
 // TestFRREVPNFabric is the reference the uvxlan EVPN tests mirror: three
 // kernel VTEPs (VNI 100) under FRR, h1 the route reflector of h2 and h3

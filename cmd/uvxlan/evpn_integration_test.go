@@ -15,7 +15,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -23,17 +22,6 @@ import (
 	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/testenv"
 )
-
-// requireFRR fails (CI) or skips when FRR's daemons are missing.
-func requireFRR(t *testing.T) {
-	t.Helper()
-	if _, err := exec.LookPath("vtysh"); err != nil {
-		if testenv.Required() {
-			t.Fatal("FRR is not installed (apt-get install frr): vtysh not found")
-		}
-		t.Skip("FRR is not installed (vtysh not found)")
-	}
-}
 
 // evpnFabric is h1 with FRR (route reflector, AS 65000) and a kernel EVPN
 // VTEP per VNI, each with an endpoint at 10.<vni>.0.11 (VNI 100: 10.42.0.11).
@@ -53,8 +41,7 @@ func overlayNet(vni uint32, host byte) netip.Prefix {
 
 func startFabric(t *testing.T, hosts int, vnis ...uint32) *evpnFabric {
 	t.Helper()
-	testenv.Require(t)
-	requireFRR(t)
+	testenv.RequireFRR(t)
 	tb := testenv.NewForTest(t, testenv.Config{Hosts: hosts})
 	ctx := t.Context()
 	f := &evpnFabric{tb: tb, vteps: map[uint32]*testenv.EVPNVTEP{}}
@@ -406,7 +393,7 @@ func TestEVPNMalformedUpdate(t *testing.T) {
 	}
 	defer ln.Close()
 	f := &evpnFabric{tb: tb}
-	a := startEVPNAgent(t, f, h2, []uint32{100}, "--bgp-hold-time", "3s")
+	a := startEVPNAgent(t, f, h2, []uint32{100}, "--bgp-hold-time", "9s")
 	accept := func() *testenv.BGPRawSpeaker {
 		t.Helper()
 		ln.(*net.TCPListener).SetDeadline(time.Now().Add(60 * time.Second))
@@ -451,12 +438,11 @@ func TestEVPNMalformedUpdate(t *testing.T) {
 	st := bgpStatus(t, a)
 	raw, _ := json.Marshal(st.Stats)
 	t.Logf("h2's BGP counters: %s; sessions %+v", raw, st.Sessions)
-	if st.Stats.Resets == 0 && st.Stats.Rejected == 0 {
-		t.Errorf("the malformed updates were neither counted as rejected nor reset a session: %s", raw)
+	// Each malformed route reset its session or was rejected: four in all.
+	if got := st.Stats.Resets + st.Stats.Rejected; got < 4 {
+		t.Errorf("4 malformed routes, %d session resets and rejections: %s", got, raw)
 	}
-	// Still forwarding: its TAP answers from h2's own namespace stack.
 	if a.proc.Exited() {
 		t.Fatal("the agent exited")
 	}
-	_ = syscall.SIGTERM
 }

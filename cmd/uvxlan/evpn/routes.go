@@ -19,13 +19,11 @@ package evpn
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"time"
 
-	api "github.com/osrg/gobgp/v3/api"
-	"github.com/osrg/gobgp/v3/pkg/apiutil"
-	"github.com/osrg/gobgp/v3/pkg/packet/bgp"
+	"github.com/osrg/gobgp/v4/pkg/apiutil"
+	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
 
 	"github.com/uvxlan/uvxlan/fdb"
 )
@@ -71,9 +69,9 @@ var (
 	errDecode   = errors.New("undecodable route")
 )
 
-// rd returns the route distinguisher router-id:n.
-func makeRD(routerID netip.Addr, n uint16) bgp.RouteDistinguisherInterface {
-	return bgp.NewRouteDistinguisherIPAddressAS(routerID.String(), n)
+// makeRD returns the route distinguisher router-id:n.
+func makeRD(routerID netip.Addr, n uint16) (bgp.RouteDistinguisherInterface, error) {
+	return bgp.NewRouteDistinguisherIPAddressAS(routerID, n)
 }
 
 // makeRT returns the route target ASN:VNI: two-octet AS specific when the
@@ -87,46 +85,53 @@ func makeRT(asn uint32, vni fdb.VNI) bgp.ExtendedCommunityInterface {
 }
 
 // macIPPath builds the type-2 route for mac (and ip, if valid) behind vtep.
-func macIPPath(rd bgp.RouteDistinguisherInterface, asn uint32, vni fdb.VNI, mac fdb.MAC, ip netip.Addr, vtep netip.Addr, seq uint32, withdraw bool) (*api.Path, error) {
-	ipText := ""
-	if ip.IsValid() {
-		ipText = ip.String()
-	}
+func macIPPath(rd bgp.RouteDistinguisherInterface, asn uint32, vni fdb.VNI, mac fdb.MAC, ip netip.Addr, vtep netip.Addr, seq uint32, withdraw bool) (*apiutil.Path, error) {
 	// The zero ESI (single-homed) spelled out as on the wire: GoBGP
 	// compares ESIs bytewise and would take a nil one for another
 	// segment's, withdrawing our route by itself when a higher sequence
 	// arrives. The node decides that (Config.Contested: probe, then
 	// withdraw or win back), as it does for gossip's claims.
 	esi := bgp.EthernetSegmentIdentifier{Type: bgp.ESI_ARBITRARY, Value: make([]byte, 9)}
-	nlri := bgp.NewEVPNMacIPAdvertisementRoute(rd, esi, 0, mac.String(), ipText, []uint32{uint32(vni)})
+	nlri, err := bgp.NewEVPNMacIPAdvertisementRoute(rd, esi, 0, mac.String(), ip, []uint32{uint32(vni)})
+	if err != nil {
+		return nil, err
+	}
 	comms := []bgp.ExtendedCommunityInterface{makeRT(asn, vni), bgp.NewEncapExtended(bgp.TUNNEL_TYPE_VXLAN)}
 	if seq > 0 {
 		comms = append(comms, bgp.NewMacMobilityExtended(seq, false))
 	}
-	attrs := []bgp.PathAttributeInterface{
-		bgp.NewPathAttributeOrigin(bgp.BGP_ORIGIN_ATTR_TYPE_IGP),
-		bgp.NewPathAttributeMpReachNLRI(vtep.String(), []bgp.AddrPrefixInterface{nlri}),
-		bgp.NewPathAttributeExtendedCommunities(comms),
-	}
-	return apiutil.NewPath(nlri, withdraw, attrs, time.Now())
+	return evpnPath(nlri, vtep, withdraw, bgp.NewPathAttributeExtendedCommunities(comms))
 }
 
 // imetPath builds the type-3 route of vni: vtep takes its BUM traffic by
 // ingress replication.
-func imetPath(rd bgp.RouteDistinguisherInterface, asn uint32, vni fdb.VNI, vtep netip.Addr, withdraw bool) (*api.Path, error) {
-	nlri := bgp.NewEVPNMulticastEthernetTagRoute(rd, 0, vtep.String())
-	attrs := []bgp.PathAttributeInterface{
-		bgp.NewPathAttributeOrigin(bgp.BGP_ORIGIN_ATTR_TYPE_IGP),
-		bgp.NewPathAttributeMpReachNLRI(vtep.String(), []bgp.AddrPrefixInterface{nlri}),
-		bgp.NewPathAttributeExtendedCommunities([]bgp.ExtendedCommunityInterface{makeRT(asn, vni), bgp.NewEncapExtended(bgp.TUNNEL_TYPE_VXLAN)}),
-		bgp.NewPathAttributePmsiTunnel(bgp.PMSI_TUNNEL_TYPE_INGRESS_REPL, false, uint32(vni), bgp.NewIngressReplTunnelID(vtep.String())),
+func imetPath(rd bgp.RouteDistinguisherInterface, asn uint32, vni fdb.VNI, vtep netip.Addr, withdraw bool) (*apiutil.Path, error) {
+	nlri, err := bgp.NewEVPNMulticastEthernetTagRoute(rd, 0, vtep)
+	if err != nil {
+		return nil, err
 	}
-	return apiutil.NewPath(nlri, withdraw, attrs, time.Now())
+	id, err := bgp.NewIngressReplTunnelID(vtep)
+	if err != nil {
+		return nil, err
+	}
+	return evpnPath(nlri, vtep, withdraw,
+		bgp.NewPathAttributeExtendedCommunities([]bgp.ExtendedCommunityInterface{makeRT(asn, vni), bgp.NewEncapExtended(bgp.TUNNEL_TYPE_VXLAN)}),
+		bgp.NewPathAttributePmsiTunnel(bgp.PMSI_TUNNEL_TYPE_INGRESS_REPL, false, uint32(vni), id))
+}
+
+// evpnPath is the path of nlri with next hop vtep, origin IGP and attrs.
+func evpnPath(nlri bgp.NLRI, vtep netip.Addr, withdraw bool, attrs ...bgp.PathAttributeInterface) (*apiutil.Path, error) {
+	reach, err := bgp.NewPathAttributeMpReachNLRI(bgp.RF_EVPN, []bgp.PathNLRI{{NLRI: nlri}}, vtep)
+	if err != nil {
+		return nil, err
+	}
+	attrs = append([]bgp.PathAttributeInterface{bgp.NewPathAttributeOrigin(bgp.BGP_ORIGIN_ATTR_TYPE_IGP), reach}, attrs...)
+	return &apiutil.Path{Family: bgp.RF_EVPN, Nlri: nlri, Attrs: attrs, Withdrawal: withdraw, Age: time.Now().Unix()}, nil
 }
 
 // safeFromPath is fromPath that turns a panic of GoBGP's decoders into an
 // error: a route uvxlan cannot read is counted, never fatal.
-func safeFromPath(p *api.Path) (r route, err error) {
+func safeFromPath(p *apiutil.Path) (r route, err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			err = fmt.Errorf("%w: %v", errDecode, v)
@@ -138,23 +143,16 @@ func safeFromPath(p *api.Path) (r route, err error) {
 // fromPath reads a route GoBGP received. It returns an error naming what
 // is wrong for anything uvxlan cannot use: another family or route type, a
 // zero or multicast MAC, no next hop, no VNI.
-func fromPath(p *api.Path) (route, error) {
+func fromPath(p *apiutil.Path) (route, error) {
 	var r route
-	if f := p.GetFamily(); f == nil || f.Afi != api.Family_AFI_L2VPN || f.Safi != api.Family_SAFI_EVPN {
+	if p.Family != bgp.RF_EVPN {
 		return r, errFamily
 	}
-	nlri, err := apiutil.GetNativeNlri(p)
-	if err != nil {
-		return r, fmt.Errorf("nlri: %w", err)
-	}
-	attrs, err := apiutil.GetNativePathAttributes(p)
-	if err != nil {
-		return r, fmt.Errorf("attributes: %w", err)
-	}
-	e, ok := nlri.(*bgp.EVPNNLRI)
+	e, ok := p.Nlri.(*bgp.EVPNNLRI)
 	if !ok || e.RouteTypeData == nil {
 		return r, errFamily
 	}
+	attrs := p.Attrs
 	var labels []uint32
 	switch d := e.RouteTypeData.(type) {
 	case *bgp.EVPNMacIPAdvertisementRoute:
@@ -162,7 +160,7 @@ func fromPath(p *api.Path) (route, error) {
 		if d.RD != nil {
 			r.rd = d.RD.String()
 		}
-		if len(d.MacAddress) != 6 {
+		if d.MacAddressLength != 48 || len(d.MacAddress) != 6 {
 			return r, errMAC
 		}
 		copy(r.mac[:], d.MacAddress)
@@ -170,8 +168,8 @@ func fromPath(p *api.Path) (route, error) {
 			return r, errMAC
 		}
 		if d.IPAddressLength != 0 {
-			ip, ok := netip.AddrFromSlice(d.IPAddress)
-			if ip = ip.Unmap(); !ok || !ip.IsGlobalUnicast() && !ip.IsLinkLocalUnicast() {
+			ip := d.IPAddress.Unmap()
+			if !ip.IsValid() || !ip.IsGlobalUnicast() && !ip.IsLinkLocalUnicast() {
 				return r, errIP
 			}
 			r.ip = ip
@@ -182,8 +180,7 @@ func fromPath(p *api.Path) (route, error) {
 		if d.RD != nil {
 			r.rd = d.RD.String()
 		}
-		ip, _ := netip.AddrFromSlice(d.IPAddress)
-		r.vtep = ip.Unmap()
+		r.vtep = d.IPAddress.Unmap()
 		if d.ETag != 0 {
 			labels = append(labels, d.ETag)
 		}
@@ -195,11 +192,11 @@ func fromPath(p *api.Path) (route, error) {
 		switch a := a.(type) {
 		case *bgp.PathAttributeMpReachNLRI:
 			if r.kind == typeMACIP || !r.vtep.IsValid() {
-				r.vtep = addrOf(a.Nexthop)
+				r.vtep = a.Nexthop.Unmap()
 			}
 		case *bgp.PathAttributeNextHop:
 			if !r.vtep.IsValid() {
-				r.vtep = addrOf(a.Value)
+				r.vtep = a.Value.Unmap()
 			}
 		case *bgp.PathAttributeExtendedCommunities:
 			for _, c := range a.Value {
@@ -221,10 +218,8 @@ func fromPath(p *api.Path) (route, error) {
 				return r, errNotVXLAN
 			}
 			labels = append([]uint32{a.Label}, labels...)
-			if id, ok := a.TunnelID.(*bgp.IngressReplTunnelID); ok {
-				if v := addrOf(id.Value); v.IsValid() {
-					r.vtep = v
-				}
+			if id, ok := a.TunnelID.(*bgp.IngressReplTunnelID); ok && id.Value.IsValid() {
+				r.vtep = id.Value.Unmap()
 			}
 		}
 	}
@@ -240,13 +235,4 @@ func fromPath(p *api.Path) (route, error) {
 		return r, errNoVNI
 	}
 	return r, nil
-}
-
-// addrOf converts a net.IP, unmapping IPv4; the zero Addr if it is none.
-func addrOf(ip net.IP) netip.Addr {
-	a, ok := netip.AddrFromSlice(ip)
-	if !ok {
-		return netip.Addr{}
-	}
-	return a.Unmap()
 }

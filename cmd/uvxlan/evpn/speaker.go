@@ -11,9 +11,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	api "github.com/osrg/gobgp/v3/api"
-	"github.com/osrg/gobgp/v3/pkg/packet/bgp"
-	"github.com/osrg/gobgp/v3/pkg/server"
+	api "github.com/osrg/gobgp/v4/api"
+	"github.com/osrg/gobgp/v4/pkg/apiutil"
+	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
+	"github.com/osrg/gobgp/v4/pkg/server"
 
 	"github.com/uvxlan/uvxlan/fdb"
 )
@@ -142,10 +143,18 @@ func New(cfg Config) (*Speaker, error) {
 		port: cfg.VTEP.Port(), rib: newRIB(), sessions: map[netip.Addr]*session{}, started: time.Now(),
 		local: local{routes: map[localKey]uint32{}, ips: map[ipKey]fdb.MAC{}, seq: map[macKey]uint32{}}}
 	for i, v := range cfg.VNIs {
+		rd, err := makeRD(cfg.RouterID, uint16(i+1))
+		if err != nil {
+			return nil, fmt.Errorf("evpn: route distinguisher: %w", err)
+		}
 		s.serves[v] = true
-		s.rds[v] = makeRD(cfg.RouterID, uint16(i+1))
+		s.rds[v] = rd
 	}
-	s.bgp = server.NewBgpServer(server.LoggerOption(&logAdapter{log: s.log}))
+	// GoBGP logs every configuration step at info: the speaker logs the
+	// sessions itself, GoBGP's warnings and errors go to the node's log.
+	level := new(slog.LevelVar)
+	level.Set(slog.LevelWarn)
+	s.bgp = server.NewBgpServer(server.LoggerOption(s.log, level))
 	go s.bgp.Serve()
 	ctx := context.Background()
 	g := &api.Global{Asn: cfg.ASN, RouterId: cfg.RouterID.String(), ListenPort: -1} // we connect; the fabric's speakers need no listener of ours
@@ -171,10 +180,8 @@ func New(cfg Config) (*Speaker, error) {
 // at once).
 func (s *Speaker) Run(ctx context.Context) error {
 	defer s.Close()
-	err := s.bgp.WatchEvent(ctx, &api.WatchEventRequest{
-		Peer:  &api.WatchEventRequest_Peer{},
-		Table: &api.WatchEventRequest_Table{Filters: []*api.WatchEventRequest_Table_Filter{{Type: api.WatchEventRequest_Table_Filter_BEST, Init: true}}},
-	}, s.event)
+	err := s.bgp.WatchEvent(ctx, server.WatchEventMessageCallbacks{OnBestPath: s.bestPaths, OnPeerUpdate: s.peerEvent},
+		server.WatchBestPath(true), server.WatchPeer())
 	if err != nil {
 		return fmt.Errorf("evpn: watch: %w", err)
 	}
@@ -229,27 +236,18 @@ func (s *Speaker) Close() error {
 	return nil
 }
 
-// event handles what GoBGP reports: best paths (new, replaced, withdrawn)
-// and session state changes.
-func (s *Speaker) event(ev *api.WatchEventResponse) {
-	if pe := ev.GetPeer(); pe != nil {
-		s.peerEvent(pe)
-		return
-	}
-	t := ev.GetTable()
-	if t == nil {
-		return
-	}
+// bestPaths handles GoBGP's best paths: new, replaced, withdrawn.
+func (s *Speaker) bestPaths(paths []*apiutil.Path, _ time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, p := range t.Paths {
-		if p.GetNeighborIp() == "" || p.GetNeighborIp() == "<nil>" { // ours
+	for _, p := range paths {
+		if !p.PeerAddress.IsValid() || p.PeerAddress.IsUnspecified() { // ours
 			continue
 		}
 		s.stats.updates.Add(1)
 		r, err := safeFromPath(p)
 		if err != nil {
-			if p.GetIsWithdraw() {
+			if p.Withdrawal {
 				continue // nothing of ours came of it
 			}
 			s.reject(err)
@@ -258,20 +256,20 @@ func (s *Speaker) event(ev *api.WatchEventResponse) {
 		if r.vtep == s.cfg.VTEP.Addr() {
 			continue // our own routes, reflected
 		}
-		s.received(r, p.GetIsWithdraw())
+		s.received(r, p.Withdrawal)
 	}
 }
 
-func (s *Speaker) peerEvent(pe *api.WatchEventResponse_PeerEvent) {
-	if pe.GetType() != api.WatchEventResponse_PeerEvent_STATE || pe.GetPeer().GetState() == nil {
+// peerEvent follows the sessions' states.
+func (s *Speaker) peerEvent(pe *apiutil.WatchEventMessage_PeerEvent, _ time.Time) {
+	if pe.Type != apiutil.PEER_EVENT_STATE {
 		return
 	}
-	st := pe.GetPeer().GetState()
-	addr, err := netip.ParseAddr(st.GetNeighborAddress())
-	if err != nil {
-		return
+	addr := pe.Peer.State.NeighborAddress
+	if !addr.IsValid() {
+		addr = pe.Peer.Conf.NeighborAddress
 	}
-	state := sessionState(st.GetSessionState())
+	state := sessionState(pe.Peer.State.SessionState)
 	s.mu.Lock()
 	ss := s.sessions[addr.Unmap()]
 	if ss == nil {
@@ -288,23 +286,23 @@ func (s *Speaker) peerEvent(pe *api.WatchEventResponse_PeerEvent) {
 	}
 	s.mu.Unlock()
 	if was != state && (state == "established" || was == "established") {
-		s.log.Info("BGP session "+state, "peer", addr, "was", was)
+		s.log.Info("BGP session "+state, "peer", addr, "was", was, "reason", pe.Peer.State.DisconnectMessage)
 	}
 }
 
-func sessionState(st api.PeerState_SessionState) string {
+func sessionState(st bgp.FSMState) string {
 	switch st {
-	case api.PeerState_IDLE:
+	case bgp.BGP_FSM_IDLE:
 		return "idle"
-	case api.PeerState_CONNECT:
+	case bgp.BGP_FSM_CONNECT:
 		return "connect"
-	case api.PeerState_ACTIVE:
+	case bgp.BGP_FSM_ACTIVE:
 		return "active"
-	case api.PeerState_OPENSENT:
+	case bgp.BGP_FSM_OPENSENT:
 		return "opensent"
-	case api.PeerState_OPENCONFIRM:
+	case bgp.BGP_FSM_OPENCONFIRM:
 		return "openconfirm"
-	case api.PeerState_ESTABLISHED:
+	case bgp.BGP_FSM_ESTABLISHED:
 		return "established"
 	}
 	return "unknown"
@@ -331,7 +329,7 @@ func (s *Speaker) reject(err error) {
 func (s *Speaker) advertise(k localKey, seq uint32, withdraw bool) error {
 	vtep := s.cfg.VTEP.Addr()
 	var (
-		p   *api.Path
+		p   *apiutil.Path
 		err error
 	)
 	if k.kind == typeIMET {
@@ -343,9 +341,13 @@ func (s *Speaker) advertise(k localKey, seq uint32, withdraw bool) error {
 		return fmt.Errorf("evpn: route %v: %w", k, err)
 	}
 	if withdraw {
-		err = s.bgp.DeletePath(context.Background(), &api.DeletePathRequest{TableType: api.TableType_GLOBAL, Family: evpnFamily, Path: p})
+		err = s.bgp.DeletePath(apiutil.DeletePathRequest{Paths: []*apiutil.Path{p}})
 	} else {
-		_, err = s.bgp.AddPath(context.Background(), &api.AddPathRequest{TableType: api.TableType_GLOBAL, Path: p})
+		var rs []apiutil.AddPathResponse
+		rs, err = s.bgp.AddPath(apiutil.AddPathRequest{Paths: []*apiutil.Path{p}})
+		if err == nil && len(rs) == 1 && rs[0].Error != nil {
+			err = rs[0].Error
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("evpn: route %v: %w", k, err)
