@@ -306,6 +306,10 @@ func (tb *Testbed) Down() error {
 		if err := deleteNetns(ctx, name); err != nil {
 			errs = append(errs, err)
 			left = append([]string{name}, left...)
+			continue
+		}
+		if existing != nil {
+			existing[name] = false // a namespace made again (an endpoint moved back) is listed twice
 		}
 	}
 	tb.mu.Lock()

@@ -446,3 +446,32 @@ func TestEVPNMalformedUpdate(t *testing.T) {
 		t.Fatal("the agent exited")
 	}
 }
+
+// Bad BGP flags are an error naming the flag, exit 2.
+func TestBGPBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"--bgp-peer", "198.18.0.1"}, // no --bgp-asn
+		{"--bgp-asn", "65000"},       // no --bgp-peer
+		{"--bgp-peer", "not-an-ip", "--bgp-asn", "65000"},
+		{"--bgp-peer", "198.18.0.1,asn=x", "--bgp-asn", "65000"},
+		{"--bgp-peer", "198.18.0.1,color=red", "--bgp-asn", "65000"},
+		{"--bgp-peer", "224.0.0.1", "--bgp-asn", "65000"},
+		{"--router-id", "fd00::1", "--bgp-peer", "198.18.0.1", "--bgp-asn", "65000"},
+		{"--bgp-hold-time", "1s", "--bgp-peer", "198.18.0.1", "--bgp-asn", "65000"},
+		{"--bgp-asn", "4294967296", "--bgp-peer", "198.18.0.1"},
+	} {
+		code, stderr := runBinary(t, nil, append([]string{"run", "--local", "127.0.0.1", "--mtu", "1400", "--gossip=false"}, args...)...)
+		flag := args[0]
+		switch {
+		case args[0] == "--bgp-peer" && len(args) == 2:
+			flag = "--bgp-asn"
+		case args[0] == "--bgp-asn" && len(args) == 2:
+			flag = "--bgp-peer"
+		case args[0] == "--bgp-asn" && args[1] == "4294967296":
+			flag = "bgp-asn"
+		}
+		if code != exitUsage || !strings.Contains(stderr, strings.TrimPrefix(flag, "--")) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 naming %s", args, code, stderr, flag)
+		}
+	}
+}
