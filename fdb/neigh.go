@@ -10,8 +10,8 @@ package fdb
 // 3 s of CPU per node (O(N²)); a shard's copy is 1/64 of that.
 //
 // Origins rank as in the FDB: static and local entries (configured, or
-// snooped from our own TAP) are never replaced by gossip; gossip entries
-// replace learned ones. Withdrawals go through DeleteOrigin.
+// snooped from our own TAP) are never replaced by gossip nor EVPN; gossip
+// entries are never replaced by EVPN; both replace learned ones. Withdrawals go through DeleteOrigin.
 
 import (
 	"cmp"
@@ -139,7 +139,8 @@ func (n *Neighbors) SetSubnets(s []SubnetNeigh) error {
 }
 
 // Set binds e.IP to e.MAC in e.VNI. It refuses an invalid VNI, IP or MAC,
-// a gossip binding over a local or static one (ErrOutranked), and a new key
+// a binding outranked by the one it would replace (ErrOutranked: see
+// outranks), and a new key
 // when the table is full (ErrFull). It reports whether anything changed.
 func (n *Neighbors) Set(e Neigh) (changed bool, err error) {
 	ip := e.IP.Unmap()
@@ -153,7 +154,7 @@ func (n *Neighbors) Set(e Neigh) (changed bool, err error) {
 		return false, fmt.Errorf("neigh set vni %d ip %s mac %s: %w", e.VNI, e.IP, e.MAC, errBadMAC)
 	}
 	switch e.Origin {
-	case OriginLocal, OriginStatic, OriginLearned, OriginGossip:
+	case OriginLocal, OriginStatic, OriginLearned, OriginGossip, OriginEVPN:
 	default:
 		return false, fmt.Errorf("neigh set vni %d ip %s: %w", e.VNI, e.IP, errBadOrigin)
 	}
@@ -166,7 +167,7 @@ func (n *Neighbors) Set(e Neigh) (changed bool, err error) {
 	switch {
 	case exists && old.mac == e.MAC && old.origin == e.Origin:
 		return false, nil
-	case exists && e.Origin == OriginGossip && (old.origin == OriginLocal || old.origin == OriginStatic):
+	case exists && outranks(old.origin, e.Origin):
 		return false, fmt.Errorf("neigh set vni %d ip %s: %w", e.VNI, e.IP, ErrOutranked)
 	case exists && e.Origin == OriginLearned && old.origin != OriginLearned:
 		return false, fmt.Errorf("neigh set vni %d ip %s: %w", e.VNI, e.IP, ErrOutranked)

@@ -51,6 +51,14 @@ package fdb
 //     layer withdraws with DeleteOrigin, so it never removes an entry it
 //     does not own.
 //
+//   - EVPN entries (type-2 routes of a BGP peer) rank between gossip and
+//     learned: Set with OriginEVPN replaces a learned entry and is refused
+//     (ErrOutranked) over a local, static or gossip one; gossip replaces an
+//     EVPN entry. A key a member announces is the member's (its records
+//     come from a key holder, and its pinned keys never move), whatever a
+//     BGP peer says; the EVPN speaker applies its route again once gossip
+//     withdraws.
+//
 //   - Moves: a learned MAC seen behind a different VTEP is moved there at
 //     once (LearnMoved), as a Linux bridge does; the newest sighting wins.
 //
@@ -124,8 +132,22 @@ const (
 var ErrFull = errors.New("fdb table full")
 
 // ErrOutranked is returned by Set with OriginGossip when a local or static
-// entry holds the key.
-var ErrOutranked = errors.New("a local or static entry holds this key")
+// entry holds the key, and with OriginEVPN when a local, static or gossip
+// one does.
+var ErrOutranked = errors.New("an entry of a higher rank holds this key")
+
+// outranks reports whether an entry of origin old keeps a Set of origin
+// nu out: local and static outrank gossip and EVPN, gossip outranks EVPN.
+// (Learned entries are handled by Learn: anything else replaces them.)
+func outranks(old, nu Origin) bool {
+	switch nu {
+	case OriginGossip:
+		return old == OriginLocal || old == OriginStatic
+	case OriginEVPN:
+		return old == OriginLocal || old == OriginStatic || old == OriginGossip
+	}
+	return false
+}
 
 var (
 	errBadVNI    = errors.New("invalid VNI")
@@ -177,8 +199,11 @@ type Table struct {
 	shards [numShards]shard
 	quota  vtepQuota // learned entries per VTEP (Config.MaxLearned)
 
-	floodMu sync.Mutex // serialises SetFlood
+	floodMu sync.Mutex // serialises SetFlood and SetFloodFrom
 	flood   atomic.Pointer[map[VNI][]netip.AddrPort]
+	// floodFrom holds the lists each source set (floodMu): gossip's
+	// (SetFlood) and EVPN's; flood publishes their union.
+	floodFrom map[Origin]map[VNI][]netip.AddrPort
 }
 
 type key struct {
@@ -235,6 +260,7 @@ func New(cfg Config) *Table {
 	}
 	flood := map[VNI][]netip.AddrPort{}
 	t.flood.Store(&flood)
+	t.floodFrom = map[Origin]map[VNI][]netip.AddrPort{}
 	return t
 }
 
@@ -537,7 +563,7 @@ func (t *Table) Set(e Entry) error {
 		return fail(err)
 	}
 	switch e.Origin {
-	case OriginLocal, OriginStatic, OriginLearned, OriginGossip:
+	case OriginLocal, OriginStatic, OriginLearned, OriginGossip, OriginEVPN:
 	default:
 		return fail(errBadOrigin)
 	}
@@ -545,7 +571,7 @@ func (t *Table) Set(e Entry) error {
 	s := t.shardOf(k)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if old, ok := s.load()[k]; ok && e.Origin == OriginGossip && (old.origin == OriginLocal || old.origin == OriginStatic) {
+	if old, ok := s.load()[k]; ok && outranks(old.origin, e.Origin) {
 		return fail(ErrOutranked)
 	}
 	if e.Origin == OriginLearned {
@@ -700,18 +726,37 @@ func (t *Table) Len() int {
 	return int(ord + res)
 }
 
-// SetFlood replaces the flood list (head-end replication targets) of vni.
-// The list is copied; duplicates and unusable addresses (invalid or
+// SetFlood replaces the flood list (head-end replication targets) of vni
+// that gossip keeps (the members serving it, and the static peers); it is
+// SetFloodFrom(OriginGossip, vni, vteps).
+func (t *Table) SetFlood(vni VNI, vteps []netip.AddrPort) { t.SetFloodFrom(OriginGossip, vni, vteps) }
+
+// SetFloodFrom replaces the part of vni's flood list that source o keeps
+// (OriginGossip: the members and static peers; OriginEVPN: the VTEPs of a
+// BGP peer's type-3 routes). Flood returns the union of the parts, gossip's
+// first. The list is copied; duplicates and unusable addresses (invalid or
 // unspecified address, port 0) are dropped, the order is otherwise kept. An
 // empty result removes the VNI's list. An invalid VNI is ignored. It is safe
 // for concurrent use and never makes Flood wait.
-func (t *Table) SetFlood(vni VNI, vteps []netip.AddrPort) {
+func (t *Table) SetFloodFrom(o Origin, vni VNI, vteps []netip.AddrPort) {
 	if !vni.Valid() {
 		return
 	}
-	list := make([]netip.AddrPort, 0, len(vteps)) // a copy: appending by a caller cannot write into our array
-	seen := make(map[netip.AddrPort]struct{}, len(vteps))
-	for _, v := range vteps {
+	t.floodMu.Lock()
+	defer t.floodMu.Unlock()
+	part := t.floodFrom[o]
+	if part == nil {
+		part = map[VNI][]netip.AddrPort{}
+		t.floodFrom[o] = part
+	}
+	part[vni] = slices.Clone(vteps)
+	var all []netip.AddrPort
+	for _, src := range []Origin{OriginGossip, OriginEVPN} {
+		all = append(all, t.floodFrom[src][vni]...)
+	}
+	list := make([]netip.AddrPort, 0, len(all)) // a copy: appending by a caller cannot write into our array
+	seen := make(map[netip.AddrPort]struct{}, len(all))
+	for _, v := range all {
 		v = normVTEP(v)
 		if _, dup := seen[v]; ValidVTEP(v) && !dup {
 			seen[v] = struct{}{}
@@ -719,9 +764,6 @@ func (t *Table) SetFlood(vni VNI, vteps []netip.AddrPort) {
 		}
 	}
 	list = slices.Clip(list)
-
-	t.floodMu.Lock()
-	defer t.floodMu.Unlock()
 	m := maps.Clone(*t.flood.Load())
 	if len(list) == 0 {
 		delete(m, vni)

@@ -70,10 +70,14 @@ const (
 	OriginLearned
 	// OriginGossip was announced by the node that owns it, through gossip.
 	OriginGossip
+	// OriginEVPN was advertised by a BGP EVPN speaker (a fabric's VTEP:
+	// FRR, a switch) in a type-2 route. It ranks below gossip: a key a
+	// member announces is the member's, whatever a BGP peer says.
+	OriginEVPN
 )
 
 // String returns the name used in `fdb show` and JSON: local, static,
-// learned, gossip.
+// learned, gossip, evpn.
 func (o Origin) String() string {
 	switch o {
 	case OriginLocal:
@@ -84,6 +88,8 @@ func (o Origin) String() string {
 		return "learned"
 	case OriginGossip:
 		return "gossip"
+	case OriginEVPN:
+		return "evpn"
 	}
 	return fmt.Sprintf("origin(%d)", uint8(o))
 }
@@ -93,7 +99,7 @@ func (o Origin) MarshalText() ([]byte, error) { return []byte(o.String()), nil }
 
 // UnmarshalText implements encoding.TextUnmarshaler.
 func (o *Origin) UnmarshalText(b []byte) error {
-	for _, c := range []Origin{OriginLocal, OriginStatic, OriginLearned, OriginGossip} {
+	for _, c := range []Origin{OriginLocal, OriginStatic, OriginLearned, OriginGossip, OriginEVPN} {
 		if c.String() == string(b) {
 			*o = c
 			return nil

@@ -10,7 +10,14 @@
 // underlay namespace and one end is moved straight into its host. Underlay
 // addresses must come from 198.18.0.0/15 (RFC 2544, set aside for benchmarking).
 //
-// The package drives iproute2, ping, tcpdump and the uvxlan binary as
+// A host may also hold endpoint namespaces (AddEndpoint, "P-hI-NAME", a veth
+// from a bridge of the host), kernel EVPN VTEPs (AddEVPNVTEP) and FRR's zebra
+// and bgpd (StartFRR: configurations and sockets in the testbed's RunDir,
+// routes and sessions read back as JSON with EVPNRoutes and Neighbors). A
+// raw BGP speaker (OpenBGP, SendMalformedEVPN) sends EVPN UPDATEs of chosen
+// bytes, malformed ones included, and reports what the peer did.
+//
+// The package drives iproute2, ping, tcpdump, FRR and the uvxlan binary as
 // subprocesses; it imports no other package of the project. Every command it
 // runs is bounded by a context with a timeout. Tests get a testbed from
 // NewForTest, which skips (or fails, under UVXLAN_REQUIRE_NETNS=1) when the

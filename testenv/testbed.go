@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -68,11 +69,13 @@ type Testbed struct {
 	netns  []string // namespaces Up created and Down has not yet deleted, in creation order
 	procs  []*Proc  // processes started by Host.Start
 	logSeq int
+	runDir string // made by RunDir, removed by Down
 }
 
-// Host is one host namespace of a testbed.
+// Host is one host namespace of a testbed, or an endpoint namespace behind
+// one (AddEndpoint: Index 0, and the "underlay" fields describe its eth0).
 type Host struct {
-	Index    int          // 1-based position in the testbed
+	Index    int          // 1-based position in the testbed; 0 for an endpoint
 	Name     string       // "h<Index>"
 	Netns    string       // "<prefix>-h<Index>"
 	Iface    string       // underlay interface inside Netns: UnderlayIface
@@ -179,6 +182,30 @@ func (tb *Testbed) Host(i int) *Host {
 	return tb.hosts[i-1]
 }
 
+// RunDir returns the testbed's directory for files that daemons inside it
+// read and write (FRR's configurations and sockets): <os.TempDir>/<prefix>-run,
+// mode 0755 so that daemons that drop privileges can reach what they own
+// inside it. It is made on first call; Down and Cleanup remove it.
+func (tb *Testbed) RunDir() (string, error) {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	if tb.runDir != "" {
+		return tb.runDir, nil
+	}
+	dir := runDir(tb.cfg.Prefix)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return "", fmt.Errorf("testenv: run directory: %w", err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil { // whatever the umask
+		return "", fmt.Errorf("testenv: run directory: %w", err)
+	}
+	tb.runDir = dir
+	return dir, nil
+}
+
+// runDir names the run directory of the testbed of prefix.
+func runDir(prefix string) string { return filepath.Join(os.TempDir(), prefix+"-run") }
+
 // Up builds the testbed: the underlay namespace with its bridge, then each
 // host namespace with its veth. On failure it tears down whatever it built and
 // returns the first error. Namespaces that already exist are never touched:
@@ -245,7 +272,8 @@ func (tb *Testbed) addNetns(ctx context.Context, name string) error {
 }
 
 // Down kills the processes started with Host.Start, then every other process
-// inside the testbed's namespaces, and deletes the namespaces Up created.
+// inside the testbed's namespaces, deletes the namespaces Up (and
+// AddEndpoint) created and removes the run directory.
 // It is idempotent, goes on after errors and returns them all joined.
 func (tb *Testbed) Down() error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -255,6 +283,8 @@ func (tb *Testbed) Down() error {
 	procs := tb.procs
 	tb.procs = nil
 	netns := tb.netns
+	dir := tb.runDir
+	tb.runDir = ""
 	tb.mu.Unlock()
 
 	var errs []error
@@ -276,11 +306,21 @@ func (tb *Testbed) Down() error {
 		if err := deleteNetns(ctx, name); err != nil {
 			errs = append(errs, err)
 			left = append([]string{name}, left...)
+			continue
+		}
+		if existing != nil {
+			existing[name] = false // a namespace made again (an endpoint moved back) is listed twice
 		}
 	}
 	tb.mu.Lock()
 	tb.netns = append(left, tb.netns[len(netns):]...)
 	tb.mu.Unlock()
+	if dir != "" {
+		// After the processes: none of them writes into it any more.
+		if err := os.RemoveAll(dir); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("testenv: down %s: %w", tb.cfg.Prefix, errors.Join(errs...))
 	}
@@ -288,8 +328,8 @@ func (tb *Testbed) Down() error {
 }
 
 // Cleanup removes the leftovers of a crashed run: every namespace whose name
-// starts with prefix+"-", after killing the processes inside it. It does not
-// need the Testbed that made them.
+// starts with prefix+"-", after killing the processes inside it, and the
+// testbed's run directory. It does not need the Testbed that made them.
 func Cleanup(prefix string) error {
 	if err := checkPrefix(prefix); err != nil {
 		return fmt.Errorf("testenv: cleanup: %w", err)
@@ -306,6 +346,7 @@ func Cleanup(prefix string) error {
 			errs = append(errs, deleteNetns(ctx, name))
 		}
 	}
+	errs = append(errs, os.RemoveAll(runDir(prefix)))
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("testenv: cleanup %s: %w", prefix, err)
 	}

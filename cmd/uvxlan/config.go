@@ -142,6 +142,9 @@ func configFromCLI(c *cli.Context, log *slog.Logger) (runConfig, error) {
 	if err := routedConfig(c, &cfg.Config); err != nil {
 		return cfg, err
 	}
+	if err := bgpConfig(c, &cfg.Config); err != nil {
+		return cfg, err
+	}
 	if cfg.Name == "" {
 		hostname, _ := os.Hostname()
 		var warn error

@@ -311,6 +311,7 @@ func (s *controlServer) Serve(n *node.Node) error {
 		writeJSON(w, rows)
 	})
 	mux.HandleFunc("GET /v1/leases", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, n.Leases()) })
+	serveBGP(mux, n)
 	if s.takeover != nil {
 		mux.Handle("POST /v1/takeover", s.takeover)
 	}

@@ -92,6 +92,7 @@ vxlan kernel module.
 			fdbCommand(),
 			neighCommand(),
 			membersCommand(),
+			bgpCommand(),
 			leasesCommand(),
 			statsCommand(),
 			testbedCommand(),
@@ -183,6 +184,10 @@ containers use (Docker: --bip=$FLANNEL_SUBNET --mtu=$FLANNEL_MTU).
 
 // runFlags are the flags of `uvxlan run`, each also UVXLAN_<FLAG>.
 func runFlags() []cli.Flag {
+	return append(baseRunFlags(), bgpFlags()...)
+}
+
+func baseRunFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.GenericFlag{Name: "segment", Value: &segmentList{}, Usage: "one overlay `'VNI[,dev=NAME][,address=CIDR]...[,mtu=N][,mac=MAC]'`, repeatable: every segment has its own TAP (default uvx<VNI>) and shares --port; replaces --vni, --dev, --address, --mtu and --mac", EnvVars: env("segment")},
 		&cli.StringFlag{Name: "dev", Value: "uvx0", Usage: "TAP interface `NAME` (one segment)", EnvVars: env("dev")},

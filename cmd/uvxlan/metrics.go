@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/uvxlan/uvxlan/cmd/uvxlan/evpn"
 	"github.com/uvxlan/uvxlan/cmd/uvxlan/node"
 	"github.com/uvxlan/uvxlan/encap"
 )
@@ -30,6 +31,7 @@ type metricsSnapshot struct {
 	fdb     map[string]int // FDB entries by origin
 	neigh   map[string]int // neighbour bindings by origin
 	members map[string]int // cluster members by state
+	bgp     *evpn.Status   // nil: no speaker
 }
 
 func snapshotOf(n *node.Node) func() metricsSnapshot {
@@ -43,6 +45,9 @@ func snapshotOf(n *node.Node) func() metricsSnapshot {
 		}
 		for _, m := range n.Members() {
 			s.members[m.State]++
+		}
+		if b, ok := n.BGPStatus(context.Background()); ok {
+			s.bgp = &b
 		}
 		return s
 	}
@@ -65,6 +70,8 @@ var (
 	descFDB      = desc("fdb_entries", "FDB entries by origin.", "origin")
 	descNeigh    = desc("neigh_entries", "Neighbour bindings by origin.", "origin")
 	descMembers  = desc("members", "Cluster members by state.", "state")
+	descBGP      = desc("bgp_events_total", "BGP EVPN routes by outcome (updates, imported, withdrawn, rejected, outranked, contested) and session resets.", "event")
+	descBGPPeers = desc("bgp_sessions", "BGP sessions by state.", "state")
 	// descNode: the node's own counters (node.Counters), by JSON key.
 	descNode = map[string]*prometheus.Desc{
 		"endpoints_refused": desc("endpoints_refused_total", "New endpoint MACs and IP bindings behind the TAPs refused by --max-endpoints (or a full table)."),
@@ -88,7 +95,7 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range descCounters {
 		ch <- d
 	}
-	for _, d := range []*prometheus.Desc{descDrops, descGossip, descRecords, descFDB, descNeigh, descMembers} {
+	for _, d := range []*prometheus.Desc{descDrops, descGossip, descRecords, descFDB, descNeigh, descMembers, descBGP, descBGPPeers} {
 		ch <- d
 	}
 	for _, d := range descNode {
@@ -136,6 +143,18 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for origin, v := range s.neigh {
 		gauge(descNeigh, v, origin)
+	}
+	if b := s.bgp; b != nil {
+		for name, v := range counterMap(b.Stats) {
+			counter(descBGP, v, name)
+		}
+		states := map[string]int{}
+		for _, p := range b.Sessions {
+			states[p.State]++
+		}
+		for state, v := range states {
+			gauge(descBGPPeers, v, state)
+		}
 	}
 	for state, v := range s.members {
 		gauge(descMembers, v, state)

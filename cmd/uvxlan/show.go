@@ -24,6 +24,9 @@ func printStatus(w io.Writer, st node.Status) error {
 	fmt.Fprintf(tw, "underlay\t%s port %d, %d static peers, learning %t, UDP GSO %t\n", st.Local, st.Port, st.Peers, st.Learning, st.UDPGSO)
 	fmt.Fprintf(tw, "gossip\t%s\n", gossipMode(st.Gossip))
 	fmt.Fprintf(tw, "members\t%d alive of %d\n", st.MembersAlive, st.MembersTotal)
+	if b := st.BGP; b != nil {
+		fmt.Fprintf(tw, "bgp\tAS %d, %d of %d sessions established, %d routes imported (uvxlan bgp)\n", b.ASN, b.Established, b.Sessions, b.Imported)
+	}
 	fmt.Fprintf(tw, "fdb\t%s\n", byOrigin(st.FDB))
 	fmt.Fprintf(tw, "neigh\t%s\n", byOrigin(st.Neigh))
 	if st.Subnet.IsValid() || st.Leases > 0 {
@@ -59,7 +62,7 @@ func printStatus(w io.Writer, st node.Status) error {
 // byOrigin prints counts by origin in a fixed order: "3 local, 2 gossip".
 func byOrigin(m map[fdb.Origin]int) string {
 	var parts []string
-	for _, o := range []fdb.Origin{fdb.OriginLocal, fdb.OriginStatic, fdb.OriginGossip, fdb.OriginLearned} {
+	for _, o := range []fdb.Origin{fdb.OriginLocal, fdb.OriginStatic, fdb.OriginGossip, fdb.OriginEVPN, fdb.OriginLearned} {
 		if m[o] > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", m[o], o))
 		}

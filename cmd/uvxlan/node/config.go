@@ -56,6 +56,9 @@ type Config struct {
 	// socket refuses as too big are answered.
 	UnderlayMTU int
 
+	// BGP, when set, runs a BGP EVPN speaker beside gossip (evpn.go).
+	BGP *BGP
+
 	Learning bool
 	Offload  bool // TAP offloads (virtio-net header, TSO, GRO)
 	Queues   int  // TAP queues per segment and UDP sockets, each with its loops
@@ -170,6 +173,9 @@ func (c *Config) check() error {
 		return badConfig("port", "0", "must be between 1 and 65535")
 	case !c.Local.IsValid():
 		return badConfig("local", "", "not set")
+	}
+	if err := c.checkBGP(); err != nil {
+		return err
 	}
 	c.Queues = max(c.Queues, 1)
 	if c.MaxEndpoints == 0 {

@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/uvxlan/uvxlan/cmd/uvxlan/evpn"
 	"github.com/uvxlan/uvxlan/encap"
 	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/gossip"
@@ -33,6 +34,7 @@ type Node struct {
 	segs    []*segment
 	demuxes []*encap.Demux // one per UDP socket (per queue)
 	gossip  *gossip.Node
+	bgp     *evpn.Speaker  // nil without Config.BGP (evpn.go)
 	quota   *endpointQuota // --max-endpoints, shared by the segments' trackers
 	leases  *lease.Leases  // nil outside routed mode
 	// leaseEvents signals (coalesced) a change of the leases to
@@ -138,6 +140,9 @@ func New(cfg Config) (_ *Node, err error) {
 	if err := n.startGossip(sourcePorts(srcs, probePort)); err != nil {
 		return nil, err
 	}
+	if err := n.startBGP(); err != nil {
+		return nil, err
+	}
 	if err := n.announceSegments(); err != nil {
 		return nil, err
 	}
@@ -225,17 +230,19 @@ func (n *Node) startGossip(ports gossip.SourcePorts) (err error) {
 }
 
 // announceSegments puts each segment's TAP MAC in the FDB, builds its
-// endpoint tracker, and announces the MAC and the TAP's addresses.
+// endpoint tracker, and announces the MAC and the TAP's addresses (through
+// gossip, and the BGP speaker if any).
 func (n *Node) announceSegments() error {
+	ann := n.announcer()
 	for _, s := range n.segs {
 		if err := n.table.Set(fdb.Entry{VNI: s.cfg.VNI, MAC: s.mac, VTEP: n.vtep, Origin: fdb.OriginLocal, Reserved: true}); err != nil {
 			return fmt.Errorf("fdb: add the MAC of %s: %w", s.cfg.Dev, err)
 		}
 		s.tracker = &endpoints{vni: s.cfg.VNI, vtep: n.vtep, own: s.mac, ageing: n.cfg.Ageing, table: n.table,
-			neigh: n.neigh, gossip: n.gossip, log: n.log.With("vni", s.cfg.VNI, "dev", s.cfg.Dev), quota: n.quota, pinOwner: n.pinOwner,
+			neigh: n.neigh, gossip: ann, log: n.log.With("vni", s.cfg.VNI, "dev", s.cfg.Dev), quota: n.quota, pinOwner: n.pinOwner,
 			self: n.cfg.Name, probeInterval: n.cfg.ProbeInterval, probeRetries: n.cfg.ProbeRetries, contests: s.contests, counters: &n.lifecycle,
 			probe: func(mac fdb.MAC, ip netip.Addr) error { return s.engines[0].Probe(mac, ip) }}
-		if err := n.gossip.AnnounceMAC(s.cfg.VNI, s.mac); err != nil {
+		if err := ann.AnnounceMAC(s.cfg.VNI, s.mac); err != nil {
 			return err
 		}
 		for _, a := range s.cfg.Addresses {
@@ -492,6 +499,9 @@ func (n *Node) Run(ctx context.Context) error {
 	if !n.cfg.GossipOff {
 		wg.Add(1)
 		go func() { defer wg.Done(); n.pmtu.run(ctx) }()
+	}
+	if n.bgp != nil {
+		spawn(func() error { return n.bgp.Run(ctx) })
 	}
 	if n.leases != nil {
 		spawn(func() error { return n.keepLease(ctx) })

@@ -4,6 +4,7 @@ package node
 // method is safe for concurrent use and returns copies.
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"os"
@@ -56,6 +57,16 @@ type Status struct {
 	// arrived since they were first watched (silent.go).
 	Silent []SilentVTEP `json:"silent_vteps"`
 	Subnet netip.Prefix `json:"subnet,omitzero"`
+	// BGP sums up the EVPN speaker, when there is one.
+	BGP *BGPSummary `json:"bgp,omitempty"`
+}
+
+// BGPSummary is the EVPN speaker at a glance.
+type BGPSummary struct {
+	ASN         uint32 `json:"asn"`
+	Sessions    int    `json:"sessions"`
+	Established int    `json:"established"`
+	Imported    uint64 `json:"imported"`
 }
 
 // version is the binary's module version and VCS revision, as Go recorded
@@ -110,6 +121,14 @@ func (n *Node) Status() Status {
 		st.UDPGSO = st.UDPGSO || c.GSO()
 	}
 	st.Silent = n.Silent()
+	if b, ok := n.BGPStatus(context.Background()); ok {
+		st.BGP = &BGPSummary{ASN: b.ASN, Sessions: len(b.Sessions), Imported: b.Stats.Imported}
+		for _, s := range b.Sessions {
+			if s.State == "established" {
+				st.BGP.Established++
+			}
+		}
+	}
 	first := st.Segments[0]
 	st.VNI, st.Dev, st.MAC, st.MTU = first.VNI, first.Dev, first.MAC, first.MTU
 	st.Version, st.Started, st.PID = version(), n.started, os.Getpid()
