@@ -746,6 +746,15 @@ func (e *Engine) snoop(src fdb.MAC, bind netip.Addr) {
 	if !bind.IsValid() || e.cfg.Neigh == nil {
 		return
 	}
+	// A binding to src that another node announced (gossip, EVPN) is not
+	// ours yet: the endpoint moved here with its MAC and address, and
+	// must be claimed (a higher version, a higher MAC mobility sequence).
+	if mac, o, ok := e.cfg.Neigh.LookupOrigin(e.cfg.VNI, bind); ok {
+		if mac != src || (o != fdb.OriginLocal && o != fdb.OriginStatic) {
+			e.report(Sighting{MAC: src, IP: bind})
+		}
+		return
+	}
 	if mac, ok := e.cfg.Neigh.Lookup(e.cfg.VNI, bind); !ok || mac != src {
 		e.report(Sighting{MAC: src, IP: bind})
 	}

@@ -317,9 +317,20 @@ func TestEVPNMove(t *testing.T) {
 	f := startFabric(t, 3, 100)
 	ctx := t.Context()
 	h1, h2, h3 := f.tb.Host(1), f.tb.Host(2), f.tb.Host(3)
-	startEVPNAgent(t, f, h2, []uint32{100})
-	startEVPNAgent(t, f, h3, []uint32{100})
+	a2 := startEVPNAgent(t, f, h2, []uint32{100})
+	a3 := startEVPNAgent(t, f, h3, []uint32{100})
 	mac, addr := epMAC(9), overlayNet(100, 99)
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		out, _ := f.frr.Vtysh(context.Background(), "show bgp l2vpn evpn route")
+		t.Logf("FRR:\n%s", out)
+		for _, a := range []*agent{a2, a3} {
+			raw, _ := newControlClient(a.control).get("bgp")
+			t.Logf("%s bgp: %s\nfdb: %+v\n%s", a.host.Name, raw, a.fdb(t), a.proc.Log())
+		}
+	})
 	from := f.vteps[100].Endpoint
 	ep := addEndpoint(t, h2, "mv", addr, mac)
 	if err := testenv.Eventually(ctx, 60*time.Second, func() bool { return pingOnce(ctx, from, addr.Addr()) }); err != nil {
@@ -328,7 +339,16 @@ func TestEVPNMove(t *testing.T) {
 	var lastSeq uint32
 	var fdbTimes, pingTimes []time.Duration
 	at, to := h2, h3
+	agentOn := map[*testenv.Host]*agent{h2: a2, h3: a3}
 	for i := range 5 {
+		// The destination knows where the endpoint is before it moves
+		// there (else its first route cannot outbid the old one's).
+		if err := testenv.Eventually(ctx, 30*time.Second, func() bool {
+			vtep, origin := fdbOf(t, agentOn[to], mac)
+			return vtep == at.Underlay && origin == "evpn"
+		}); err != nil {
+			t.Fatalf("move %d: %s never imported the endpoint's route from %s: %v", i+1, to.Name, at.Name, err)
+		}
 		removeEndpoint(t, ep)
 		moved := time.Now()
 		ep = addEndpoint(t, to, "mv", addr, mac)

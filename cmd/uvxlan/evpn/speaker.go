@@ -52,7 +52,8 @@ type Config struct {
 	CheckClaim func(vni fdb.VNI, ip netip.Addr, mac fdb.MAC) error
 	// Contested, when set, is called (with the speaker's lock held: it
 	// must not block nor call the speaker) when a received route claims
-	// an address our endpoint holds, at a higher sequence than ours.
+	// an address our endpoint holds, at a higher sequence than ours; mac
+	// is our binding's MAC, by the peer's VTEP.
 	Contested func(vni fdb.VNI, ip netip.Addr, mac fdb.MAC, by string)
 	Logger    *slog.Logger
 }
