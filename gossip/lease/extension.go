@@ -14,7 +14,9 @@ import (
 // Extensions returns the leases as gossip extensions, for
 // gossip.Config.Extensions: the leases (Extension), then the routes
 // (routes.go). Register them with one node only.
-func (l *Leases) Extensions() []gossip.Extension { return []gossip.Extension{extension{l}, routeExtension{l}} }
+func (l *Leases) Extensions() []gossip.Extension {
+	return []gossip.Extension{extension{l}, routeExtension{l}}
+}
 
 // Extension returns the leases' own gossip extension (the first of
 // Extensions).

@@ -410,7 +410,7 @@ func (l *Leases) attachRoutesLocked(ls []Lease) {
 	if len(l.routes) == 0 && len(l.refused) == 0 {
 		return
 	}
-	var held []int  // leases that block routes: held by an owner seen alive
+	var held []int   // leases that block routes: held by an owner seen alive
 	var owners []int // the leases that carry routes, one per owner
 	has := map[string]bool{}
 	for i := range ls {
