@@ -263,9 +263,10 @@ type Leases struct {
 	stopped chan struct{} // closed when the extension's Run returns
 	stats   counters
 
-	// Set once by Start, before gossip runs.
-	h   *gossip.Handle
-	log *slog.Logger
+	// Set once by Start, before gossip runs; rh is the routes' handle
+	// (their broadcasts' type).
+	h, rh *gossip.Handle
+	log   *slog.Logger
 
 	mu      sync.Mutex // guards the fields below; gossip's locks are taken after it
 	recs    map[netip.Prefix]map[string]*record

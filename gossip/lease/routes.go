@@ -25,13 +25,15 @@ package lease
 // records, each time it reads the leases (Leases): a prefix is routed only
 // while its owner holds its lease alive (a member, or this node), so a
 // node that leaves or dies takes its routes along and brings them back when
-// it returns. The owners are taken in the order of their lease's claim (the
+// it returns; meanwhile they stay reserved for it, as its subnet does (state
+// Down: nobody else's overlapping prefix takes effect until it withdraws
+// them or its record expires). The owners are taken in the order of their lease's claim (the
 // earliest first, then by name) and a prefix of theirs is refused (state
 // Refused, with the reason; counted in Stats.RefusedRoutes and logged once)
 // when it is not inside the cluster network (so never 0.0.0.0/0 nor any
 // address of the underlay), when it overlaps the subnet leased by another
 // node (alive or down: leases outrank routes) or the owner's own, or when
-// it overlaps a prefix in effect of an earlier owner. So an announced
+// it overlaps a prefix in effect (or reserved) of an earlier owner. So an announced
 // prefix never diverts the traffic of another node's subnet, nor of a
 // prefix announced by a node that holds its lease longer (a hub's
 // 10.0.0.1/32 stays with the hub). A subnet reservation (Config.Subnet) is
@@ -231,15 +233,17 @@ var _ gossip.Extension = routeExtension{}
 
 func (e routeExtension) Type() byte { return routeExtType }
 
-// Start publishes our routes; the leases' Start (type extType, started
-// first) took the handle.
-func (e routeExtension) Start(*gossip.Handle) error {
+// Start takes the routes' handle (for their broadcasts; the leases' Start,
+// type extType, started first and took the node's) and publishes our
+// routes.
+func (e routeExtension) Start(h *gossip.Handle) error {
 	l := e.l
-	if l.h == nil {
-		return fmt.Errorf("lease: register Leases.Extensions in order")
+	if l.h == nil || l.rh != nil {
+		return fmt.Errorf("lease: register Leases.Extensions, with one node")
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.rh = h
 	if len(l.cfg.Routes) > 0 {
 		l.publishRoutesLocked(l.cfg.Routes, nil, time.Now())
 	}
@@ -299,7 +303,7 @@ func (l *Leases) publishRoutesLocked(prefixes []netip.Prefix, above *routeRecord
 	}
 	l.routes[r.owner] = r
 	l.changed()
-	l.h.Broadcast(r.owner, appendRoutes(nil, []routeRecord{*r}))
+	l.rh.Broadcast(r.owner, appendRoutes(nil, []routeRecord{*r}))
 }
 
 // renewRoutesLocked renews our route record, if we announce routes.
@@ -319,7 +323,7 @@ func (l *Leases) mergeRoutes(recs []routeRecord, relay bool) {
 		r := &recs[i]
 		l.stats.received.Add(1)
 		if l.mergeRouteLocked(r, now) && relay {
-			l.h.Broadcast(r.owner, appendRoutes(nil, []routeRecord{*r}))
+			l.rh.Broadcast(r.owner, appendRoutes(nil, []routeRecord{*r}))
 		}
 	}
 }
@@ -442,7 +446,7 @@ func (l *Leases) attachRoutesLocked(ls []Lease) {
 		o := &ls[i]
 		for _, p := range l.routes[o.Node].prefixes {
 			rt := Route{Prefix: p, State: o.State}
-			if o.State == Alive {
+			if o.State == Alive || o.State == Down {
 				if rt.Reason = l.refusal(p, o, ls, held, effect); rt.Reason != "" {
 					rt.State = Refused
 					refused[ownerPrefix{o.Node, p}] = rt.Reason
@@ -464,7 +468,7 @@ func (l *Leases) attachRoutesLocked(ls []Lease) {
 
 // refusal says why o's prefix p is refused, or "" if it is in effect:
 // held are the indexes in ls of the leases that block routes, effect the
-// prefixes in effect of owners ranked before o.
+// prefixes in effect or reserved of owners ranked before o.
 func (l *Leases) refusal(p netip.Prefix, o *Lease, ls []Lease, held []int, effect []ownerPrefix) string {
 	network := l.subnets.network
 	if p.Bits() < network.Bits() || !network.Contains(p.Addr()) {

@@ -102,9 +102,10 @@ func routeIs(t *testing.T, n *testNode, node string, p netip.Prefix, state, why 
 // Extra prefixes: the hub announces 10.244.0.1/32 and every node sees it
 // in effect. A key holder announcing 0.0.0.0/0, another node's subnet or a
 // prefix overlapping the hub's has them refused (counted once), not the
-// one that harms nobody. The hub's route goes down with it and comes back
-// with it; a restart without it withdraws it everywhere, and the hub wins
-// it back when it announces it again (its lease is older).
+// one that harms nobody. The hub's route goes down with it (and stays
+// reserved for it: the overlapping prefix stays refused); a restart without
+// it withdraws it everywhere, and the hub wins it back when it announces it
+// again (its lease is older).
 func TestRoutes(t *testing.T) {
 	hubIP := netip.MustParsePrefix("10.244.0.1/32")
 	withRoutes := func(prior *Lease, routes ...netip.Prefix) *Config {
@@ -152,6 +153,7 @@ func TestRoutes(t *testing.T) {
 
 	hub.stop(t)
 	routeIs(t, b, "n00", hubIP, Down, "")
+	routeIs(t, b, "n02", netip.MustParsePrefix("10.244.0.0/30"), Refused, `route 10.244.0.1/32 of node "n00"`)
 	hub = startNode(t, 0, withRoutes(&lh), b.Addr().String()) // without its route
 	hub.wait(t)
 	eventually(t, 15*time.Second, "the withdrawn route is gone from b, and c's /30 takes effect", func() error {
@@ -168,6 +170,11 @@ func TestRoutes(t *testing.T) {
 	hub.wait(t)
 	routeIs(t, b, "n00", hubIP, Alive, "")
 	routeIs(t, b, "n02", netip.MustParsePrefix("10.244.0.0/30"), Refused, `node "n00"`)
+	for _, n := range []*testNode{hub, b, c} {
+		if st := n.Stats(); st.DecodeErrors != 0 || st.UnknownExtension != 0 {
+			t.Errorf("%s: %d decode errors, %d unknown extension messages", n.name, st.DecodeErrors, st.UnknownExtension)
+		}
+	}
 	t.Logf("b's stats: %+v", b.ls.Stats())
 }
 
