@@ -411,7 +411,7 @@ func (l *Leases) Stats() Stats {
 		RejectedFuture:      l.stats.future.Load(),
 	}
 	l.mu.Lock()
-	s.Records, s.Pending, s.RouteRecords = uint64(l.n), uint64(len(l.pending)+len(l.routesPending)), uint64(len(l.routes))
+	s.Records, s.Pending, s.RouteRecords = uint64(l.n), uint64(len(l.pending)), uint64(len(l.routes))
 	l.mu.Unlock()
 	return s
 }

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/uvxlan/uvxlan/gossip"
 )
 
 // The network's first subnet, never handed out unless reserved: the hub's.
@@ -282,4 +284,62 @@ func FuzzDecodeRoutes(f *testing.F) {
 			t.Fatalf("decodable routes %x re-encode to %x", b, again)
 		}
 	})
+}
+
+// Route records of owners never seen alive are held pending: not sent in
+// push/pulls, at most maxPendingRoutes of them (a flood beyond is counted
+// as overflow), dropped pendingTTL after they were last received.
+func TestGhostRoutes(t *testing.T) {
+	a := startLease(t, 0, 1, 200, 0, nil)
+	a.wait(t)
+	before := a.ls.Stats()
+	hour := uint64(time.Now().Add(time.Hour).UnixNano())
+	for i := range maxPendingRoutes + 10 {
+		msg := appendRoutes(nil, []routeRecord{{owner: fmt.Sprintf("ghost%d", i), version: uint64(time.Now().UnixNano()),
+			expires: hour, prefixes: []netip.Prefix{netip.MustParsePrefix("10.244.0.1/32")}}})
+		if err := a.ls.Extensions()[1].NotifyMsg(msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := a.ls.Stats()
+	if s.RouteRecords != maxPendingRoutes || s.Overflow-before.Overflow != 10 {
+		t.Errorf("after %d ghosts: %d route records, %d overflow; want %d and 10", maxPendingRoutes+10, s.RouteRecords, s.Overflow-before.Overflow, maxPendingRoutes)
+	}
+	if recs, err := decodeRoutes(a.ls.Extensions()[1].LocalState()); err != nil || len(recs) != 0 {
+		t.Errorf("push/pull state: %d route records (%v), want none", len(recs), err)
+	}
+	a.ls.gc(time.Now().Add(pendingTTL + time.Second))
+	if s := a.ls.Stats(); s.RouteRecords != 0 {
+		t.Errorf("after pendingTTL: %d route records", s.RouteRecords)
+	}
+}
+
+// A member of a release without routes (the leases' extension only) and a
+// node announcing routes are members of one cluster and lease as before:
+// the old one skips the routes (unknown extension), with no decode error.
+func TestRoutesWithOldMember(t *testing.T) {
+	ls, err := New(leaseConfig(1, 200, 0, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(0)
+	cfg.Extensions = []gossip.Extension{ls.Extension()} // an older release
+	old := run(t, cfg, ls)
+	old.wait(t)
+	lc := leaseConfig(1, 200, 0, nil)
+	lc.Routes = []netip.Prefix{netip.MustParsePrefix("10.244.0.1/32")}
+	hub := startNode(t, 1, &lc, old.Addr().String())
+	lh := hub.wait(t)
+	eventually(t, 10*time.Second, "the old member sees the hub's lease alive, and skips its routes", func() error {
+		if l, ok := leaseOf(old.ls, lh.Subnet); !ok || l.State != Alive {
+			return fmt.Errorf("old sees %+v", l)
+		}
+		if old.Stats().UnknownExtension == 0 {
+			return errors.New("no route message skipped yet")
+		}
+		return nil
+	})
+	if d := old.Stats().DecodeErrors + hub.Stats().DecodeErrors; d != 0 || old.Stats().RefusedNodes != 0 {
+		t.Errorf("decode errors %d, refused nodes %d", d, old.Stats().RefusedNodes)
+	}
 }
