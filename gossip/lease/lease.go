@@ -397,7 +397,9 @@ func (l *Leases) Stats() Stats {
 	if l == nil {
 		return Stats{}
 	}
-	l.Leases() // decides the routes: counts new refusals
+	if l.h != nil { // started
+		l.Leases() // decides the routes: counts new refusals
+	}
 	s := Stats{
 		RefusedRoutes:       l.stats.refusedRoutes.Load(),
 		Received:            l.stats.received.Load(),
