@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -134,12 +135,17 @@ func routesOf(t *testing.T, h *testenv.Host) string {
 	return out
 }
 
-// The hub reserves 10.0.0.0/16: the runners reach 10.0.0.1 and each other,
-// also after every agent restarted, and the hub keeps its subnet; a fourth
-// node asking for the hub's subnet exits naming the hub, which keeps it.
+// The hub reserves 10.0.0.0/16 (in its YAML config file): the runners
+// reach 10.0.0.1 and each other, also after every agent restarted, and the
+// hub keeps its subnet; a fourth node asking for the hub's subnet exits
+// naming the hub, which keeps it.
 func TestRoutedHubReservation(t *testing.T) {
 	t.Parallel()
-	hc := startHub(t, 4, "--subnet", "10.0.0.0/16")
+	conf := filepath.Join(t.TempDir(), "hub.yaml")
+	if err := os.WriteFile(conf, []byte("subnet: 10.0.0.0/16\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hc := startHub(t, 4, "--config", conf)
 	want := netip.MustParsePrefix("10.0.0.0/16")
 	if got := hc.agents[0].subnet(t); got != want {
 		t.Fatalf("the hub leases %s, want its reservation %s", got, want)
