@@ -31,7 +31,8 @@ package lease
 // earliest first, then by name) and a prefix of theirs is refused (state
 // Refused, with the reason; counted in Stats.RefusedRoutes and logged once)
 // when it is not inside the cluster network (so never 0.0.0.0/0 nor any
-// address of the underlay), when it overlaps the subnet leased by another
+// address of the underlay), when it is as large as a subnet or larger,
+// when it overlaps the subnet leased by another
 // node (alive or down: leases outrank routes) or the owner's own, or when
 // it overlaps a prefix in effect (or reserved) of an earlier owner. So an announced
 // prefix never diverts the traffic of another node's subnet, nor of a
@@ -43,8 +44,10 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/uvxlan/uvxlan/gossip"
@@ -407,38 +410,36 @@ type ownerPrefix struct {
 }
 
 // attachRoutesLocked fills in the Routes of the winning leases in ls (one
-// per owner: its earliest), deciding which prefixes are in effect (see
-// above), and counts and logs the refusals that are new since the last
-// decision.
+// per owner: its alive one if it has one), deciding which prefixes are in
+// effect (see above), and counts and logs the refusals that are new since
+// the last decision.
 func (l *Leases) attachRoutesLocked(ls []Lease) {
 	if len(l.routes) == 0 && len(l.refused) == 0 {
 		return
 	}
-	var held []int   // leases that block routes: held by an owner seen alive
-	var owners []int // the leases that carry routes, one per owner
-	has := map[string]bool{}
+	held := map[netip.Prefix]string{} // subnets that block routes (held by an owner seen alive): their owner
+	carrier := map[string]int{}       // the lease that carries each owner's routes
 	for i := range ls {
 		switch ls[i].State {
 		case Alive, Down:
-			held = append(held, i)
+			held[ls[i].Subnet] = ls[i].Node
 		case Contested:
 			continue
 		}
 		r := l.routes[ls[i].Node]
-		if _, pending := l.routesPending[ls[i].Node]; r == nil || len(r.prefixes) == 0 || pending || has[ls[i].Node] {
+		if _, pending := l.routesPending[ls[i].Node]; r == nil || len(r.prefixes) == 0 || pending {
 			continue
 		}
-		has[ls[i].Node] = true
-		owners = append(owners, i)
+		if j, ok := carrier[ls[i].Node]; !ok || (ls[j].State != Alive && ls[i].State == Alive) {
+			carrier[ls[i].Node] = i
+		}
 	}
-	slices.SortStableFunc(owners, func(a, b int) int {
+	owners := slices.Collect(maps.Values(carrier))
+	slices.SortFunc(owners, func(a, b int) int {
 		if c := ls[a].Claimed.Compare(ls[b].Claimed); c != 0 {
 			return c
 		}
-		if ls[a].Node < ls[b].Node {
-			return -1
-		}
-		return 1
+		return strings.Compare(ls[a].Node, ls[b].Node)
 	})
 	var effect []ownerPrefix
 	refused := map[ownerPrefix]string{}
@@ -447,7 +448,7 @@ func (l *Leases) attachRoutesLocked(ls []Lease) {
 		for _, p := range l.routes[o.Node].prefixes {
 			rt := Route{Prefix: p, State: o.State}
 			if o.State == Alive || o.State == Down {
-				if rt.Reason = l.refusal(p, o, ls, held, effect); rt.Reason != "" {
+				if rt.Reason = l.refusal(p, o, held, effect); rt.Reason != "" {
 					rt.State = Refused
 					refused[ownerPrefix{o.Node, p}] = rt.Reason
 				} else {
@@ -467,20 +468,23 @@ func (l *Leases) attachRoutesLocked(ls []Lease) {
 }
 
 // refusal says why o's prefix p is refused, or "" if it is in effect:
-// held are the indexes in ls of the leases that block routes, effect the
+// held are the subnets that block routes, with their owner, effect the
 // prefixes in effect or reserved of owners ranked before o.
-func (l *Leases) refusal(p netip.Prefix, o *Lease, ls []Lease, held []int, effect []ownerPrefix) string {
-	network := l.subnets.network
-	if p.Bits() < network.Bits() || !network.Contains(p.Addr()) {
-		return fmt.Sprintf("outside the cluster network %s", network)
+func (l *Leases) refusal(p netip.Prefix, o *Lease, held map[netip.Prefix]string, effect []ownerPrefix) string {
+	s := &l.subnets
+	switch {
+	case p.Bits() < s.network.Bits() || !s.network.Contains(p.Addr()):
+		return fmt.Sprintf("outside the cluster network %s", s.network)
+	case p.Bits() <= s.bits:
+		return fmt.Sprintf("as large as a /%d subnet or larger", s.bits)
 	}
-	if p.Overlaps(o.Subnet) {
+	// p lies inside one subnet: the only one it can overlap.
+	subnet := netip.PrefixFrom(p.Addr(), s.bits).Masked()
+	if subnet == o.Subnet {
 		return fmt.Sprintf("inside the node's own subnet %s", o.Subnet)
 	}
-	for _, i := range held {
-		if ls[i].Node != o.Node && p.Overlaps(ls[i].Subnet) {
-			return fmt.Sprintf("overlaps the subnet %s of node %q", ls[i].Subnet, ls[i].Node)
-		}
+	if owner, ok := held[subnet]; ok && owner != o.Node {
+		return fmt.Sprintf("overlaps the subnet %s of node %q", subnet, owner)
 	}
 	for _, e := range effect {
 		if e.owner != o.Node && p.Overlaps(e.prefix) {

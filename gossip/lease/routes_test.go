@@ -102,9 +102,9 @@ func routeIs(t *testing.T, n *testNode, node string, p netip.Prefix, state, why 
 }
 
 // Extra prefixes: the hub announces 10.244.0.1/32 and every node sees it
-// in effect. A key holder announcing 0.0.0.0/0, another node's subnet or a
-// prefix overlapping the hub's has them refused (counted once), not the
-// one that harms nobody. The hub's route goes down with it (and stays
+// in effect. A key holder announcing 0.0.0.0/0, another node's subnet, an
+// address in it or a prefix overlapping the hub's has them refused (counted
+// once), not the one that harms nobody. The hub's route goes down with it (and stays
 // reserved for it: the overlapping prefix stays refused); a restart without
 // it withdraws it everywhere, and the hub wins it back when it announces it
 // again (its lease is older).
@@ -128,6 +128,7 @@ func TestRoutes(t *testing.T) {
 		netip.MustParsePrefix("10.244.0.0/30"),
 		netip.MustParsePrefix("10.244.0.128/25"),
 		lb.Subnet,
+		netip.PrefixFrom(lb.Subnet.Addr().Next(), 32), // b's gateway
 	}
 	slices.SortFunc(evil, comparePrefix)
 	c.ls.mu.Lock() // what the flags refuse, a key holder writes itself
@@ -135,14 +136,15 @@ func TestRoutes(t *testing.T) {
 	c.ls.mu.Unlock()
 	routeIs(t, b, "n02", evil[0], Refused, "outside the cluster network")
 	routeIs(t, b, "n02", netip.MustParsePrefix("10.244.0.0/30"), Refused, `route 10.244.0.1/32 of node "n00"`)
-	routeIs(t, b, "n02", lb.Subnet, Refused, `subnet `+lb.Subnet.String()+` of node "n01"`)
+	routeIs(t, b, "n02", lb.Subnet, Refused, "as large as a /24 subnet")
+	routeIs(t, b, "n02", netip.PrefixFrom(lb.Subnet.Addr().Next(), 32), Refused, `subnet `+lb.Subnet.String()+` of node "n01"`)
 	routeIs(t, b, "n02", netip.MustParsePrefix("10.244.0.128/25"), Alive, "")
 	routeIs(t, b, "n00", hubIP, Alive, "")
 	for range 3 {
 		b.ls.Leases()
 	}
-	if got := b.ls.Stats().RefusedRoutes; got != 3 {
-		t.Errorf("b counted %d refused routes, want 3 (once each)", got)
+	if got := b.ls.Stats().RefusedRoutes; got != 4 {
+		t.Errorf("b counted %d refused routes, want 4 (once each)", got)
 	}
 
 	// A record forged in the hub's name is answered by the hub.
