@@ -200,7 +200,8 @@ func (r *record) lease() Lease {
 }
 
 // Stats are the leases' counters. The counts are of lease records (one
-// owner's claim on one subnet), received in broadcasts and push/pulls;
+// owner's claim on one subnet) and route records (one owner's extra
+// prefixes, routes.go), received in broadcasts and push/pulls;
 // undecodable messages are counted by gossip (gossip.Stats.DecodeErrors).
 type Stats struct {
 	// Received counts records received from peers.
