@@ -71,6 +71,25 @@ func TestLeaseReservation(t *testing.T) {
 	if l := hub.wait(t); l.Subnet != hubSubnet {
 		t.Errorf("after a restart without its saved lease the hub leases %s, want %s", l.Subnet, hubSubnet)
 	}
+
+	// A node that held another subnet and now asks for one gets the one it
+	// asks for, and its old subnet is released.
+	lc := reserve(nil)
+	lc.Subnet = netip.MustParsePrefix("10.244.250.0/24")
+	n := startLease(t, 4, 1, 200, 0, nil, a.Addr().String())
+	old := n.wait(t)
+	n.stop(t)
+	lc.Prior = &old
+	n = startNode(t, 4, lc, a.Addr().String())
+	if l := n.wait(t); l.Subnet != lc.Subnet {
+		t.Errorf("n04 leases %s, want the %s it asks for", l.Subnet, lc.Subnet)
+	}
+	eventually(t, 10*time.Second, "n04's old subnet released", func() error {
+		if l, ok := leaseOf(a.ls, old.Subnet); ok {
+			return fmt.Errorf("a still sees %+v", l)
+		}
+		return nil
+	})
 }
 
 // routeOf returns node's route p as n sees it.
