@@ -134,7 +134,6 @@ func Run(ctx context.Context, cfg Config, leases Leases, answers Answers) error 
 		"bridge_address", bridgeAddress(own.Subnet), "subnet_file", cfg.SubnetFile)
 
 	r := &router{cfg: &cfg, log: log, leases: leases, answers: answers, link: link, routes: map[netip.Prefix]netip.Addr{}}
-	r.adopt()
 	for {
 		r.sync()
 		select {
@@ -204,29 +203,6 @@ func (r *router) sync() {
 		}
 		delete(r.routes, prefix)
 		r.log.Info("route removed", "prefix", prefix)
-	}
-}
-
-// adopt takes the routes a previous run left on the TAP (it persists across
-// a crash, and with --keep-tap) as installed, so that sync removes those no
-// longer wanted: "prefix via gw dev TAP onlink" with prefix and gw in the
-// cluster network.
-func (r *router) adopt() {
-	rs, err := netlink.RouteList(r.link, netlink.FAMILY_V4)
-	if err != nil {
-		r.log.Warn("could not list the TAP's routes", "err", err)
-		return
-	}
-	for _, rt := range rs {
-		if rt.Dst == nil || rt.Gw == nil || rt.Flags&int(netlink.FLAG_ONLINK) == 0 {
-			continue
-		}
-		gw, ok1 := netip.AddrFromSlice(rt.Gw.To4())
-		dst, ok2 := netip.AddrFromSlice(rt.Dst.IP.To4())
-		bits, _ := rt.Dst.Mask.Size()
-		if ok1 && ok2 && r.cfg.Network.Contains(gw) && r.cfg.Network.Contains(dst) {
-			r.routes[netip.PrefixFrom(dst, bits)] = gw
-		}
 	}
 }
 
