@@ -390,7 +390,7 @@ func parseMAC(s string) (fdb.MAC, error) {
 func routedConfig(c *cli.Context, cfg *node.Config) error {
 	s := c.String("network")
 	if s == "" {
-		for _, f := range []string{"subnet-min", "subnet-max", "ip-masq"} {
+		for _, f := range []string{"subnet-min", "subnet-max", "ip-masq", "subnet", "route"} {
 			if c.IsSet(f) {
 				return usageError{fmt.Errorf("--%s needs --network", f)}
 			}
@@ -418,6 +418,18 @@ func routedConfig(c *cli.Context, cfg *node.Config) error {
 			}
 		}
 	}
+	if v := c.String("subnet"); v != "" {
+		if lc.Subnet, err = netip.ParsePrefix(v); err != nil {
+			return badFlag("subnet", v, "must be a subnet CIDR of --network, such as 10.0.0.0/16")
+		}
+	}
+	for _, v := range c.StringSlice("route") {
+		p, err := netip.ParsePrefix(v)
+		if err != nil {
+			return badFlag("route", v, "must be a CIDR inside --network, such as 10.0.0.1/32")
+		}
+		lc.Routes = append(lc.Routes, p)
+	}
 	if lc.TTL <= 0 {
 		return badFlag("lease-ttl", c.String("lease-ttl"), "must be a positive duration such as 24h")
 	}
@@ -425,8 +437,12 @@ func routedConfig(c *cli.Context, cfg *node.Config) error {
 		var fe *lease.FieldError
 		if errors.As(err, &fe) {
 			flag := map[string]string{"Network": "network", "SubnetLen": "subnet-len", "SubnetMin": "subnet-min",
-				"SubnetMax": "subnet-max", "TTL": "lease-ttl"}[fe.Field]
-			return badFlag(flag, c.String(flag), "%s", fe.Why)
+				"SubnetMax": "subnet-max", "TTL": "lease-ttl", "Subnet": "subnet", "Routes": "route"}[fe.Field]
+			value := c.String(flag)
+			if flag == "route" {
+				value = fe.Value
+			}
+			return badFlag(flag, value, "%s", fe.Why)
 		}
 		return err
 	}

@@ -228,6 +228,8 @@ func baseRunFlags() []cli.Flag {
 		&cli.IntFlag{Name: "subnet-len", Category: "routed overlay (flannel mode)", Value: 24, Usage: "prefix length of each node's subnet (the same on every node)", EnvVars: env("subnet-len")},
 		&cli.StringFlag{Name: "subnet-min", Category: "routed overlay (flannel mode)", Usage: "first subnet handed out, e.g. 10.244.10.0 (default: the network's second subnet)", EnvVars: env("subnet-min")},
 		&cli.StringFlag{Name: "subnet-max", Category: "routed overlay (flannel mode)", Usage: "last subnet handed out (default: the network's last subnet)", EnvVars: env("subnet-max")},
+		&cli.StringFlag{Name: "subnet", Category: "routed overlay (flannel mode)", Usage: "lease exactly this subnet `CIDR` of --network (a reservation, such as a hub's 10.0.0.0/16, the network's first subnet, never handed out otherwise): granted when free and kept across restarts; when another node holds it, the agent exits naming that node", EnvVars: env("subnet")},
+		&cli.StringSliceFlag{Name: "route", Category: "routed overlay (flannel mode)", Usage: "an extra prefix `CIDR` inside --network that this node serves besides its subnet (such as 10.0.0.1/32 on its loopback), repeatable, at most 16: every other node routes it through the overlay to this node while it holds its lease; refused where it overlaps another node's subnet or a prefix announced by a node whose lease is older", EnvVars: env("route")},
 		&cli.DurationFlag{Name: "lease-ttl", Category: "routed overlay (flannel mode)", Value: lease.DefaultTTL, Usage: "how long a gone node's subnet stays reserved for it", EnvVars: env("lease-ttl")},
 		&cli.StringFlag{Name: "subnet-file", Category: "routed overlay (flannel mode)", Value: defaultSubnetFile, Usage: "where to write the flannel-style subnet.env (FLANNEL_NETWORK, FLANNEL_SUBNET, FLANNEL_MTU, FLANNEL_IPMASQ) for Docker --bip or flannel's CNI plugin", EnvVars: env("subnet-file")},
 		&cli.BoolFlag{Name: "ip-masq", Category: "routed overlay (flannel mode)", Usage: "masquerade traffic from the cluster network to destinations outside it (nftables or iptables; removed at exit)", EnvVars: env("ip-masq")},
@@ -444,7 +446,7 @@ func membersCommand() *cli.Command {
 func leasesCommand() *cli.Command {
 	return &cli.Command{
 		Name:   "leases",
-		Usage:  "show the subnet leases of the cluster (routed overlay): subnet, node, VTEP, state, expiry",
+		Usage:  "show the subnet leases of the cluster (routed overlay): subnet, node, VTEP, state, expiry; then the extra prefixes nodes announce (--route): routed via which node, or refused and why",
 		Flags:  controlFlags(),
 		Action: func(c *cli.Context) error { return show(c, "leases", printLeases) },
 	}

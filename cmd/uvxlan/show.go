@@ -135,6 +135,30 @@ func printLeases(w io.Writer, rows []lease.Lease) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s (in %s)\n", r.Subnet, name, r.VTEP, r.MAC, r.State,
 			r.Expires.UTC().Format(time.RFC3339), r.Expires.Sub(now).Round(time.Second))
 	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return printRoutes(w, rows)
+}
+
+// printRoutes prints the extra prefixes the leases' nodes announce
+// (--route), if any: each routed via its node's subnet, or why not.
+func printRoutes(w io.Writer, rows []lease.Lease) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	header := false
+	for _, r := range rows {
+		for _, rt := range r.Routes {
+			if !header {
+				fmt.Fprintln(tw, "\nROUTE\tNODE\tVIA\tSTATE")
+				header = true
+			}
+			state := rt.State
+			if rt.Reason != "" {
+				state += ": " + rt.Reason
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", rt.Prefix, r.Node, r.Subnet.Addr(), state)
+		}
+	}
 	return tw.Flush()
 }
 

@@ -188,7 +188,7 @@ func (n *Node) startGossip(ports gossip.SourcePorts) (err error) {
 		if n.leases, err = lease.New(*lc); err != nil {
 			return err
 		}
-		exts = append(exts, n.leases.Extension())
+		exts = append(exts, n.leases.Extensions()...)
 	}
 	n.gossip, err = gossip.New(gossip.Config{
 		Name:           n.cfg.Name,
