@@ -123,7 +123,7 @@ func bgpStatus(t *testing.T, a *agent) evpn.Status {
 }
 
 // routesOf returns FRR's best routes whose next hop is vtep.
-func routesOf(t *testing.T, f *evpnFabric, vtep netip.Addr) []testenv.EVPNRoute {
+func frrRoutesOf(t *testing.T, f *evpnFabric, vtep netip.Addr) []testenv.EVPNRoute {
 	t.Helper()
 	routes, err := f.frr.EVPNRoutes(t.Context())
 	if err != nil {
@@ -216,7 +216,7 @@ func TestEVPNFabric(t *testing.T) {
 	// FRR's table: each agent's endpoint (MAC and MAC/IP, VNI 100), its
 	// TAPs, and a type-3 route per VNI.
 	for _, h := range []*testenv.Host{h2, h3} {
-		rs := routesOf(t, f, h.Underlay)
+		rs := frrRoutesOf(t, f, h.Underlay)
 		ip := eps[h].Underlay
 		for _, c := range []struct {
 			what string
@@ -277,7 +277,7 @@ func TestEVPNFabric(t *testing.T) {
 	removeEndpoint(t, eps[h3])
 	gone := time.Now()
 	err = testenv.Eventually(ctx, 60*time.Second, func() bool {
-		rs := routesOf(t, f, h3.Underlay)
+		rs := frrRoutesOf(t, f, h3.Underlay)
 		return !hasRoute(rs, 2, 100, epMAC(3), eps[h3].Underlay)
 	})
 	if err != nil {
@@ -290,7 +290,7 @@ func TestEVPNFabric(t *testing.T) {
 		t.Errorf("h2's agent: %v", err)
 	}
 	stopped := time.Now()
-	if err := testenv.Eventually(ctx, 30*time.Second, func() bool { return len(routesOf(t, f, h2.Underlay)) == 0 }); err != nil {
+	if err := testenv.Eventually(ctx, 30*time.Second, func() bool { return len(frrRoutesOf(t, f, h2.Underlay)) == 0 }); err != nil {
 		t.Errorf("h2's routes still in FRR after a clean stop: %v", err)
 	}
 	cleanStop := time.Since(stopped)
@@ -298,7 +298,7 @@ func TestEVPNFabric(t *testing.T) {
 		t.Errorf("h3's agent: %v", err)
 	}
 	killed := time.Now()
-	if err := testenv.Eventually(ctx, 60*time.Second, func() bool { return len(routesOf(t, f, h3.Underlay)) == 0 }); err != nil {
+	if err := testenv.Eventually(ctx, 60*time.Second, func() bool { return len(frrRoutesOf(t, f, h3.Underlay)) == 0 }); err != nil {
 		t.Errorf("h3's routes still in FRR after kill -9: %v", err)
 	}
 	crash := time.Since(killed)
@@ -357,7 +357,7 @@ func TestEVPNMove(t *testing.T) {
 		}
 		var seq uint32
 		err := testenv.Eventually(ctx, 30*time.Second, func() bool {
-			for _, r := range routesOf(t, f, to.Underlay) {
+			for _, r := range frrRoutesOf(t, f, to.Underlay) {
 				if r.Type == 2 && slices.Equal(r.MAC, mac[:]) && !r.IP.IsValid() {
 					seq = r.MobilitySeq
 					return true
@@ -383,7 +383,7 @@ func TestEVPNMove(t *testing.T) {
 		// The old VTEP's agent saw the higher sequence, probed, and gave
 		// the endpoint up: its route leaves FRR.
 		if err := testenv.Eventually(ctx, 30*time.Second, func() bool {
-			return !hasRoute(routesOf(t, f, at.Underlay), 2, 100, mac, addr.Addr())
+			return !hasRoute(frrRoutesOf(t, f, at.Underlay), 2, 100, mac, addr.Addr())
 		}); err != nil {
 			t.Errorf("move %d: %s still advertises the moved endpoint: %v", i+1, at.Name, err)
 		}
