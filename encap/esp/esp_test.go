@@ -45,7 +45,7 @@ func seal(t testing.TB, sa *SA, dgram []byte) []byte {
 	t.Helper()
 	buf := make([]byte, Headroom+len(dgram)+Tailroom)
 	copy(buf[Headroom:], dgram)
-	n, err := sa.Seal(buf, len(dgram), 4789, new(Scratch))
+	n, err := sa.Seal(buf, len(dgram), new(Scratch))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func TestSealAllocs(t *testing.T) {
 	var sc Scratch
 	allocs := testing.AllocsPerRun(100, func() {
 		copy(buf[Headroom:], dgram)
-		n, _ := out.Seal(buf, len(dgram), 4789, &sc)
+		n, _ := out.Seal(buf, len(dgram), &sc)
 		if _, res := in.Open(buf[:n], &sc); res != OK {
 			t.Fatal(res)
 		}
@@ -151,6 +151,6 @@ func BenchmarkSeal(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		copy(buf[Headroom:], dgram)
-		out.Seal(buf, len(dgram), 4789, &sc)
+		out.Seal(buf, len(dgram), &sc)
 	}
 }

@@ -29,6 +29,9 @@ const (
 	// nextHeaderUDP is the protected payload's protocol: the VXLAN
 	// datagram with its UDP header.
 	nextHeaderUDP = 17
+	// innerPort is the ports of the protected datagram's UDP header:
+	// VXLAN's IANA port.
+	innerPort = 4789
 	// maxSeq is where an SA stops sending: far beyond what 2 minutes of
 	// traffic use, far below the 64-bit wrap.
 	maxSeq = 1 << 62
@@ -109,10 +112,10 @@ type Scratch struct {
 
 // Seal turns the VXLAN datagram b[Headroom:Headroom+n] into an ESP
 // datagram in place: it writes the ESP header, the IV and the inner UDP
-// header (port: the VXLAN port) in front, the trailer behind, encrypts,
+// header (ports 4789) in front, the trailer behind, encrypts,
 // appends the ICV, and returns the datagram's length (from b[0]). cap(b)
 // must be at least Headroom+n+Tailroom.
-func (sa *SA) Seal(b []byte, n int, port uint16, s *Scratch) (int, error) {
+func (sa *SA) Seal(b []byte, n int, s *Scratch) (int, error) {
 	seq := sa.seq.Add(1)
 	if seq >= maxSeq {
 		return 0, ErrExhausted
@@ -124,8 +127,8 @@ func (sa *SA) Seal(b []byte, n int, port uint16, s *Scratch) (int, error) {
 	binary.BigEndian.PutUint32(b[4:], uint32(seq))
 	binary.BigEndian.PutUint64(b[8:], seq)
 	u := b[HeaderLen+IVLen:]
-	binary.BigEndian.PutUint16(u[0:], port)
-	binary.BigEndian.PutUint16(u[2:], port)
+	binary.BigEndian.PutUint16(u[0:], innerPort)
+	binary.BigEndian.PutUint16(u[2:], innerPort)
 	binary.BigEndian.PutUint16(u[4:], uint16(UDPLen+n))
 	u[6], u[7] = 0, 0
 	t := u[UDPLen+n:]

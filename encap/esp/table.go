@@ -39,7 +39,7 @@ func (t *Table) Lookup(addr netip.Addr) (p *Peer, ok bool) {
 	if m == nil {
 		return nil, false
 	}
-	p, ok = (*m)[addr]
+	p, ok = (*m)[addr.Unmap()]
 	return p, ok
 }
 
