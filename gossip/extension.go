@@ -66,7 +66,8 @@ import (
 const (
 	// MinExtensionType is the smallest type byte of an extension; the
 	// smaller ones are gossip's own message types. Types in use:
-	// MinExtensionType, subnet leases (gossip/lease).
+	// MinExtensionType, subnet leases (gossip/lease); MinExtensionType+1,
+	// the keys of the encrypted wire (cmd/uvxlan/node, encrypt.go).
 	MinExtensionType = 16
 	// MaxExtensionMeta bounds an extension's contribution to the node
 	// metadata, in bytes.
@@ -249,13 +250,20 @@ func (n *Node) notifyMember(name string, alive bool) {
 	}
 }
 
+// extensionNames says what the extensions in use are, for the refusal of a
+// node that runs one this node does not.
+var extensionNames = map[byte]string{
+	MinExtensionType:     "subnet leases: routed mode",
+	MinExtensionType + 1: "keys of the encrypted wire: --encrypt",
+}
+
 // checkExtensionsMeta compares a peer's extension metadata with ours. Its
 // errors are mismatches: the peer is configured differently.
 func (n *Node) checkExtensionsMeta(name string, md *meta) error {
 	for _, s := range md.ext {
 		if n.extension(s.typ) == nil {
-			return mismatch{fmt.Errorf("node %q runs extension %d (replicated state), which this node does not: "+
-				"every node of a cluster must be configured alike", name, s.typ)}
+			return mismatch{fmt.Errorf("node %q runs extension %d (%s), which this node does not: "+
+				"every node of a cluster must be configured alike", name, s.typ, extensionNames[s.typ])}
 		}
 	}
 	for _, e := range n.exts {
