@@ -624,3 +624,25 @@ func (n *Node) espTable() *esp.Table {
 	}
 	return &n.enc.table
 }
+
+// Wire says how VXLAN travels to the VTEP at addr (this node's own: how it
+// travels between members): "esp" (a member that encrypts, keys agreed),
+// "esp-pending" (a member that encrypts, no key agreed yet: nothing is
+// sent to it), or "vxlan" (plain: without --encrypt, or a VTEP that is no
+// member).
+func (n *Node) Wire(addr netip.Addr) string {
+	if n.enc == nil {
+		return "vxlan"
+	}
+	if addr.Unmap() == n.vtep.Addr().Unmap() {
+		return "esp"
+	}
+	p, ok := n.enc.table.Lookup(addr)
+	switch {
+	case !ok:
+		return "vxlan"
+	case p.Out == nil:
+		return "esp-pending"
+	}
+	return "esp"
+}
