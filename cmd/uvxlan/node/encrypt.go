@@ -260,11 +260,18 @@ func (x *encryption) peerLocked(name string) *peerKeys {
 	return p
 }
 
+// NotifyMember marks the member alive or not; a member that comes alive
+// (a join, a restart: new metadata) gets our ephemeral key again at once,
+// since one that learned of us by gossip rather than by a join had no
+// push/pull with us and would wait for our next rekey.
 func (x *encryption) NotifyMember(name string, alive bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if p := x.peerLocked(name); p != nil {
 		p.alive = alive
+	}
+	if alive && len(x.mine) > 0 {
+		x.publishLocked()
 	}
 	x.rebuildLocked(time.Now())
 }
