@@ -250,11 +250,16 @@ func (n *Node) notifyMember(name string, alive bool) {
 	}
 }
 
-// extensionNames says what the extensions in use are, for the refusal of a
-// node that runs one this node does not.
-var extensionNames = map[byte]string{
-	MinExtensionType:     "subnet leases: routed mode",
-	MinExtensionType + 1: "keys of the encrypted wire: --encrypt",
+// extensionName says what extension t is, for the refusal of a node that
+// runs one this node does not.
+func extensionName(t byte) string {
+	switch t {
+	case MinExtensionType:
+		return "replicated state: subnet leases, routed mode"
+	case MinExtensionType + 1:
+		return "replicated state: keys of the encrypted wire, --encrypt"
+	}
+	return "replicated state"
 }
 
 // checkExtensionsMeta compares a peer's extension metadata with ours. Its
@@ -263,7 +268,7 @@ func (n *Node) checkExtensionsMeta(name string, md *meta) error {
 	for _, s := range md.ext {
 		if n.extension(s.typ) == nil {
 			return mismatch{fmt.Errorf("node %q runs extension %d (%s), which this node does not: "+
-				"every node of a cluster must be configured alike", name, s.typ, extensionNames[s.typ])}
+				"every node of a cluster must be configured alike", name, s.typ, extensionName(s.typ))}
 		}
 	}
 	for _, e := range n.exts {
