@@ -45,9 +45,12 @@ func encryptedPair(t testing.TB) (a *Engine, d *Demux, b *Engine) {
 	plainPeer := netip.MustParseAddrPort("198.18.9.9:4789")
 	tableA := fdb.New(fdb.Config{})
 	tableA.Set(fdb.Entry{VNI: testVNI, MAC: macB, VTEP: vtepB, Origin: fdb.OriginGossip})
-	tableA.SetFlood(testVNI, []netip.AddrPort{vtepB, plainPeer})
+	// vtepC is neither in the ESP table nor a plain VTEP (a member whose
+	// keys are not known yet): it gets nothing.
+	tableA.SetFlood(testVNI, []netip.AddrPort{vtepB, plainPeer, vtepC})
 	connA := n.listen(vtepA)
-	a, err := NewEngine(EngineConfig{VNI: testVNI, MAC: macA, Local: vtepA.Addr(), Port: 4789, ESP: espA}, newFakeDev(macA), connA, []Transport{connA}, tableA)
+	filterA := NewFilter([]netip.Prefix{netip.PrefixFrom(plainPeer.Addr(), 32)})
+	a, err := NewEngine(EngineConfig{VNI: testVNI, MAC: macA, Local: vtepA.Addr(), Port: 4789, Filter: filterA, ESP: espA}, newFakeDev(macA), connA, []Transport{connA}, tableA)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +68,8 @@ func encryptedPair(t testing.TB) (a *Engine, d *Demux, b *Engine) {
 
 // TestEncryptedPath: what engine a sends to a member is ESP that b's
 // Demux opens to the VXLAN datagram a would have sent in plain, with no
-// allocation on either side; a plain static peer gets plain VXLAN.
+// allocation on either side; a plain static peer gets plain VXLAN, and a
+// VTEP that is neither (a member without keys yet) nothing.
 func TestEncryptedPath(t *testing.T) {
 	a, d, _ := encryptedPair(t)
 	uni := append(make([]byte, Headroom), ethFrame(macB, macA, 1000)...)
@@ -104,6 +108,9 @@ func TestEncryptedPath(t *testing.T) {
 		}
 	}
 	check()
+	if got := a.Stats().Drops[DropESPNoKey]; got != 1 {
+		t.Fatalf("esp_no_key = %d, want 1 (the flood to %s)", got, vtepC)
+	}
 	// The first datagram opens to the original VXLAN datagram.
 	tb.reset()
 	a.route(uni, nil, tb)

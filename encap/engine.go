@@ -156,7 +156,9 @@ type EngineConfig struct {
 	// ESP, when set, holds the SAs of the members that encrypt
 	// (--encrypt; package esp): a datagram to one of them is sealed in
 	// its SA, or dropped (esp_no_key) while none is agreed, never sent
-	// plain; the Demux opens the ESP it receives with them and drops
+	// plain; plain VXLAN goes only to the VTEPs the Filter holds as
+	// plain (static peers, --allow-vtep, static entries' VTEPs: see
+	// plainAllowed), so an engine with ESP needs a Filter; the Demux opens the ESP it receives with them and drops
 	// plain VXLAN from them (plain_from_encrypting_member). The others
 	// (static peers, --allow-vtep) get plain VXLAN. The engines of a node
 	// share one Table.
@@ -681,8 +683,37 @@ func (e *Engine) queue(tb *txBatch, s int, pkt, tail []byte, vtep netip.AddrPort
 			e.seal(tb, s, p.Out, pkt, tail, vtep)
 			return
 		}
+		if !e.plainAllowed(vtep.Addr()) {
+			e.c.drop(DropESPNoKey)
+			return
+		}
 	}
 	tb.out[s] = append(tb.out[s], Message{Buf: pkt, N: len(pkt), Tail: tail, Addr: vtep})
+}
+
+// plainAllowed reports whether plain VXLAN may go to addr when the engine
+// encrypts: only to the VTEPs configured as plain (static peers and
+// --allow-vtep ranges, the VTEPs of static FDB entries) that are no gossip
+// member. Any other VTEP (a member whose keys are not in the table yet, as
+// at a takeover's first moments) gets nothing rather than plaintext.
+func (e *Engine) plainAllowed(addr netip.Addr) bool {
+	f := e.cfg.Filter
+	if f == nil {
+		return false
+	}
+	addr = addr.Unmap()
+	if _, member := f.Member(addr); member {
+		return false
+	}
+	if _, ok := f.staticPort(addr); ok {
+		return true
+	}
+	for _, p := range f.ranges {
+		if p.Contains(addr) {
+			return true
+		}
+	}
+	return false
 }
 
 // seal queues pkt and tail sealed in sa for vtep (see queue). The

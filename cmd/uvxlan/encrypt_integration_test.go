@@ -531,8 +531,12 @@ func TestEncryptTakeoverAndCrash(t *testing.T) {
 		t.Fatal(r.err)
 	}
 	e2 := a2.stats(t)
-	t.Logf("takeover: ping every 10 ms: %d of 500 replies, longest gap %v; at h2: esp_replay %d, esp_unknown_spi %d",
-		r.replies, r.gap, drop(e2, "esp_replay")-drop(b2, "esp_replay"), drop(e2, "esp_unknown_spi")-drop(b2, "esp_unknown_spi"))
+	plain := drop(e2, "plain_from_encrypting_member") - drop(b2, "plain_from_encrypting_member")
+	t.Logf("takeover: ping every 10 ms: %d of 500 replies, longest gap %v; at h2: esp_replay %d, esp_unknown_spi %d, plain_from_encrypting_member %d",
+		r.replies, r.gap, drop(e2, "esp_replay")-drop(b2, "esp_replay"), drop(e2, "esp_unknown_spi")-drop(b2, "esp_unknown_spi"), plain)
+	if plain != 0 {
+		t.Errorf("h1 sent h2 %d plain datagrams across the takeover", plain)
+	}
 	if lost := int(r.gap/(10*time.Millisecond)) - 1; lost > 19 {
 		t.Errorf("%d pings in a row went unanswered across the takeover (a gap of %v)", lost, r.gap)
 	}

@@ -108,6 +108,9 @@ type peerKeys struct {
 	static *ecdh.PublicKey // from its metadata (CheckMeta); nil: not seen yet
 	eph    []peerEph       // newest first, at most 2
 	alive  bool
+	// vtep is the member's VTEP address handed over by a predecessor
+	// (a takeover): used until gossip knows the member.
+	vtep netip.Addr
 }
 
 // saKey names an SA: its direction's two ephemeral public keys (sender's
@@ -359,11 +362,14 @@ func (x *encryption) rebuildLocked(now time.Time) {
 		if !p.alive || p.static == nil {
 			continue
 		}
-		vtep, ok := x.h.Member(name)
-		if !ok {
+		var addr netip.Addr
+		if vtep, ok := x.h.Member(name); ok {
+			addr = vtep.Addr().Unmap()
+		} else if p.vtep.IsValid() {
+			addr = p.vtep
+		} else {
 			continue
 		}
-		addr := vtep.Addr().Unmap()
 		ep := &esp.Peer{}
 		if len(p.eph) > 0 {
 			ep.Out = x.saLocked(used, addr, p, act.priv, p.eph[0].pub, true)
@@ -549,9 +555,10 @@ type HandoverEph struct {
 	Born int64  `json:"born,omitempty"` // Unix nanoseconds
 }
 
-// HandoverPeer is a member's keys.
+// HandoverPeer is a member's keys, and its VTEP address when it is alive.
 type HandoverPeer struct {
 	Name   string        `json:"name"`
+	VTEP   netip.Addr    `json:"vtep,omitzero"`
 	Static []byte        `json:"static"`
 	Eph    []HandoverEph `json:"eph"`
 }
@@ -576,6 +583,11 @@ func (x *encryption) handover() *EncryptionHandover {
 			continue
 		}
 		hp := HandoverPeer{Name: name, Static: p.static.Bytes()}
+		if p.alive && x.h != nil {
+			if vtep, ok := x.h.Member(name); ok {
+				hp.VTEP = vtep.Addr().Unmap()
+			}
+		}
 		for _, e := range p.eph {
 			hp.Eph = append(hp.Eph, HandoverEph{Gen: e.gen, Pub: e.pub.Bytes()})
 		}
@@ -605,7 +617,9 @@ func (x *encryption) inherit(h *EncryptionHandover) {
 		if err != nil || len(x.peers) >= maxKeyPeers {
 			continue
 		}
-		p := &peerKeys{static: st}
+		// An alive member stays in the table (its datagrams opened, ours
+		// sealed) until the successor's gossip says otherwise.
+		p := &peerKeys{static: st, vtep: hp.VTEP, alive: hp.VTEP.IsValid()}
 		for _, e := range hp.Eph {
 			if pub, err := esp.ParsePublic(e.Pub); err == nil && len(p.eph) < 2 {
 				p.eph = append(p.eph, peerEph{gen: e.Gen, pub: pub})
