@@ -154,3 +154,27 @@ func BenchmarkSeal(b *testing.B) {
 		out.Seal(buf, len(dgram), &sc)
 	}
 }
+
+// FuzzOpen: whatever arrives, Open neither panics nor accepts what was not
+// sealed with the key, and a sealed datagram opens to what was sealed.
+func FuzzOpen(f *testing.F) {
+	out, in := pairSAs(f)
+	flipped := seal(f, out, vxlanDatagram(60))
+	flipped[30] ^= 1
+	f.Add(flipped, false)
+	f.Add([]byte{0x80, 0, 0, 1}, false)
+	f.Add(vxlanDatagram(20), true)
+	f.Fuzz(func(t *testing.T, b []byte, sealIt bool) {
+		if sealIt {
+			want := bytes.Clone(b)
+			got, res := in.Open(seal(t, out, b), new(Scratch))
+			if res != OK || !bytes.Equal(got, want) {
+				t.Fatalf("sealed %x: Open = %v, %x", want, res, got)
+			}
+			return
+		}
+		if got, res := in.Open(bytes.Clone(b), new(Scratch)); res == OK {
+			t.Fatalf("forged %x opened to %x", b, got)
+		}
+	})
+}
