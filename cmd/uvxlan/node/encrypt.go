@@ -37,7 +37,9 @@ package node
 //
 // SAs. From a to b (esp.Derive): a's static and ephemeral key with b's.
 //   - a sends with its active ephemeral key (its newest once it is
-//     overlap = interval/4 old, so that every member has heard of it; the
+//     overlap = interval/2 old, so that every member has heard of it (the
+//     overlap is gossip's time to spread it: a minute by default; under a
+//     loaded machine and a 1 s test interval, a quarter was seen short); the
 //     previous one until then) and b's newest;
 //   - b accepts from a with any of a's two newest and its own two newest:
 //     while one side moves to a new key, the other's datagrams of the old
@@ -153,7 +155,7 @@ func (n *Node) newEncryption() (*encryption, error) {
 	if interval <= 0 {
 		interval = DefaultRekeyInterval
 	}
-	x := &encryption{static: static, interval: interval, overlap: interval / 4, log: n.log.With("subsystem", "encrypt"),
+	x := &encryption{static: static, interval: interval, overlap: interval / 2, log: n.log.With("subsystem", "encrypt"),
 		self: n.cfg.Name, vtep: n.cfg.Local.Unmap(), peers: map[string]*peerKeys{}, sas: map[saKey]*esp.SA{}}
 	if n.cfg.KeyLog != "" {
 		f, err := os.OpenFile(n.cfg.KeyLog, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
