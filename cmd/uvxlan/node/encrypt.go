@@ -214,13 +214,10 @@ func (x *encryption) Start(h *gossip.Handle) error {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if len(x.mine) == 0 { // not inherited
-		if err := x.rotateLocked(time.Now()); err != nil {
-			return err
-		}
-	} else {
-		x.publishLocked()
+		return x.rotateLocked(time.Now())
 	}
 	x.rebuildLocked(time.Now())
+	x.publishLocked()
 	return nil
 }
 
@@ -331,8 +328,10 @@ func (x *encryption) rotateLocked(now time.Time) error {
 	if len(x.mine) > 2 {
 		x.mine = x.mine[:2]
 	}
-	x.publishLocked()
+	// The SAs of the new key first, then its announcement: a member
+	// that hears of it may send with it at once.
 	x.rebuildLocked(now)
+	x.publishLocked()
 	return nil
 }
 
@@ -462,8 +461,8 @@ func (x *encryption) NotifyMsg(b []byte) error {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if x.mergeLocked(owner, gen, pub) {
-		x.h.Broadcast(owner, bytes.Clone(b)) // relay what was new
 		x.rebuildLocked(time.Now())
+		x.h.Broadcast(owner, bytes.Clone(b)) // relay what was new
 	}
 	return nil
 }
