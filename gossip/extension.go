@@ -66,8 +66,7 @@ import (
 const (
 	// MinExtensionType is the smallest type byte of an extension; the
 	// smaller ones are gossip's own message types. Types in use:
-	// MinExtensionType, subnet leases (gossip/lease); MinExtensionType+1,
-	// the keys of the encrypted wire (cmd/uvxlan/node, encrypt.go).
+	// MinExtensionType, subnet leases (gossip/lease).
 	MinExtensionType = 16
 	// MaxExtensionMeta bounds an extension's contribution to the node
 	// metadata, in bytes.
@@ -256,7 +255,7 @@ func extensionName(t byte) string {
 	switch t {
 	case MinExtensionType:
 		return "replicated state: subnet leases, routed mode"
-	case MinExtensionType + 1:
+	case MinExtensionType + 2: // cmd/uvxlan/node's encrypt.go
 		return "replicated state: keys of the encrypted wire, --encrypt"
 	}
 	return "replicated state"

@@ -78,8 +78,9 @@ import (
 )
 
 const (
-	// encryptExtType is the gossip extension type of the keys.
-	encryptExtType = gossip.MinExtensionType + 1
+	// encryptExtType is the gossip extension type of the keys (16 and 17
+	// are gossip/lease's leases and routes).
+	encryptExtType = gossip.MinExtensionType + 2
 	encryptVersion = 1
 	// DefaultRekeyInterval is how often a node replaces its ephemeral key.
 	DefaultRekeyInterval = 2 * time.Minute
