@@ -255,13 +255,25 @@ func (n *Node) notifyMember(name string, alive bool) {
 	}
 }
 
+// extensionName says what extension t is, for the refusal of a node that
+// runs one this node does not.
+func extensionName(t byte) string {
+	switch t {
+	case MinExtensionType:
+		return "replicated state: subnet leases, routed mode"
+	case MinExtensionType + 2: // cmd/uvxlan/node's encrypt.go
+		return "replicated state: keys of the encrypted wire, --encrypt"
+	}
+	return "replicated state"
+}
+
 // checkExtensionsMeta compares a peer's extension metadata with ours. Its
 // errors are mismatches: the peer is configured differently.
 func (n *Node) checkExtensionsMeta(name string, md *meta) error {
 	for _, s := range md.ext {
 		if n.extension(s.typ) == nil {
-			return mismatch{fmt.Errorf("node %q runs extension %d (replicated state), which this node does not: "+
-				"every node of a cluster must be configured alike", name, s.typ)}
+			return mismatch{fmt.Errorf("node %q runs extension %d (%s), which this node does not: "+
+				"every node of a cluster must be configured alike", name, s.typ, extensionName(s.typ))}
 		}
 	}
 	for _, e := range n.exts {

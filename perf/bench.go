@@ -4,8 +4,10 @@
 //
 //  1. build the testbed (testenv): hosts h1 and h2 on an underlay bridge;
 //  2. set up the overlays side by side: kernel VXLAN (vx0, port 8472,
-//     10.99.0.i/24) and a uvxlan agent per host (uvx0, port 4789,
-//     10.42.0.i/24, static peers); wait until each answers ping;
+//     10.99.0.i/24), a uvxlan agent per host (uvx0, port 4789,
+//     10.42.0.i/24, static peers) and, when asked for, a second one with
+//     --encrypt (uvx1, port 4790, 10.43.0.i/24, gossip members); wait
+//     until each answers ping;
 //  3. start one iperf3 server per overlay and test on h2, each on its own
 //     port, bound to h2's overlay address; wait until all listen;
 //  4. the machine's idle CPU rate, over cpuIdleTime with nothing running
@@ -69,6 +71,13 @@ const (
 
 func kernelAddr(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 99, 0, byte(i)}) }
 func uvxlanAddr(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 42, 0, byte(i)}) }
+func encAddr(i int) netip.Addr    { return netip.AddrFrom4([4]byte{10, 43, 0, byte(i)}) }
+
+// The encrypted overlay's agents: their VXLAN and gossip ports.
+const (
+	encPort       = 4790
+	encGossipPort = 7947
+)
 
 // Config of a Run.
 type Config struct {
@@ -83,7 +92,8 @@ type Config struct {
 	// rounds and its ratios the medians of each round's ratio, with their
 	// range: a measure of how steady the machine is.
 	Rounds int
-	// Overlays to measure; default all, in the order of Overlays.
+	// Overlays to measure; default DefaultOverlays, in the order of
+	// Overlays.
 	Overlays []Overlay
 	// Prefix of the testbed's namespaces; default a random one. A testbed
 	// with this prefix must not exist.
@@ -159,6 +169,7 @@ type bench struct {
 	work   string // temporary directory: sockets, state, logs
 	h1, h2 *testenv.Host
 	agents []*testenv.Proc // uvxlan on h1, h2
+	enc    []*testenv.Proc // uvxlan --encrypt on h1, h2
 	idle   []CPUIdleSample // the machine's CPU use with no test running
 	step   int
 	steps  int
@@ -185,11 +196,11 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		return nil, fmt.Errorf("perf: %d rounds: want 1 to %d", cfg.Rounds, MaxRounds)
 	}
 	if len(cfg.Overlays) == 0 {
-		cfg.Overlays = Overlays
+		cfg.Overlays = DefaultOverlays
 	}
 	for _, o := range cfg.Overlays {
 		if !isOverlay(o) {
-			return nil, fmt.Errorf("perf: unknown overlay %q: want veth, kernel or uvxlan", o)
+			return nil, fmt.Errorf("perf: unknown overlay %q: want veth, kernel, uvxlan or uvxlan-encrypted", o)
 		}
 	}
 	var selected []Overlay // in measuring order, once each
@@ -198,7 +209,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 			selected = append(selected, o)
 		}
 	}
-	if slices.Contains(selected, UVXLAN) && cfg.Binary == "" {
+	if slices.ContainsFunc(selected, Overlay.hasAgents) && cfg.Binary == "" {
 		return nil, errors.New("perf: no uvxlan binary to run (Config.Binary)")
 	}
 	if os.Geteuid() != 0 {
@@ -263,6 +274,8 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 			p, err = b.setupKernel(ctx)
 		case UVXLAN:
 			p, err = b.setupUVXLAN(ctx)
+		case UVXLANEncrypted:
+			p, err = b.setupEncrypted(ctx)
 		}
 		if err != nil {
 			return nil, err
@@ -331,31 +344,65 @@ func (b *bench) setupKernel(ctx context.Context) (path, error) {
 // and waits until the overlay carries ping.
 func (b *bench) setupUVXLAN(ctx context.Context) (path, error) {
 	b.say("uvxlan: an agent in each host (%s), port 4789, %s ↔ %s", b.cfg.Binary, uvxlanAddr(1), uvxlanAddr(2))
-	// Static peers, and gossip encrypted as by default (--gossip-key,
-	// which binaries of every version take, so that they compare).
-	key := make([]byte, 32)
-	if _, err := rand.Read(key); err != nil {
-		return path{}, fmt.Errorf("perf: gossip key: %w", err)
-	}
-	for _, pair := range [][2]*testenv.Host{{b.h1, b.h2}, {b.h2, b.h1}} {
-		h := pair[0]
-		state := filepath.Join(b.work, h.Name+"-state")
-		if err := os.MkdirAll(state, 0o700); err != nil {
-			return path{}, fmt.Errorf("perf: %w", err)
-		}
-		args := []string{"run", "--name", h.Name, "--local", h.Underlay.String(),
-			"--address", netip.PrefixFrom(uvxlanAddr(h.Index), 24).String(),
-			"--peer", pair[1].Underlay.String(),
-			"--control", filepath.Join(b.work, h.Name+".sock"), "--state-dir", state,
-			"--gossip-key", base64.StdEncoding.EncodeToString(key)}
-		p, err := h.Start(ctx, filepath.Join(b.work, h.Name+"-uvxlan.log"), b.cfg.Binary, args...)
-		if err != nil {
-			return path{}, fmt.Errorf("perf: %w", err)
-		}
-		b.agents = append(b.agents, p)
+	agents, err := b.startAgents(ctx, "", func(h, peer *testenv.Host) []string {
+		return []string{"--address", netip.PrefixFrom(uvxlanAddr(h.Index), 24).String(), "--peer", peer.Underlay.String()}
+	})
+	b.agents = agents
+	if err != nil {
+		return path{}, err
 	}
 	p := path{overlay: UVXLAN, dst: uvxlanAddr(2), mtu: b.h1.MTU - 50}
 	return p, b.waitPing(ctx, p)
+}
+
+// setupEncrypted starts a second agent in each host with --encrypt: its
+// own TAP (uvx1), port and gossip port; h2 joins h1 (encryption is
+// between gossip members), and waits until the overlay carries ping.
+func (b *bench) setupEncrypted(ctx context.Context) (path, error) {
+	b.say("uvxlan-encrypted: an agent with --encrypt in each host, port %d, members of one cluster, %s ↔ %s", encPort, encAddr(1), encAddr(2))
+	agents, err := b.startAgents(ctx, "-enc", func(h, peer *testenv.Host) []string {
+		args := []string{"--dev", "uvx1", "--address", netip.PrefixFrom(encAddr(h.Index), 24).String(),
+			"--port", strconv.Itoa(encPort), "--gossip-port", strconv.Itoa(encGossipPort), "--encrypt"}
+		if h.Index == 2 {
+			args = append(args, "--join", netip.AddrPortFrom(peer.Underlay, encGossipPort).String())
+		}
+		return args
+	})
+	b.enc = agents
+	if err != nil {
+		return path{}, err
+	}
+	p := path{overlay: UVXLANEncrypted, dst: encAddr(2), mtu: b.h1.MTU - 50 - 45}
+	return p, b.waitPing(ctx, p)
+}
+
+// startAgents starts an agent in each host with the arguments args gives
+// (beside its name, --local, --control and --state-dir, suffixed with
+// suffix, and a gossip key shared by the pair: random, encrypted as by
+// default, with --gossip-key, which binaries of every version take, so
+// that they compare).
+func (b *bench) startAgents(ctx context.Context, suffix string, args func(h, peer *testenv.Host) []string) ([]*testenv.Proc, error) {
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, fmt.Errorf("perf: gossip key: %w", err)
+	}
+	var procs []*testenv.Proc
+	for _, pair := range [][2]*testenv.Host{{b.h1, b.h2}, {b.h2, b.h1}} {
+		h := pair[0]
+		state := filepath.Join(b.work, h.Name+suffix+"-state")
+		if err := os.MkdirAll(state, 0o700); err != nil {
+			return procs, fmt.Errorf("perf: %w", err)
+		}
+		a := append([]string{"run", "--name", h.Name, "--local", h.Underlay.String(),
+			"--control", filepath.Join(b.work, h.Name+suffix+".sock"), "--state-dir", state,
+			"--gossip-key", base64.StdEncoding.EncodeToString(key)}, args(h, pair[1])...)
+		p, err := h.Start(ctx, filepath.Join(b.work, h.Name+suffix+"-uvxlan.log"), b.cfg.Binary, a...)
+		if err != nil {
+			return procs, fmt.Errorf("perf: %w", err)
+		}
+		procs = append(procs, p)
+	}
+	return procs, nil
 }
 
 // waitPing waits until h1 gets a reply from p.dst, or an agent exits, or
@@ -387,9 +434,9 @@ func (b *bench) waitPing(ctx context.Context, p path) error {
 // agentsAlive returns an error, with the agent's log, when an agent has
 // exited.
 func (b *bench) agentsAlive() error {
-	for i, a := range b.agents {
+	for i, a := range slices.Concat(b.agents, b.enc) {
 		if a.Exited() {
-			return fmt.Errorf("perf: the uvxlan agent on h%d exited: %v\n%s", i+1, a.Wait(), tail(a.Log(), 2048))
+			return fmt.Errorf("perf: the uvxlan agent on h%d exited: %v\n%s", i%2+1, a.Wait(), tail(a.Log(), 2048))
 		}
 	}
 	return nil
@@ -398,8 +445,8 @@ func (b *bench) agentsAlive() error {
 // agentLogs returns the tails of the agents' logs, for error messages.
 func (b *bench) agentLogs() string {
 	var s strings.Builder
-	for i, a := range b.agents {
-		fmt.Fprintf(&s, "\nuvxlan on h%d (%s):\n%s", i+1, a.LogPath(), tail(a.Log(), 1024))
+	for i, a := range slices.Concat(b.agents, b.enc) {
+		fmt.Fprintf(&s, "\nuvxlan on h%d (%s):\n%s", i%2+1, a.LogPath(), tail(a.Log(), 1024))
 	}
 	return s.String()
 }
@@ -518,8 +565,8 @@ func (b *bench) measureOne(ctx context.Context, round int, p path, t int, res *O
 		return err
 	}
 	t0 := time.Now()
-	if p.overlay == UVXLAN {
-		if cpu0, err = b.agentCPU(); err != nil {
+	if p.overlay.hasAgents() {
+		if cpu0, err = b.agentCPU(p.overlay); err != nil {
 			return err
 		}
 	}
@@ -560,8 +607,8 @@ func (b *bench) measureOne(ctx context.Context, round int, p path, t int, res *O
 	}
 	wall := time.Since(t0)
 	var cpu1 []time.Duration
-	if p.overlay == UVXLAN {
-		if cpu1, err = b.agentCPU(); err != nil {
+	if p.overlay.hasAgents() {
+		if cpu1, err = b.agentCPU(p.overlay); err != nil {
 			return err
 		}
 	}
@@ -632,7 +679,7 @@ func (b *bench) measureIdle(ctx context.Context, when string) error {
 }
 
 func (b *bench) agentLogsIf(p path) string {
-	if p.overlay != UVXLAN {
+	if !p.overlay.hasAgents() {
 		return ""
 	}
 	if err := b.agentsAlive(); err != nil {
@@ -641,15 +688,19 @@ func (b *bench) agentLogsIf(p path) string {
 	return b.agentLogs()
 }
 
-// agentCPU returns each agent's CPU time so far (user+system). Both run in
-// the root PID namespace (only the network namespace differs), so their
-// /proc entries are where the Pid says.
-func (b *bench) agentCPU() ([]time.Duration, error) {
+// agentCPU returns the CPU time so far (user+system) of each agent of
+// overlay o. They run in the root PID namespace (only the network
+// namespace differs), so their /proc entries are where the Pid says.
+func (b *bench) agentCPU(o Overlay) ([]time.Duration, error) {
 	if err := b.agentsAlive(); err != nil {
 		return nil, err
 	}
+	agents := b.agents
+	if o == UVXLANEncrypted {
+		agents = b.enc
+	}
 	var out []time.Duration
-	for _, a := range b.agents {
+	for _, a := range agents {
 		st, err := os.ReadFile("/proc/" + strconv.Itoa(a.Pid()) + "/stat")
 		if err != nil {
 			return nil, fmt.Errorf("perf: uvxlan agent's CPU time: %w", err)

@@ -349,9 +349,10 @@ func TestParseOverlays(t *testing.T) {
 		want []Overlay
 		err  bool
 	}{
-		{"", Overlays, false},
+		{"", DefaultOverlays, false},
 		{"all", Overlays, false},
 		{"uvxlan,kernel", []Overlay{Kernel, UVXLAN}, false},
+		{"uvxlan-encrypted,kernel,uvxlan", []Overlay{Kernel, UVXLAN, UVXLANEncrypted}, false},
 		{" veth , veth ", []Overlay{Veth}, false},
 		{"kernel,wireguard", nil, true},
 		{"kernel,", nil, true},

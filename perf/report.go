@@ -30,24 +30,39 @@ const (
 	Kernel Overlay = "kernel"
 	// UVXLAN is a uvxlan agent in each host (port 4789), static peers.
 	UVXLAN Overlay = "uvxlan"
+	// UVXLANEncrypted is a second pair of uvxlan agents with --encrypt
+	// (port 4790, members of one gossip cluster: encryption is between
+	// members). Measured only when asked for (--overlays).
+	UVXLANEncrypted Overlay = "uvxlan-encrypted"
 )
 
-// Overlays lists every overlay in measuring order.
-var Overlays = []Overlay{Veth, Kernel, UVXLAN}
+// Overlays lists every overlay in measuring order; the default set is the
+// first three (DefaultOverlays).
+var Overlays = []Overlay{Veth, Kernel, UVXLAN, UVXLANEncrypted}
+
+// DefaultOverlays are the overlays measured unless told otherwise.
+var DefaultOverlays = []Overlay{Veth, Kernel, UVXLAN}
+
+// hasAgents reports whether the overlay is carried by uvxlan agents,
+// whose CPU time is the overlay's cost.
+func (o Overlay) hasAgents() bool { return o == UVXLAN || o == UVXLANEncrypted }
 
 // ParseOverlays parses a comma-separated list such as "kernel,uvxlan" and
 // returns the overlays in measuring order without duplicates. "all" or an
 // empty string means every overlay.
 func ParseOverlays(s string) ([]Overlay, error) {
 	s = strings.TrimSpace(s)
-	if s == "" || s == "all" {
+	switch s {
+	case "":
+		return append([]Overlay(nil), DefaultOverlays...), nil
+	case "all":
 		return append([]Overlay(nil), Overlays...), nil
 	}
 	want := map[Overlay]bool{}
 	for _, name := range strings.Split(s, ",") {
 		o := Overlay(strings.TrimSpace(name))
 		if !isOverlay(o) {
-			return nil, fmt.Errorf("unknown overlay %q: want a comma-separated list of veth, kernel and uvxlan", name)
+			return nil, fmt.Errorf("unknown overlay %q: want a comma-separated list of veth, kernel, uvxlan and uvxlan-encrypted", name)
 		}
 		want[o] = true
 	}
@@ -425,7 +440,7 @@ func (o *OverlayResult) setCPUFigures() {
 		o.MachineCPUPerGB = c.BusySeconds / gb
 	}
 	switch {
-	case o.Overlay == UVXLAN:
+	case o.Overlay.hasAgents():
 		c.Measured = "agents"
 		if c.AgentsSeconds > 0 {
 			o.CPUPerGB = c.AgentsSeconds / gb
@@ -698,8 +713,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 		notes.WriteString("cpu per GB: CPU seconds per 10⁹ payload bytes delivered by the iperf3 tests (ping left out).\n")
 		var others []string
 		for _, o := range r.Overlays {
-			if o.Overlay == UVXLAN {
-				notes.WriteString("  uvxlan (agents): both agents' user+system time, from /proc/PID/stat.\n")
+			if o.Overlay.hasAgents() {
+				fmt.Fprintf(&notes, "  %s (agents): both agents' user+system time, from /proc/PID/stat.\n", o.Overlay)
 			} else if o.CPU != nil {
 				others = append(others, string(o.Overlay))
 			}

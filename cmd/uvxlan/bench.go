@@ -60,7 +60,7 @@ least 1 s); the testbed is removed at the end, on failure and on Ctrl-C.
 		Flags: []cli.Flag{
 			&cli.DurationFlag{Name: "duration", Value: perf.DefaultDuration, Usage: "measuring time of the whole run, split across the rounds and tests"},
 			&cli.IntFlag{Name: "rounds", Value: 1, Usage: fmt.Sprintf("run every test `N` times (1 to %d) and report medians and the ratios' range", perf.MaxRounds)},
-			&cli.StringFlag{Name: "overlays", Value: "veth,kernel,uvxlan", Usage: "comma-separated `LIST` of overlays to measure: veth, kernel, uvxlan"},
+			&cli.StringFlag{Name: "overlays", Value: "veth,kernel,uvxlan", Usage: "comma-separated `LIST` of overlays to measure: veth, kernel, uvxlan, uvxlan-encrypted (a second pair of agents with --encrypt); all: every one"},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"},
 			&cli.StringFlag{Name: "svg", Usage: "also write a bar chart of the uvxlan/kernel ratios to `FILE`"},
 			&cli.StringFlag{Name: "prefix", Usage: "name `PREFIX` of the testbed's namespaces (default: random)"},

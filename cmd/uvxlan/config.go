@@ -20,6 +20,7 @@ import (
 
 	"github.com/uvxlan/uvxlan/cmd/uvxlan/node"
 	"github.com/uvxlan/uvxlan/encap"
+	"github.com/uvxlan/uvxlan/encap/esp"
 	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/gossip/lease"
 )
@@ -110,7 +111,12 @@ func configFromCLI(c *cli.Context, log *slog.Logger) (runConfig, error) {
 	if err := underlayConfig(c, &cfg.Config); err != nil {
 		return cfg, err
 	}
-	defMTU, maxMTU := cfg.UnderlayMTU-encap.VXLANOverhead(cfg.Local), 65535-encap.VXLANOverhead(cfg.Local)
+	cfg.Encrypt, cfg.KeyLog, cfg.RekeyInterval = c.Bool("encrypt"), c.String("encrypt-keylog"), c.Duration("encrypt-rekey")
+	overhead := encap.VXLANOverhead(cfg.Local)
+	if cfg.Encrypt {
+		overhead += esp.Overhead
+	}
+	defMTU, maxMTU := cfg.UnderlayMTU-overhead, 65535-overhead
 	var err error
 	if cfg.Segments, err = segmentsFromCLI(c, defMTU, maxMTU); err != nil {
 		return cfg, err

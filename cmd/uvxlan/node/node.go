@@ -37,6 +37,7 @@ type Node struct {
 	bgp     *evpn.Speaker  // nil without Config.BGP (evpn.go)
 	quota   *endpointQuota // --max-endpoints, shared by the segments' trackers
 	leases  *lease.Leases  // nil outside routed mode
+	enc     *encryption    // nil without --encrypt
 	// leaseEvents signals (coalesced) a change of the leases to
 	// LeaseWatch, once the node's own lease is saved.
 	leaseEvents chan struct{}
@@ -133,7 +134,11 @@ func New(cfg Config) (_ *Node, err error) {
 	n.pinsChanged(nil, nil) // our own addresses, until gossip tells of the others'
 	n.pmtu = newPMTUProber(n)
 	var probePort uint16
-	if !cfg.GossipOff {
+	switch {
+	case cfg.Encrypt:
+		// The probes are plain VXLAN, which encrypting members refuse.
+		n.pmtu.openErr = errors.New("--encrypt: the probes would cross in plain VXLAN")
+	case !cfg.GossipOff:
 		probePort = n.pmtu.open() // 0 if it cannot: run says so
 	}
 
@@ -189,6 +194,12 @@ func (n *Node) startGossip(ports gossip.SourcePorts) (err error) {
 			return err
 		}
 		exts = append(exts, n.leases.Extensions()...)
+	}
+	if n.cfg.Encrypt {
+		if n.enc, err = n.newEncryption(); err != nil {
+			return err
+		}
+		exts = append(exts, n.enc)
 	}
 	n.gossip, err = gossip.New(gossip.Config{
 		Name:           n.cfg.Name,
@@ -369,6 +380,7 @@ func (n *Node) buildEngines(rxs []udpSocket, srcs []udpSocket) error {
 				PathMTUs:    &n.pathMTUs,
 				PMTU:        n.pmtu.events,
 				BusyPoll:    n.cfg.BusyPoll,
+				ESP:         n.espTable(),
 				Logger:      n.log,
 			}, d, nil, mine, n.table)
 			if err != nil {
