@@ -70,7 +70,8 @@ const (
 	// MinExtensionType is the smallest type byte of an extension; the
 	// smaller ones are gossip's own message types. Types in use:
 	// MinExtensionType, subnet leases, and MinExtensionType+1, their
-	// routes (gossip/lease).
+	// routes (gossip/lease); MinExtensionType+2, --encrypt's keys
+	// (cmd/uvxlan/node, encrypt.go).
 	MinExtensionType = 16
 	// MaxExtensionMeta bounds an extension's contribution to the node
 	// metadata, in bytes.
