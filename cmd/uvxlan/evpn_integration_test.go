@@ -64,13 +64,17 @@ func startFabric(t *testing.T, hosts int, vnis ...uint32) *evpnFabric {
 	return f
 }
 
-// startEVPNAgent runs uvxlan on h as a pure EVPN VTEP (no gossip) with a
-// segment per VNI (VNI 100 on uvx0), peering with h1.
+// startEVPNAgent runs uvxlan on h as a pure EVPN VTEP (no gossip, unless
+// extra has gossip flags) with a segment per VNI (VNI 100 on uvx0),
+// peering with h1.
 func startEVPNAgent(t *testing.T, f *evpnFabric, h *testenv.Host, vnis []uint32, extra ...string) *agent {
 	t.Helper()
 	a := &agent{host: h, control: t.TempDir() + "/" + h.Name + ".sock", overlay: overlayNet(100, byte(h.Index)).Addr()}
-	args := []string{"run", "--name", h.Name, "--local", h.Underlay.String(), "--control", a.control, "--gossip=false",
+	args := []string{"run", "--name", h.Name, "--local", h.Underlay.String(), "--control", a.control,
 		"--bgp-peer", f.tb.Host(1).Underlay.String(), "--bgp-asn", "65000", "--probe-interval", "1s"}
+	if !slices.ContainsFunc(extra, func(s string) bool { return strings.HasPrefix(s, "--gossip-key") }) {
+		args = append(args, "--gossip=false")
+	}
 	for _, v := range vnis {
 		dev := "uvx0"
 		if v != 100 {
@@ -494,4 +498,36 @@ func TestBGPBadFlags(t *testing.T) {
 			t.Errorf("%v: exit %d, stderr %q; want 2 naming %s", args, code, stderr, flag)
 		}
 	}
+}
+
+// Members that encrypt (gossip, --encrypt) in a fabric: they seal what
+// they send each other, and speak plain VXLAN to the fabric's VTEPs that
+// EVPN announces, which cannot decrypt.
+func TestEVPNWithEncryptedMembers(t *testing.T) {
+	t.Parallel()
+	f := startFabric(t, 3, 100)
+	ctx := t.Context()
+	h1, h2, h3 := f.tb.Host(1), f.tb.Host(2), f.tb.Host(3)
+	a2 := startEVPNAgent(t, f, h2, []uint32{100}, "--gossip-key", testKey, "--encrypt", "--state-dir", t.TempDir())
+	a3 := startEVPNAgent(t, f, h3, []uint32{100}, "--gossip-key", testKey, "--encrypt", "--state-dir", t.TempDir(), "--join", h2.Underlay.String())
+	ep2 := addEndpoint(t, h2, "ep", overlayNet(100, 12), epMAC(2))
+	ep3 := addEndpoint(t, h3, "ep", overlayNet(100, 13), epMAC(3))
+	ep1 := f.vteps[100].Endpoint
+	for _, c := range []struct{ from, to *testenv.Host }{{ep1, ep2}, {ep2, ep1}, {ep2, ep3}, {ep3, ep1}} {
+		if err := testenv.Eventually(ctx, 60*time.Second, func() bool { return pingOnce(ctx, c.from, c.to.Underlay) }); err != nil {
+			t.Errorf("%s never reached %s: %v", c.from.Name, c.to.Underlay, err)
+		}
+	}
+	for _, a := range []*agent{a2, a3} {
+		st := a.stats(t)
+		t.Logf("%s: esp_no_key %d, plain_from_encrypting_member %d", a.host.Name, drop(st, "esp_no_key"), drop(st, "plain_from_encrypting_member"))
+		if n := drop(st, "plain_from_encrypting_member"); n != 0 {
+			t.Errorf("%s: %d plain datagrams from the other member", a.host.Name, n)
+		}
+	}
+	if t.Failed() {
+		out, _ := f.frr.Vtysh(ctx, "show bgp l2vpn evpn route")
+		t.Logf("FRR:\n%s\nh2:\n%s", out, a2.proc.Log())
+	}
+	_ = h1
 }

@@ -59,6 +59,9 @@ type rib struct {
 	// comes back here outbids every route it ever had, even one being
 	// replaced at that moment.
 	maxSeq map[macKey]uint32
+	// vteps counts the routes per VTEP: Config.VTEPsChanged hears of a
+	// VTEP's first route and of its last going.
+	vteps map[netip.Addr]int
 }
 
 // maxSeqKept bounds rib.maxSeq.
@@ -67,7 +70,7 @@ const maxSeqKept = 1 << 16
 func newRIB() rib {
 	return rib{routes: map[string]*route{}, macs: map[macKey]map[string]*route{}, ips: map[ipKey]map[string]*route{},
 		imets: map[fdb.VNI]map[string]*route{}, applied: map[macKey]netip.AddrPort{}, appliedIP: map[ipKey]fdb.MAC{},
-		retry: map[macKey]bool{}, retryIP: map[ipKey]bool{}, maxSeq: map[macKey]uint32{}}
+		retry: map[macKey]bool{}, retryIP: map[ipKey]bool{}, maxSeq: map[macKey]uint32{}, vteps: map[netip.Addr]int{}}
 }
 
 // better reports whether a ranks above b (RFC 7432 §15).
@@ -140,6 +143,7 @@ func (s *Speaker) received(r route, withdraw bool) {
 	}
 	nr := &r
 	s.rib.routes[k] = nr
+	s.refVTEP(r.vtep, 1)
 	s.stats.imported.Add(1)
 	switch r.kind {
 	case typeIMET:
@@ -162,6 +166,7 @@ func (s *Speaker) received(r route, withdraw bool) {
 // forget takes a route out of the rib and recomputes its keys.
 func (s *Speaker) forget(r *route) {
 	delete(s.rib.routes, r.key())
+	s.refVTEP(r.vtep, -1)
 	vni := r.vnis[0]
 	switch r.kind {
 	case typeIMET:
@@ -264,6 +269,24 @@ func (s *Speaker) contest(ik ipKey, r *route) {
 	if r.seq > s.local.seq[macKey{ik.vni, mac}] || (r.seq == s.local.seq[macKey{ik.vni, mac}] && r.mac != mac) {
 		s.stats.contested.Add(1)
 		s.cfg.Contested(ik.vni, ik.ip, mac, "bgp "+r.vtep.String()) // our binding's MAC, as gossip's Contested
+	}
+}
+
+// refVTEP counts a route of vtep in (d 1) or out (d -1), and tells
+// Config.VTEPsChanged when vtep's first route comes or its last goes.
+func (s *Speaker) refVTEP(vtep netip.Addr, d int) {
+	n := s.rib.vteps[vtep] + d
+	if n <= 0 {
+		delete(s.rib.vteps, vtep)
+	} else {
+		s.rib.vteps[vtep] = n
+	}
+	if (n == 1 && d > 0 || n <= 0) && s.cfg.VTEPsChanged != nil {
+		m := make(map[netip.Addr]uint16, len(s.rib.vteps))
+		for v := range s.rib.vteps {
+			m[v] = s.port
+		}
+		s.cfg.VTEPsChanged(m)
 	}
 }
 

@@ -34,10 +34,14 @@ type Node struct {
 	segs    []*segment
 	demuxes []*encap.Demux // one per UDP socket (per queue)
 	gossip  *gossip.Node
-	bgp     *evpn.Speaker  // nil without Config.BGP (evpn.go)
-	quota   *endpointQuota // --max-endpoints, shared by the segments' trackers
-	leases  *lease.Leases  // nil outside routed mode
-	enc     *encryption    // nil without --encrypt
+	bgp     *evpn.Speaker // nil without Config.BGP (evpn.go)
+	// evpnVTEPs are the VTEPs the BGP peers' routes name: the filter
+	// takes them as static ones (plain VXLAN, under --encrypt too).
+	evpnVTEPs atomic.Pointer[map[netip.Addr]uint16]
+	staticMu  sync.Mutex     // serialises refreshStatic
+	quota     *endpointQuota // --max-endpoints, shared by the segments' trackers
+	leases    *lease.Leases  // nil outside routed mode
+	enc       *encryption    // nil without --encrypt
 	// leaseEvents signals (coalesced) a change of the leases to
 	// LeaseWatch, once the node's own lease is saved.
 	leaseEvents chan struct{}
