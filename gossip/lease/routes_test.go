@@ -111,7 +111,7 @@ func routeOf(n *Leases, node string, p netip.Prefix) (Route, bool) {
 // containing why).
 func routeIs(t *testing.T, n *testNode, node string, p netip.Prefix, state, why string) {
 	t.Helper()
-	eventually(t, 15*time.Second, fmt.Sprintf("%s sees %s's route %s %s", n.name, node, p, state), func() error {
+	eventually(t, 30*time.Second, fmt.Sprintf("%s sees %s's route %s %s", n.name, node, p, state), func() error {
 		r, ok := routeOf(n.ls, node, p)
 		if !ok || r.State != state || !strings.Contains(r.Reason, why) {
 			return fmt.Errorf("got %+v (%t)", r, ok)
