@@ -734,7 +734,7 @@ func (r *Report) writeNotes(w io.Writer) error {
 			}
 		}
 		if len(procs) > 0 {
-			fmt.Fprintf(&notes, "  %s (agents): the user+system time of the overlay's own processes on both hosts (uvxlan's agents, tincd, ...), from /proc/PID/stat.\n", strings.Join(procs, ", "))
+			fmt.Fprintf(&notes, "  %s (agents): both agents' user+system time, from /proc/PID/stat: the overlay's own processes on both hosts (uvxlan's agents, tincd, ovs-vswitchd and ovsdb-server, ...).\n", strings.Join(procs, ", "))
 		}
 		idle := "the idle rate"
 		if r.CPUIdle != nil {
