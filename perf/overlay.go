@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -212,7 +213,7 @@ func install(ctx context.Context, progs []Program, out io.Writer) error {
 		switch {
 		case p.Module != "":
 			mods = append(mods, p.Module)
-		case p.Package != "":
+		case p.Package != "" && !slices.Contains(pkgs, p.Package):
 			pkgs = append(pkgs, p.Package)
 		}
 	}
