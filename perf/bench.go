@@ -29,7 +29,6 @@ package perf
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -287,8 +286,8 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 			if info.OwnTestbed && prefix != "" {
 				prefix = ownPrefix(prefix, slices.Index(Overlays, o))
 			}
-			if info.OwnTestbed || prefix == "" {
-				prefix = cmp.Or(prefix, testenv.RandomPrefix())
+			if prefix == "" {
+				prefix = testenv.RandomPrefix()
 			}
 			if tb, err = newTestbed(prefix); err != nil {
 				return nil, err
