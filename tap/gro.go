@@ -160,12 +160,24 @@ func (g *GRO) Coalesce(frames [][]byte) []GROFrame {
 		g.next[i], g.skip[i] = -1, 0
 		p := groParse(f, g.udp)
 		it := groItem{buf: i, tail: i, size: len(f), kind: p.kind, v4: p.v4}
-		cs, _, co := partialCsum(f)
+		// A checksum is verified first; only a wrong one may be partial,
+		// so frames with right checksums pay nothing more.
+		var cs, co int
+		verified := p.mergeable && groVerify(f, &p)
+		switch {
+		case verified:
+		case p.mergeable:
+			if groVerifyIPv4(f, &p) {
+				cs, co = groPartial(f, &p)
+			}
+		case p.ip:
+			cs, _, co = partialCsum(f)
+		}
 		if cs > 0 {
 			g.partials++
 			it.csumStart, it.csumOff = uint16(cs), uint16(co)
 		}
-		if !p.mergeable || cs == 0 && !groVerify(f, &p) || cs > 0 && !groVerifyIPv4(f, &p) {
+		if !verified && (cs == 0 || !p.mergeable) {
 			if p.ip {
 				g.closeAddrs(frames, f, p.v4)
 			}
@@ -311,6 +323,21 @@ func groVerify(f []byte, p *groPkt) bool {
 // for IPv6, which has none).
 func groVerifyIPv4(f []byte, p *groPkt) bool {
 	return !p.v4 || FoldChecksum(Checksum(f[ethHdrLen:p.l4Off], 0)) == 0xffff
+}
+
+// groPartial is partialCsum for a mergeable frame, parsed already: where
+// its L4 checksum is, when the field holds exactly the partial checksum;
+// start 0 otherwise.
+func groPartial(f []byte, p *groPkt) (start, off int) {
+	proto, off := uint8(protoTCP), tcpCsumOffset
+	if p.kind == groUDP {
+		proto, off = protoUDP, udpCsumOffset
+	}
+	l4 := f[p.l4Off:]
+	if binary.BigEndian.Uint16(l4[off:]) != FoldChecksum(pseudoHeaderSum(f, p.v4, proto)+uint64(len(l4))) {
+		return 0, 0
+	}
+	return p.l4Off, off
 }
 
 // groAddrs returns the source and destination addresses of an IP frame.
