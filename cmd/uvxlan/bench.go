@@ -55,12 +55,13 @@ For each: iperf3 TCP with 1 and 4 streams (Gbit/s received), iperf3 UDP with
 64- and 1400-byte payloads, unthrottled (datagrams/s delivered, counted by the
 receiver, with the share of those sent that were lost beside it), ping RTT p50
 and p99 over 400 samples, and CPU seconds per GB delivered by the iperf3 tests:
-for uvxlan both agents' user+system time, for veth and kernel the kernel's
+for uvxlan and the userspace overlays the user+system time of their own
+processes on both hosts ("agents" in the JSON), for veth and kernel the kernel's
 system+irq+softirq time on all CPUs (/proc/stat; it includes iperf3's own
 kernel work), and for all the whole machine's busy time, both less the idle
 rate (the quieter of 2 s with no test running before and after the tests);
-for uvxlan also the agents' CPU time
-and peak RSS. Prints a table with the uvxlan/kernel ratios, each row marked
+for uvxlan and the userspace overlays
+also their processes' CPU time and peak RSS. Prints a table with the uvxlan/kernel ratios, each row marked
 ↑ (higher is better: throughput) or ↓ (lower is better: RTT, CPU); --json
 prints an object with every figure of every round ("per_round", each test's
 raw record in "tests"), and per figure which way is better ("figures",
