@@ -60,8 +60,8 @@ processes on both hosts ("agents" in the JSON), for veth and kernel the kernel's
 system+irq+softirq time on all CPUs (/proc/stat; it includes iperf3's own
 kernel work), and for all the whole machine's busy time, both less the idle
 rate (the quieter of 2 s with no test running before and after the tests);
-for uvxlan and the userspace overlays
-also their processes' CPU time and peak RSS. Prints a table with the uvxlan/kernel ratios, each row marked
+for uvxlan and the userspace overlays also their processes' CPU time and
+peak RSS. Prints a table with the uvxlan/kernel ratios, each row marked
 ↑ (higher is better: throughput) or ↓ (lower is better: RTT, CPU); --json
 prints an object with every figure of every round ("per_round", each test's
 raw record in "tests"), and per figure which way is better ("figures",
