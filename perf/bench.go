@@ -165,13 +165,15 @@ func (p path) port(test int) int { return iperfBasePort + 10*p.index + test }
 
 // bench is one Run in progress.
 type bench struct {
-	cfg   Config
-	plan  plan
-	work  string          // temporary directory: sockets, state, logs
-	idle  []CPUIdleSample // the machine's CPU use with no test running
-	step  int
-	steps int
-	out   io.Writer
+	cfg  Config
+	plan plan
+	work string // temporary directory: sockets, state, logs
+	// cleanups run after the testbeds are down (overlayEnv.OnTeardown).
+	cleanups []func()
+	idle     []CPUIdleSample // the machine's CPU use with no test running
+	step     int
+	steps    int
+	out      io.Writer
 }
 
 // Run builds a 2-host testbed (and one more for each overlay that needs its
@@ -247,11 +249,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("perf: %w", err)
 	}
-	defer func() {
-		if os.Getenv("UVXLAN_BENCH_KEEP") == "" {
-			os.RemoveAll(b.work)
-		}
-	}()
+	defer os.RemoveAll(b.work)
 	var testbeds []*testenv.Testbed
 	defer func() {
 		for _, tb := range slices.Backward(testbeds) {
@@ -259,6 +257,9 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 			if derr := tb.Down(); derr != nil && err == nil {
 				rep, err = nil, fmt.Errorf("perf: %w", derr)
 			}
+		}
+		for _, f := range b.cleanups {
+			f()
 		}
 	}()
 	// newTestbed builds a 2-host testbed; the shared one has cfg.Prefix.
@@ -407,7 +408,7 @@ func (b *bench) setup(ctx context.Context, d overlay, tb *testenv.Testbed) (path
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return path{}, fmt.Errorf("perf: %w", err)
 	}
-	e := &overlayEnv{H1: tb.Host(1), H2: tb.Host(2), Dir: dir, Binary: b.cfg.Binary, Say: b.say, Prefix: tb.Prefix(), runCtx: ctx}
+	e := &overlayEnv{H1: tb.Host(1), H2: tb.Host(2), Dir: dir, Binary: b.cfg.Binary, Say: b.say, Prefix: tb.Prefix(), runCtx: ctx, cleanups: &b.cleanups}
 	sctx, cancel := context.WithTimeout(ctx, setupTimeout)
 	defer cancel()
 	up, err := d.Setup(sctx, e)

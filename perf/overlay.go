@@ -132,8 +132,14 @@ type overlayEnv struct {
 	Prefix string
 	// runCtx is the run's context, which the processes live by (Setup's
 	// own ends with Setup).
-	runCtx context.Context
+	runCtx   context.Context
+	cleanups *[]func()
 }
+
+// OnTeardown has f run once the run's testbeds are down (and their
+// processes stopped), also after a failure: for what an overlay leaves
+// outside the namespaces and Dir.
+func (e *overlayEnv) OnTeardown(f func()) { *e.cleanups = append(*e.cleanups, f) }
 
 // overlayUp is a Setup's result.
 type overlayUp struct {

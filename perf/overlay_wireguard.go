@@ -58,6 +58,7 @@ func (d wireguardOverlay) Setup(ctx context.Context, e *overlayEnv) (overlayUp, 
 		}
 		up.Procs = append(up.Procs, p)
 		sock := filepath.Join("/var/run/wireguard", dev+".sock")
+		e.OnTeardown(func() { os.Remove(sock) }) // wireguard-go removes it unless killed
 		if err := testenv.Eventually(ctx, 10*time.Second, func() bool { _, err := os.Stat(sock); return err == nil || p.Exited() }); err != nil || p.Exited() {
 			return up, fmt.Errorf("%s: no UAPI socket %s: %v", h.Name, sock, err)
 		}
