@@ -8,6 +8,12 @@ package encap
 // Receive (underlay → TAPs), one batch at a time:
 //  1. one ReadBatch (recvmmsg); a message in which the kernel coalesced a
 //     run of datagrams (UDP GRO) is cut into its datagrams in place;
+//  1a. with encryption (EngineConfig.ESP), ESP (esp.IsESP) is opened in
+//     place with the SA of its source and SPI, and the VXLAN datagram in
+//     it goes on; one without an SA (esp_unknown_spi), failing
+//     authentication (esp_auth_failed) or replayed (esp_replay) is
+//     dropped, as is plain VXLAN from a member that encrypts
+//     (plain_from_encrypting_member): before anything is read from them;
 //  2. validate the VXLAN header (length, I flag, reserved bits): a failure is
 //     a drop counted by the Demux, as is a VNI no engine serves (wrong_vni);
 //  3. the engine of the VNI checks the source against its filter
@@ -40,6 +46,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/uvxlan/uvxlan/encap/esp"
 	"github.com/uvxlan/uvxlan/fdb"
 )
 
@@ -67,6 +74,9 @@ type Demux struct {
 	checkMember  bool
 	checkDrop    DropReason
 	checkedBatch bool
+	// esp is the engines' EngineConfig.ESP; sc is Open's scratch.
+	esp *esp.Table
+	sc  esp.Scratch
 }
 
 // NewDemux builds a demultiplexer of rx for engines, which must serve
@@ -90,7 +100,7 @@ func NewDemux(rx Transport, engines []*Engine) (*Demux, error) {
 }
 
 func newDemux(rx Transport, engines []*Engine) *Demux {
-	d := &Demux{rx: rx, engines: engines, byVNI: make(map[fdb.VNI]int, len(engines))}
+	d := &Demux{rx: rx, engines: engines, byVNI: make(map[fdb.VNI]int, len(engines)), esp: engines[0].cfg.ESP}
 	for i, e := range engines {
 		d.byVNI[e.cfg.VNI] = i
 	}
@@ -145,14 +155,14 @@ func (d *Demux) receiveLoop() error {
 	// add validates one datagram and queues its frame; it reports whether
 	// a TAP turned out closed.
 	add := func(m *Message) bool {
-		i := d.accept(m)
+		i, dgram := d.receive(m)
 		if i < 0 {
 			return false
 		}
 		if len(outs[i]) == cap(outs[i]) && flush(i) {
 			return true
 		}
-		outs[i] = append(outs[i], m.Buf[:m.N])
+		outs[i] = append(outs[i], dgram)
 		return false
 	}
 	for {
@@ -206,11 +216,58 @@ func (d *Demux) peekVNI(pkt []byte) int {
 	return d.engineOf(h.VNI)
 }
 
-// accept validates one datagram (VXLAN header + frame), finds the engine of
-// its VNI and lets it check and learn from the frame. It returns the
-// engine's index, or -1 when the datagram is dropped.
+// receive validates one datagram (VXLAN header + frame, or ESP around
+// them), finds the engine of its VNI and lets it check and learn from the
+// frame. It returns the engine's index and the VXLAN datagram (in m.Buf),
+// or -1 when the datagram is dropped.
+func (d *Demux) receive(m *Message) (int, []byte) {
+	pkt, ok := d.open(m)
+	if !ok {
+		return -1, nil
+	}
+	return d.acceptVXLAN(m, pkt), pkt
+}
+
+// accept is receive without the datagram.
 func (d *Demux) accept(m *Message) int {
+	i, _ := d.receive(m)
+	return i
+}
+
+// open returns the VXLAN datagram of m: m's bytes, or for ESP, what
+// they decrypt to in place; it counts and reports the drops of step 1a.
+func (d *Demux) open(m *Message) ([]byte, bool) {
 	pkt := m.Buf[:m.N]
+	if d.esp == nil {
+		return pkt, true
+	}
+	from := m.Addr.Addr()
+	if !esp.IsESP(pkt) {
+		if _, member := d.esp.Lookup(from); member {
+			d.c.drop(DropPlainFromMember)
+			return nil, false
+		}
+		return pkt, true
+	}
+	sa := d.esp.Inbound(from, esp.SPIOf(pkt))
+	if sa == nil {
+		d.c.drop(DropESPUnknownSPI)
+		return nil, false
+	}
+	inner, res := sa.Open(pkt, &d.sc)
+	switch res {
+	case esp.OK:
+		return inner, true
+	case esp.Replayed:
+		d.c.drop(DropESPReplay)
+	default:
+		d.c.drop(DropESPAuth)
+	}
+	return nil, false
+}
+
+// acceptVXLAN is accept's rest, on the VXLAN datagram pkt of m.
+func (d *Demux) acceptVXLAN(m *Message, pkt []byte) int {
 	var h Header
 	if err := h.Unmarshal(pkt); err != nil {
 		switch {
@@ -241,7 +298,7 @@ func (d *Demux) accept(m *Message) int {
 	}
 	if frame[12] == EtherTypePMTU>>8 && frame[13] == EtherTypePMTU&0xff {
 		if msg, ok := ParsePMTUFrame(frame); ok {
-			e.pmtu(msg, h.VNI, fdb.MAC(frame[0:6]), m)
+			e.pmtu(msg, h.VNI, fdb.MAC(frame[0:6]), m.Addr, len(pkt))
 			return -1
 		}
 	}
@@ -287,7 +344,7 @@ func (e *Engine) admitSource(src fdb.MAC, addr netip.Addr, member bool) bool {
 
 // pmtu counts a path MTU probe or ack and reports it to the node, without
 // blocking.
-func (e *Engine) pmtu(msg PMTUMessage, vni fdb.VNI, dst fdb.MAC, m *Message) {
+func (e *Engine) pmtu(msg PMTUMessage, vni fdb.VNI, dst fdb.MAC, from netip.AddrPort, n int) {
 	if msg.Kind == PMTUProbe {
 		e.c.add(PMTUProbes, 1)
 	} else {
@@ -297,7 +354,7 @@ func (e *Engine) pmtu(msg PMTUMessage, vni fdb.VNI, dst fdb.MAC, m *Message) {
 		return
 	}
 	select {
-	case e.cfg.PMTU <- PMTUReport{VNI: vni, From: m.Addr, Dst: dst, Len: m.N, Msg: msg}:
+	case e.cfg.PMTU <- PMTUReport{VNI: vni, From: from, Dst: dst, Len: n, Msg: msg}:
 	default:
 	}
 }

@@ -63,6 +63,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/uvxlan/uvxlan/encap/esp"
 	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/tap"
 )
@@ -152,7 +153,17 @@ type EngineConfig struct {
 	// for up to this long after it finds it empty, before it parks (the
 	// receiving sockets have their own setting: UDPConn.SetBusyPoll).
 	BusyPoll time.Duration
-	Logger   *slog.Logger
+	// ESP, when set, holds the SAs of the members that encrypt
+	// (--encrypt; package esp): a datagram to one of them is sealed in
+	// its SA, or dropped (esp_no_key) while none is agreed, never sent
+	// plain; plain VXLAN goes only to the VTEPs the Filter holds as
+	// plain (static peers, --allow-vtep, static entries' VTEPs: see
+	// plainAllowed), so an engine with ESP needs a Filter; the Demux opens the ESP it receives with them and drops
+	// plain VXLAN from them (plain_from_encrypting_member). The others
+	// (static peers, --allow-vtep) get plain VXLAN. The engines of a node
+	// share one Table.
+	ESP    *esp.Table
+	Logger *slog.Logger
 }
 
 // Sighting is an endpoint seen behind this node's TAP: a MAC, and with IP
@@ -224,7 +235,7 @@ func NewEngine(cfg EngineConfig, dev tap.Device, rx Transport, senders []Transpo
 		return nil, fmt.Errorf("encap: negative underlay MTU %d", cfg.UnderlayMTU)
 	}
 	if cfg.UnderlayMTU > 0 {
-		e.maxFrame = max(cfg.UnderlayMTU-VXLANOverhead(cfg.Local)+ethHeaderLen, ethHeaderLen)
+		e.maxFrame = max(cfg.UnderlayMTU-e.overhead()+ethHeaderLen, ethHeaderLen)
 	}
 	if rx != nil {
 		e.own = newDemux(rx, []*Engine{e})
@@ -232,6 +243,15 @@ func NewEngine(cfg EngineConfig, dev tap.Device, rx Transport, senders []Transpo
 	e.poller, _ = dev.(tap.Poller)
 	e.tx = e.newTxState()
 	return e, nil
+}
+
+// overhead is what the underlay adds to a frame: VXLAN's, and ESP's
+// when the engine encrypts (for every destination: the larger wins).
+func (e *Engine) overhead() int {
+	if e.cfg.ESP != nil {
+		return VXLANOverhead(e.cfg.Local) + esp.Overhead
+	}
+	return VXLANOverhead(e.cfg.Local)
 }
 
 // VNI returns the VNI the engine serves.
@@ -312,6 +332,14 @@ type txBatch struct {
 	// per batch when a frame is first answered.
 	tooBigNow   int64
 	tooBigNowOK bool
+	// seal[:nseal] are the datagrams sealed for members that encrypt
+	// (EngineConfig.ESP) in this batch, each in a buffer of sealCap bytes;
+	// the list grows to the most a batch needed and stays. sc is Seal's
+	// scratch.
+	seal    [][]byte
+	nseal   int
+	sealCap int
+	sc      esp.Scratch
 }
 
 func (e *Engine) newTxBatch(batch int) *txBatch {
@@ -331,6 +359,16 @@ func (b *txBatch) reset() {
 	}
 	b.replies = b.replies[:0]
 	b.seenOK, b.nowOK, b.tooBigNowOK = false, false, false
+	b.nseal = 0
+}
+
+// sealBuf returns a buffer for one more sealed datagram of the batch.
+func (b *txBatch) sealBuf() []byte {
+	if b.nseal == len(b.seal) {
+		b.seal = append(b.seal, make([]byte, b.sealCap))
+	}
+	b.nseal++
+	return b.seal[b.nseal-1]
 }
 
 // txState is the transmit loop's scratch, allocated once.
@@ -348,6 +386,7 @@ func (e *Engine) newTxState() *txState {
 	batch := e.dev.BatchSize()
 	frameCap := Headroom + e.dev.MTU() + ethHeaderLen + 4 // + a VLAN tag
 	st := &txState{bufs: make([][]byte, batch), sizes: make([]int, batch), tails: make([][]byte, batch), tb: e.newTxBatch(batch)}
+	st.tb.sealCap = esp.Headroom + frameCap + esp.Tailroom
 	for i := range st.bufs {
 		st.bufs[i] = make([]byte, frameCap)
 	}
@@ -434,7 +473,7 @@ func (e *Engine) send(n int) (closed bool) {
 		sent, err := e.senders[i].WriteBatch(msgs)
 		for _, m := range msgs[:sent] {
 			e.c.add(TxPackets, 1)
-			e.c.add(TxBytes, uint64(m.Len()-HeaderLen))
+			e.c.add(TxBytes, uint64(innerLen(&m)))
 		}
 		if err != nil {
 			if isClosed(err) {
@@ -589,7 +628,6 @@ func (e *Engine) forward(pkt, tail []byte, f *txFrame, tb *txBatch) {
 	if len(e.senders) > 1 {
 		s = int(flowHash(frame) % uint32(len(e.senders)))
 	}
-	out := tb.out
 	if !f.dst.IsMulticast() {
 		if vtep, ok := e.fdb.Lookup(e.cfg.VNI, f.dst); ok {
 			if vtep.Addr() != e.cfg.Local {
@@ -598,7 +636,7 @@ func (e *Engine) forward(pkt, tail []byte, f *txFrame, tb *txBatch) {
 					e.answerTooBig(frame, lim-ethHeaderLen, tb)
 					return
 				}
-				out[s] = append(out[s], Message{Buf: pkt, N: len(pkt), Tail: tail, Addr: vtep})
+				e.queue(tb, s, pkt, tail, vtep)
 			}
 			return
 		}
@@ -622,7 +660,7 @@ func (e *Engine) forward(pkt, tail []byte, f *txFrame, tb *txBatch) {
 		if vtep.Addr() == e.cfg.Local {
 			continue
 		}
-		out[s] = append(out[s], Message{Buf: pkt, N: len(pkt), Tail: tail, Addr: vtep})
+		e.queue(tb, s, pkt, tail, vtep)
 		sent = true
 	}
 	if !sent {
@@ -635,6 +673,82 @@ func (e *Engine) forward(pkt, tail []byte, f *txFrame, tb *txBatch) {
 	}
 }
 
+// queue appends the datagram pkt, followed by tail, for vtep to sender
+// s's list: as it is, or sealed (in a buffer of the batch's: the frame may
+// go to several VTEPs, each with its own key) for a member that encrypts.
+// Without an agreed key the datagram is dropped, never sent plain.
+func (e *Engine) queue(tb *txBatch, s int, pkt, tail []byte, vtep netip.AddrPort) {
+	if e.cfg.ESP != nil {
+		if p, ok := e.cfg.ESP.Lookup(vtep.Addr()); ok {
+			e.seal(tb, s, p.Out, pkt, tail, vtep)
+			return
+		}
+		if !e.plainAllowed(vtep.Addr()) {
+			e.c.drop(DropESPNoKey)
+			return
+		}
+	}
+	tb.out[s] = append(tb.out[s], Message{Buf: pkt, N: len(pkt), Tail: tail, Addr: vtep})
+}
+
+// plainAllowed reports whether plain VXLAN may go to addr when the engine
+// encrypts: only to the VTEPs configured as plain (static peers and
+// --allow-vtep ranges, the VTEPs of static FDB entries) that are no gossip
+// member. Any other VTEP (a member whose keys are not in the table yet, as
+// at a takeover's first moments) gets nothing rather than plaintext.
+func (e *Engine) plainAllowed(addr netip.Addr) bool {
+	f := e.cfg.Filter
+	if f == nil {
+		return false
+	}
+	addr = addr.Unmap()
+	if _, member := f.Member(addr); member {
+		return false
+	}
+	if _, ok := f.staticPort(addr); ok {
+		return true
+	}
+	for _, p := range f.ranges {
+		if p.Contains(addr) {
+			return true
+		}
+	}
+	return false
+}
+
+// seal queues pkt and tail sealed in sa for vtep (see queue). The
+// payload is copied once, next to its headers, and encrypted in place
+// there: GCM wants it in one piece, and the same frame may be sealed for
+// several members.
+func (e *Engine) seal(tb *txBatch, s int, sa *esp.SA, pkt, tail []byte, vtep netip.AddrPort) {
+	n := len(pkt) + len(tail)
+	if sa == nil {
+		e.c.drop(DropESPNoKey)
+		return
+	}
+	if esp.Headroom+n+esp.Tailroom > tb.sealCap {
+		e.c.drop(DropTooBig)
+		return
+	}
+	buf := tb.sealBuf()
+	copy(buf[esp.Headroom+copy(buf[esp.Headroom:], pkt):], tail)
+	m, err := sa.Seal(buf, n, &tb.sc)
+	if err != nil { // exhausted: the next rekey replaces it
+		e.c.drop(DropESPNoKey)
+		return
+	}
+	tb.out[s] = append(tb.out[s], Message{Buf: buf, N: m, Addr: vtep})
+}
+
+// innerLen is the length of the frame a datagram to send carries: without
+// the VXLAN header, and without ESP's (within the 3 bytes of padding).
+func innerLen(m *Message) int {
+	if m.Tail == nil && esp.IsESP(m.Buf) {
+		return m.N - esp.Overhead + 3 - HeaderLen
+	}
+	return m.Len() - HeaderLen
+}
+
 // pathLimit returns the longest frame whose datagram fits the measured
 // path MTU towards vtep, when that is smaller than what the underlay MTU
 // allows; 0 otherwise (unknown, or no smaller).
@@ -643,7 +757,7 @@ func (e *Engine) pathLimit(vtep netip.Addr) int {
 	if pm <= 0 {
 		return 0
 	}
-	lim := max(pm-VXLANOverhead(e.cfg.Local)+ethHeaderLen, ethHeaderLen)
+	lim := max(pm-e.overhead()+ethHeaderLen, ethHeaderLen)
 	if e.maxFrame > 0 && lim >= e.maxFrame {
 		return 0
 	}
@@ -695,12 +809,13 @@ func (e *Engine) refused(s int, msgs []Message, tb *txBatch) int {
 		if mtu <= 0 {
 			mtu = -1
 			if p, ok := e.senders[s].(pathMTUer); ok {
-				if pm := p.PathMTU(m.Addr.Addr()); pm > VXLANOverhead(e.cfg.Local) {
-					mtu = pm - VXLANOverhead(e.cfg.Local)
+				if pm := p.PathMTU(m.Addr.Addr()); pm > e.overhead() {
+					mtu = pm - e.overhead()
 				}
 			}
 		}
-		if mtu > 0 && &m.Buf[0] != last {
+		// A sealed datagram holds ciphertext, nothing to answer from.
+		if mtu > 0 && &m.Buf[0] != last && !(m.Tail == nil && esp.IsESP(m.Buf)) {
 			last = &m.Buf[0]
 			e.answerTooBig(m.Buf[HeaderLen:m.N], mtu, tb)
 		}
@@ -744,6 +859,15 @@ func (e *Engine) snoop(src fdb.MAC, bind netip.Addr) {
 		e.report(Sighting{MAC: src})
 	}
 	if !bind.IsValid() || e.cfg.Neigh == nil {
+		return
+	}
+	// A binding to src that another node announced (gossip, EVPN) is not
+	// ours yet: the endpoint moved here with its MAC and address, and
+	// must be claimed (a higher version, a higher MAC mobility sequence).
+	if mac, o, ok := e.cfg.Neigh.LookupOrigin(e.cfg.VNI, bind); ok {
+		if mac != src || (o != fdb.OriginLocal && o != fdb.OriginStatic) {
+			e.report(Sighting{MAC: src, IP: bind})
+		}
 		return
 	}
 	if mac, ok := e.cfg.Neigh.Lookup(e.cfg.VNI, bind); !ok || mac != src {

@@ -457,6 +457,20 @@ func TestEngineNDSnoop(t *testing.T) {
 	if len(snoop) != 0 {
 		t.Errorf("known binding reported again: %+v", <-snoop)
 	}
+	// The same binding announced by another node (an endpoint that moved
+	// here with its MAC and address) is reported: it must be claimed.
+	for _, o := range []fdb.Origin{fdb.OriginGossip, fdb.OriginEVPN} {
+		neigh.Delete(testVNI, ipD)
+		neigh.Set(fdb.Neigh{VNI: testVNI, IP: ipD, MAC: macC, Origin: o})
+		tb.reset()
+		e.route(append(make([]byte, Headroom), gopacketUnsolicitedNA(t, macC, ipD)...), nil, tb)
+		if len(snoop) != 1 {
+			t.Errorf("binding of origin %s to the same MAC seen behind the TAP: %d sightings, want 1", o, len(snoop))
+		}
+		for len(snoop) > 0 {
+			<-snoop
+		}
+	}
 }
 
 // Source MACs and ARP bindings seen behind the TAP are reported once they

@@ -133,29 +133,44 @@ const (
 	// behind another VTEP than the datagram's source.
 	DropForeignMAC
 
+	// The encrypted wire (EngineConfig.ESP, package esp). Receive side:
+	// datagrams dropped before anything is read from them or learned.
+	DropESPUnknownSPI   // ESP from a member with no SA of that SPI (not yet agreed, or long gone)
+	DropESPAuth         // ESP that fails authentication (forged, corrupted, malformed)
+	DropESPReplay       // ESP with a sequence number already seen, or older than the window
+	DropPlainFromMember // plain VXLAN from a member that encrypts
+	// Transmit side: a frame for a member that encrypts, while no key is
+	// agreed with it yet (it is never sent in plain).
+	DropESPNoKey
+
 	NumDropReasons
 )
 
 var dropDescs = [NumDropReasons]Desc{
-	DropShortHeader:  {"short_header", "Datagrams shorter than a VXLAN header."},
-	DropNoIFlag:      {"no_i_flag", "Datagrams without the VXLAN I flag."},
-	DropReservedBits: {"reserved_bits", "Datagrams with a reserved VXLAN bit set."},
-	DropWrongVNI:     {"wrong_vni", "Datagrams for a VNI no segment of this agent serves."},
-	DropUnknownVTEP:  {"unknown_vtep", "Datagrams from a source that is no alive member serving the VNI, no static peer and in no --allow-vtep range."},
-	DropShortFrame:   {"short_frame", "Datagrams whose inner frame is shorter than an Ethernet header."},
-	DropBadSrcMAC:    {"bad_src_mac", "Inner frames with a multicast, broadcast or zero source MAC."},
-	DropOwnMAC:       {"own_mac", "Inner frames with our own TAP MAC as source (a loop)."},
-	DropTAPWrite:     {"tap_write_error", "Frames the TAP refused."},
-	DropTxShortFrame: {"tx_short_frame", "Frames read from the TAP shorter than an Ethernet header."},
-	DropNoVTEP:       {"no_vtep", "Frames with nowhere to go: unknown destination and an empty flood list."},
-	DropBUMLimited:   {"bum_rate_limited", "Broadcast, multicast and unknown unicast frames over the segment's --bum-rate, not flooded."},
-	DropSendError:    {"send_error", "Datagrams the underlay socket refused."},
-	DropTAPSplit:     {"tap_split_error", "Super-frames from the TAP that could not be split into segments."},
-	DropPinnedAddr:   {"pinned_address", "ARP and ND packets from behind the TAP claiming an address pinned to another node (its TAP address), and ARP and ND packets from the underlay binding an address pinned to a node to a MAC not its own."},
-	DropSrcPort:      {"src_port", "Datagrams from a member's address but not from a source port its agent holds (announced in its gossip metadata): another process on its host."},
-	DropForeignMAC:   {"foreign_mac", "Inner frames whose source MAC gossip places behind another VTEP than the datagram's source."},
-	DropTAPQueue:     {"tap_queue_full", "Frames the kernel dropped on their way from the host into the TAP (its tx_dropped since the agent opened it): they came faster than the agent read them, and a Linux TAP drops rather than make the sender wait."},
-	DropTooBig:       {"too_big", "Frames from the TAP too big for the underlay path (--underlay-mtu, or refused by the socket); the sender is told with an ICMP error (counter too_big) unless rate-limited."},
+	DropShortHeader:     {"short_header", "Datagrams shorter than a VXLAN header."},
+	DropNoIFlag:         {"no_i_flag", "Datagrams without the VXLAN I flag."},
+	DropReservedBits:    {"reserved_bits", "Datagrams with a reserved VXLAN bit set."},
+	DropWrongVNI:        {"wrong_vni", "Datagrams for a VNI no segment of this agent serves."},
+	DropUnknownVTEP:     {"unknown_vtep", "Datagrams from a source that is no alive member serving the VNI, no static peer and in no --allow-vtep range."},
+	DropShortFrame:      {"short_frame", "Datagrams whose inner frame is shorter than an Ethernet header."},
+	DropBadSrcMAC:       {"bad_src_mac", "Inner frames with a multicast, broadcast or zero source MAC."},
+	DropOwnMAC:          {"own_mac", "Inner frames with our own TAP MAC as source (a loop)."},
+	DropTAPWrite:        {"tap_write_error", "Frames the TAP refused."},
+	DropTxShortFrame:    {"tx_short_frame", "Frames read from the TAP shorter than an Ethernet header."},
+	DropNoVTEP:          {"no_vtep", "Frames with nowhere to go: unknown destination and an empty flood list."},
+	DropBUMLimited:      {"bum_rate_limited", "Broadcast, multicast and unknown unicast frames over the segment's --bum-rate, not flooded."},
+	DropSendError:       {"send_error", "Datagrams the underlay socket refused."},
+	DropTAPSplit:        {"tap_split_error", "Super-frames from the TAP that could not be split into segments."},
+	DropPinnedAddr:      {"pinned_address", "ARP and ND packets from behind the TAP claiming an address pinned to another node (its TAP address), and ARP and ND packets from the underlay binding an address pinned to a node to a MAC not its own."},
+	DropSrcPort:         {"src_port", "Datagrams from a member's address but not from a source port its agent holds (announced in its gossip metadata): another process on its host."},
+	DropForeignMAC:      {"foreign_mac", "Inner frames whose source MAC gossip places behind another VTEP than the datagram's source."},
+	DropESPUnknownSPI:   {"esp_unknown_spi", "ESP datagrams from a member with no security association of their SPI (keys not agreed yet, or retired)."},
+	DropESPAuth:         {"esp_auth_failed", "ESP datagrams that failed authentication: forged, corrupted or malformed."},
+	DropESPReplay:       {"esp_replay", "ESP datagrams whose sequence number was seen already or is older than the anti-replay window: replays."},
+	DropPlainFromMember: {"plain_from_encrypting_member", "Plain VXLAN datagrams from the address of a member that encrypts (--encrypt): forged, or a misconfigured member."},
+	DropESPNoKey:        {"esp_no_key", "Frames for a member that encrypts, dropped because no key is agreed with it yet (never sent in plain)."},
+	DropTAPQueue:        {"tap_queue_full", "Frames the kernel dropped on their way from the host into the TAP (its tx_dropped since the agent opened it): they came faster than the agent read them, and a Linux TAP drops rather than make the sender wait."},
+	DropTooBig:          {"too_big", "Frames from the TAP too big for the underlay path (--underlay-mtu, or refused by the socket); the sender is told with an ICMP error (counter too_big) unless rate-limited."},
 }
 
 // Desc returns the reason's declaration.

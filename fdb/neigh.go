@@ -70,6 +70,16 @@ func (n *Neighbors) shard(k neighKey) *atomic.Pointer[map[neighKey]neighVal] {
 	return &n.shards[h%neighShards]
 }
 
+// LookupOrigin returns the binding of ip itself in vni (not a subnet's,
+// see SetSubnets) and its origin. Like Lookup, it never blocks nor
+// allocates.
+func (n *Neighbors) LookupOrigin(vni VNI, ip netip.Addr) (MAC, Origin, bool) {
+	ip = ip.Unmap()
+	k := neighKey{vni, ip}
+	v, ok := (*n.shard(k).Load())[k]
+	return v.mac, v.origin, ok
+}
+
 // SubnetNeigh binds every address of a subnet to one MAC: in a routed
 // overlay, the addresses of a remote node's subnet are all answered with
 // that node's TAP MAC, so the local kernel routes to it.

@@ -29,7 +29,10 @@ package gossip
 //     protocol version, and if the refusal comes while this node is joining
 //     and no seed accepts it, Run fails with the refusal: the cluster is
 //     configured differently. A peer whose metadata carries a section of a
-//     type this node does not run is refused the same way.
+//     type this node does not run is refused the same way. An extension
+//     whose Meta is empty adds no section: it is optional, and a peer that
+//     does not run it is a member like any other (it skips the extension's
+//     broadcasts and state sections, as above).
 //   - Membership. NotifyMember tells the extension that a member came alive
 //     (a join, a return, new metadata) or was declared dead or left.
 //   - Handle. What gossip offers an extension (see Handle): broadcasts, the
@@ -66,7 +69,9 @@ import (
 const (
 	// MinExtensionType is the smallest type byte of an extension; the
 	// smaller ones are gossip's own message types. Types in use:
-	// MinExtensionType, subnet leases (gossip/lease).
+	// MinExtensionType, subnet leases, and MinExtensionType+1, their
+	// routes (gossip/lease); MinExtensionType+2, --encrypt's keys
+	// (cmd/uvxlan/node, encrypt.go).
 	MinExtensionType = 16
 	// MaxExtensionMeta bounds an extension's contribution to the node
 	// metadata, in bytes.
@@ -88,8 +93,8 @@ type Extension interface {
 	// background work of the extension belong here.
 	Run(ctx context.Context)
 	// Meta is the extension's contribution to the node metadata: at most
-	// MaxExtensionMeta bytes, the same for the life of the node. Called once
-	// by New, after Start.
+	// MaxExtensionMeta bytes, the same for the life of the node; empty for
+	// an optional extension (see above). Called once by New, after Start.
 	Meta() []byte
 	// CheckMeta reports whether a peer whose contribution is theirs (nil:
 	// the peer has none) can be a member of our cluster; an error says why
@@ -233,7 +238,9 @@ func (n *Node) startExtensions() error {
 		if len(m) > MaxExtensionMeta {
 			return fmt.Errorf("extension %d: metadata of %d bytes, more than %d", e.Type(), len(m), MaxExtensionMeta)
 		}
-		n.self.ext = append(n.self.ext, section{typ: e.Type(), data: m})
+		if len(m) > 0 { // none: the extension is optional
+			n.self.ext = append(n.self.ext, section{typ: e.Type(), data: m})
+		}
 	}
 	return nil
 }
@@ -249,13 +256,25 @@ func (n *Node) notifyMember(name string, alive bool) {
 	}
 }
 
+// extensionName says what extension t is, for the refusal of a node that
+// runs one this node does not.
+func extensionName(t byte) string {
+	switch t {
+	case MinExtensionType:
+		return "replicated state: subnet leases, routed mode"
+	case MinExtensionType + 2: // cmd/uvxlan/node's encrypt.go
+		return "replicated state: keys of the encrypted wire, --encrypt"
+	}
+	return "replicated state"
+}
+
 // checkExtensionsMeta compares a peer's extension metadata with ours. Its
 // errors are mismatches: the peer is configured differently.
 func (n *Node) checkExtensionsMeta(name string, md *meta) error {
 	for _, s := range md.ext {
 		if n.extension(s.typ) == nil {
-			return mismatch{fmt.Errorf("node %q runs extension %d (replicated state), which this node does not: "+
-				"every node of a cluster must be configured alike", name, s.typ)}
+			return mismatch{fmt.Errorf("node %q runs extension %d (%s), which this node does not: "+
+				"every node of a cluster must be configured alike", name, s.typ, extensionName(s.typ))}
 		}
 	}
 	for _, e := range n.exts {

@@ -233,6 +233,30 @@ func TestExtensionMetaMismatch(t *testing.T) {
 	}
 }
 
+// An extension without metadata is optional: a node that does not run it
+// is a member of a cluster that does, both ways, and what the extension
+// sends it is skipped.
+func TestOptionalExtension(t *testing.T) {
+	cfg := testConfig(0, 0, nil)
+	ty := newToy("") // no metadata
+	cfg.Extensions = []Extension{ty}
+	a := start(t, cfg)
+	cfg = testConfig(1, 0, nil)
+	cfg.Seeds = []string{a.Addr().String()}
+	b := start(t, cfg)
+	waitMembers(t, []*testNode{a, b})
+	ty.add("plum")
+	eventually(t, 10*time.Second, "b skips the toy's broadcast", func() error {
+		if b.Stats().UnknownExtension == 0 {
+			return errors.New("nothing skipped yet")
+		}
+		return nil
+	})
+	if a.Stats().RefusedNodes != 0 || b.Stats().RefusedNodes != 0 {
+		t.Errorf("refused nodes: a %d, b %d", a.Stats().RefusedNodes, b.Stats().RefusedNodes)
+	}
+}
+
 func TestExtensionConfigErrors(t *testing.T) {
 	for _, tt := range []struct {
 		desc string

@@ -83,7 +83,7 @@ func (p Program) source() string {
 
 // overlayList is every overlay, in measuring order.
 var overlayList = []overlay{
-	vethOverlay{}, kernelOverlay{}, uvxlanOverlay{},
+	vethOverlay{}, kernelOverlay{}, uvxlanOverlay{}, uvxlanEncryptedOverlay{},
 	ovsOverlay{}, tincOverlay{}, openvpnOverlay{}, wireguardOverlay{}, nebulaOverlay{}, n2nOverlay{},
 }
 

@@ -352,6 +352,7 @@ func TestParseOverlays(t *testing.T) {
 		{"", Overlays, false},
 		{"all", Overlays, false},
 		{"uvxlan,kernel", []Overlay{Kernel, UVXLAN}, false},
+		{"uvxlan-encrypted,kernel,uvxlan", []Overlay{Kernel, UVXLAN, UVXLANEncrypted}, false},
 		{" veth , veth ", []Overlay{Veth}, false},
 		{"kernel,wireguard", nil, true},
 		{"kernel,", nil, true},
@@ -372,7 +373,7 @@ func TestParseOverlays(t *testing.T) {
 	}
 	// Every overlay names its layer and cipher, and a userspace peer the
 	// programs it needs, each with where it comes from.
-	if len(Overlays) != 9 || Overlays[0] != Veth || Overlays[2] != UVXLAN {
+	if len(Overlays) != 10 || Overlays[0] != Veth || Overlays[2] != UVXLAN || Overlays[3] != UVXLANEncrypted {
 		t.Errorf("Overlays = %v", Overlays)
 	}
 	for _, o := range Overlays {

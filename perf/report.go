@@ -31,6 +31,9 @@ const (
 	Kernel Overlay = "kernel"
 	// UVXLAN is a uvxlan agent in each host (port 4789), static peers.
 	UVXLAN Overlay = "uvxlan"
+	// UVXLANEncrypted is a second agent in each host with --encrypt
+	// (port 4790), gossip members.
+	UVXLANEncrypted Overlay = "uvxlan-encrypted"
 	// The userspace overlays users would pick instead, each on a testbed
 	// of its own (see their overlay_*.go).
 	OVS         Overlay = "ovs"

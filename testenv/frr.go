@@ -91,6 +91,11 @@ func (h *Host) StartFRR(ctx context.Context, cfg FRRConfig) (*FRR, error) {
 	f := &FRR{Host: h, Dir: dir}
 	zebra := "hostname " + h.Name + "-zebra\n"
 	for name, conf := range map[string]string{"zebra.conf": zebra, "bgpd.conf": bgpd} {
+		// Unbuffered logs: a rejected line is in the log by the time the
+		// daemon opens its vty socket, which start waits for and then
+		// reads the log (buffered, it came later, and the check missed
+		// it under load).
+		conf = "log immediate-mode\n" + conf
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(conf), 0o644); err != nil {
 			return fail(err)
 		}

@@ -245,7 +245,7 @@ func TestStartFRRBadConfig(t *testing.T) {
 	requireFRR(t)
 	tb := NewForTest(t, Config{Hosts: 1})
 	_, err := tb.Host(1).StartFRR(t.Context(), FRRConfig{ASN: 65000, Extra: []string{"router bgp 65001"}})
-	if err == nil || !strings.Contains(err.Error(), "config line 9: router bgp 65001") {
-		t.Fatalf("a second BGP instance in the default VRF: want an error naming line 9, got %v", err)
+	if err == nil || !strings.Contains(err.Error(), "config line 10: router bgp 65001") {
+		t.Fatalf("a second BGP instance in the default VRF: want an error naming line 10, got %v", err)
 	}
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/uvxlan/uvxlan/cmd/uvxlan/node"
 	"github.com/uvxlan/uvxlan/encap"
+	"github.com/uvxlan/uvxlan/encap/esp"
 	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/gossip/lease"
 )
@@ -110,7 +111,12 @@ func configFromCLI(c *cli.Context, log *slog.Logger) (runConfig, error) {
 	if err := underlayConfig(c, &cfg.Config); err != nil {
 		return cfg, err
 	}
-	defMTU, maxMTU := cfg.UnderlayMTU-encap.VXLANOverhead(cfg.Local), 65535-encap.VXLANOverhead(cfg.Local)
+	cfg.Encrypt, cfg.KeyLog, cfg.RekeyInterval = c.Bool("encrypt"), c.String("encrypt-keylog"), c.Duration("encrypt-rekey")
+	overhead := encap.VXLANOverhead(cfg.Local)
+	if cfg.Encrypt {
+		overhead += esp.Overhead
+	}
+	defMTU, maxMTU := cfg.UnderlayMTU-overhead, 65535-overhead
 	var err error
 	if cfg.Segments, err = segmentsFromCLI(c, defMTU, maxMTU); err != nil {
 		return cfg, err
@@ -390,7 +396,7 @@ func parseMAC(s string) (fdb.MAC, error) {
 func routedConfig(c *cli.Context, cfg *node.Config) error {
 	s := c.String("network")
 	if s == "" {
-		for _, f := range []string{"subnet-min", "subnet-max", "ip-masq"} {
+		for _, f := range []string{"subnet-min", "subnet-max", "ip-masq", "subnet", "route"} {
 			if c.IsSet(f) {
 				return usageError{fmt.Errorf("--%s needs --network", f)}
 			}
@@ -418,6 +424,18 @@ func routedConfig(c *cli.Context, cfg *node.Config) error {
 			}
 		}
 	}
+	if v := c.String("subnet"); v != "" {
+		if lc.Subnet, err = netip.ParsePrefix(v); err != nil {
+			return badFlag("subnet", v, "must be a subnet CIDR of --network, such as 10.0.0.0/16")
+		}
+	}
+	for _, v := range c.StringSlice("route") {
+		p, err := netip.ParsePrefix(v)
+		if err != nil {
+			return badFlag("route", v, "must be a CIDR inside --network, such as 10.0.0.1/32")
+		}
+		lc.Routes = append(lc.Routes, p)
+	}
 	if lc.TTL <= 0 {
 		return badFlag("lease-ttl", c.String("lease-ttl"), "must be a positive duration such as 24h")
 	}
@@ -425,8 +443,12 @@ func routedConfig(c *cli.Context, cfg *node.Config) error {
 		var fe *lease.FieldError
 		if errors.As(err, &fe) {
 			flag := map[string]string{"Network": "network", "SubnetLen": "subnet-len", "SubnetMin": "subnet-min",
-				"SubnetMax": "subnet-max", "TTL": "lease-ttl"}[fe.Field]
-			return badFlag(flag, c.String(flag), "%s", fe.Why)
+				"SubnetMax": "subnet-max", "TTL": "lease-ttl", "Subnet": "subnet", "Routes": "route"}[fe.Field]
+			value := c.String(flag)
+			if flag == "route" {
+				value = fe.Value
+			}
+			return badFlag(flag, value, "%s", fe.Why)
 		}
 		return err
 	}

@@ -306,7 +306,7 @@ func (s *controlServer) Serve(n *node.Node) error {
 		ms := n.Members()
 		rows := make([]memberOut, len(ms))
 		for i, m := range ms {
-			rows[i] = memberOut{m, encrypted, n.PathMTU(m.VTEP.Addr())}
+			rows[i] = memberOut{m, encrypted, n.PathMTU(m.VTEP.Addr()), n.Wire(m.VTEP.Addr())}
 		}
 		writeJSON(w, rows)
 	})
@@ -532,6 +532,9 @@ type memberOut struct {
 	// PathMTU is the path MTU measured towards its VTEP; 0: unknown
 	// (itself, or not measured yet).
 	PathMTU int `json:"path_mtu"`
+	// Wire is how VXLAN travels to it: "esp", "esp-pending" (no key
+	// agreed yet) or "vxlan" (node.Node.Wire).
+	Wire string `json:"wire"`
 }
 
 // memberRow is one cluster member (`uvxlan members --json`).
@@ -546,6 +549,7 @@ type memberRow struct {
 	Entries   int            `json:"entries"` // entries it owns that this node holds
 	Self      bool           `json:"self"`
 	PathMTU   int            `json:"path_mtu"` // measured path MTU to its VTEP; 0: unknown
+	Wire      string         `json:"wire"`     // esp, esp-pending (no key yet) or vxlan (--encrypt)
 	// Protocol is the gossip metadata version it speaks now: 6, or 5 or 4
 	// while a member of an older release is in the cluster.
 	Protocol uint8 `json:"protocol"`

@@ -64,13 +64,17 @@ func startFabric(t *testing.T, hosts int, vnis ...uint32) *evpnFabric {
 	return f
 }
 
-// startEVPNAgent runs uvxlan on h as a pure EVPN VTEP (no gossip) with a
-// segment per VNI (VNI 100 on uvx0), peering with h1.
+// startEVPNAgent runs uvxlan on h as a pure EVPN VTEP (no gossip, unless
+// extra has gossip flags) with a segment per VNI (VNI 100 on uvx0),
+// peering with h1.
 func startEVPNAgent(t *testing.T, f *evpnFabric, h *testenv.Host, vnis []uint32, extra ...string) *agent {
 	t.Helper()
 	a := &agent{host: h, control: t.TempDir() + "/" + h.Name + ".sock", overlay: overlayNet(100, byte(h.Index)).Addr()}
-	args := []string{"run", "--name", h.Name, "--local", h.Underlay.String(), "--control", a.control, "--gossip=false",
+	args := []string{"run", "--name", h.Name, "--local", h.Underlay.String(), "--control", a.control,
 		"--bgp-peer", f.tb.Host(1).Underlay.String(), "--bgp-asn", "65000", "--probe-interval", "1s"}
+	if !slices.ContainsFunc(extra, func(s string) bool { return strings.HasPrefix(s, "--gossip-key") }) {
+		args = append(args, "--gossip=false")
+	}
 	for _, v := range vnis {
 		dev := "uvx0"
 		if v != 100 {
@@ -123,7 +127,7 @@ func bgpStatus(t *testing.T, a *agent) evpn.Status {
 }
 
 // routesOf returns FRR's best routes whose next hop is vtep.
-func routesOf(t *testing.T, f *evpnFabric, vtep netip.Addr) []testenv.EVPNRoute {
+func frrRoutesOf(t *testing.T, f *evpnFabric, vtep netip.Addr) []testenv.EVPNRoute {
 	t.Helper()
 	routes, err := f.frr.EVPNRoutes(t.Context())
 	if err != nil {
@@ -216,7 +220,7 @@ func TestEVPNFabric(t *testing.T) {
 	// FRR's table: each agent's endpoint (MAC and MAC/IP, VNI 100), its
 	// TAPs, and a type-3 route per VNI.
 	for _, h := range []*testenv.Host{h2, h3} {
-		rs := routesOf(t, f, h.Underlay)
+		rs := frrRoutesOf(t, f, h.Underlay)
 		ip := eps[h].Underlay
 		for _, c := range []struct {
 			what string
@@ -277,7 +281,7 @@ func TestEVPNFabric(t *testing.T) {
 	removeEndpoint(t, eps[h3])
 	gone := time.Now()
 	err = testenv.Eventually(ctx, 60*time.Second, func() bool {
-		rs := routesOf(t, f, h3.Underlay)
+		rs := frrRoutesOf(t, f, h3.Underlay)
 		return !hasRoute(rs, 2, 100, epMAC(3), eps[h3].Underlay)
 	})
 	if err != nil {
@@ -290,7 +294,7 @@ func TestEVPNFabric(t *testing.T) {
 		t.Errorf("h2's agent: %v", err)
 	}
 	stopped := time.Now()
-	if err := testenv.Eventually(ctx, 30*time.Second, func() bool { return len(routesOf(t, f, h2.Underlay)) == 0 }); err != nil {
+	if err := testenv.Eventually(ctx, 30*time.Second, func() bool { return len(frrRoutesOf(t, f, h2.Underlay)) == 0 }); err != nil {
 		t.Errorf("h2's routes still in FRR after a clean stop: %v", err)
 	}
 	cleanStop := time.Since(stopped)
@@ -298,7 +302,7 @@ func TestEVPNFabric(t *testing.T) {
 		t.Errorf("h3's agent: %v", err)
 	}
 	killed := time.Now()
-	if err := testenv.Eventually(ctx, 60*time.Second, func() bool { return len(routesOf(t, f, h3.Underlay)) == 0 }); err != nil {
+	if err := testenv.Eventually(ctx, 60*time.Second, func() bool { return len(frrRoutesOf(t, f, h3.Underlay)) == 0 }); err != nil {
 		t.Errorf("h3's routes still in FRR after kill -9: %v", err)
 	}
 	crash := time.Since(killed)
@@ -317,9 +321,20 @@ func TestEVPNMove(t *testing.T) {
 	f := startFabric(t, 3, 100)
 	ctx := t.Context()
 	h1, h2, h3 := f.tb.Host(1), f.tb.Host(2), f.tb.Host(3)
-	startEVPNAgent(t, f, h2, []uint32{100})
-	startEVPNAgent(t, f, h3, []uint32{100})
+	a2 := startEVPNAgent(t, f, h2, []uint32{100})
+	a3 := startEVPNAgent(t, f, h3, []uint32{100})
 	mac, addr := epMAC(9), overlayNet(100, 99)
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		out, _ := f.frr.Vtysh(context.Background(), "show bgp l2vpn evpn route")
+		t.Logf("FRR:\n%s", out)
+		for _, a := range []*agent{a2, a3} {
+			raw, _ := newControlClient(a.control).get("bgp")
+			t.Logf("%s bgp: %s\nfdb: %+v\n%s", a.host.Name, raw, a.fdb(t), a.proc.Log())
+		}
+	})
 	from := f.vteps[100].Endpoint
 	ep := addEndpoint(t, h2, "mv", addr, mac)
 	if err := testenv.Eventually(ctx, 60*time.Second, func() bool { return pingOnce(ctx, from, addr.Addr()) }); err != nil {
@@ -328,7 +343,16 @@ func TestEVPNMove(t *testing.T) {
 	var lastSeq uint32
 	var fdbTimes, pingTimes []time.Duration
 	at, to := h2, h3
+	agentOn := map[*testenv.Host]*agent{h2: a2, h3: a3}
 	for i := range 5 {
+		// The destination knows where the endpoint is before it moves
+		// there (else its first route cannot outbid the old one's).
+		if err := testenv.Eventually(ctx, 30*time.Second, func() bool {
+			vtep, origin := fdbOf(t, agentOn[to], mac)
+			return vtep == at.Underlay && origin == "evpn"
+		}); err != nil {
+			t.Fatalf("move %d: %s never imported the endpoint's route from %s: %v", i+1, to.Name, at.Name, err)
+		}
 		removeEndpoint(t, ep)
 		moved := time.Now()
 		ep = addEndpoint(t, to, "mv", addr, mac)
@@ -337,7 +361,7 @@ func TestEVPNMove(t *testing.T) {
 		}
 		var seq uint32
 		err := testenv.Eventually(ctx, 30*time.Second, func() bool {
-			for _, r := range routesOf(t, f, to.Underlay) {
+			for _, r := range frrRoutesOf(t, f, to.Underlay) {
 				if r.Type == 2 && slices.Equal(r.MAC, mac[:]) && !r.IP.IsValid() {
 					seq = r.MobilitySeq
 					return true
@@ -363,7 +387,7 @@ func TestEVPNMove(t *testing.T) {
 		// The old VTEP's agent saw the higher sequence, probed, and gave
 		// the endpoint up: its route leaves FRR.
 		if err := testenv.Eventually(ctx, 30*time.Second, func() bool {
-			return !hasRoute(routesOf(t, f, at.Underlay), 2, 100, mac, addr.Addr())
+			return !hasRoute(frrRoutesOf(t, f, at.Underlay), 2, 100, mac, addr.Addr())
 		}); err != nil {
 			t.Errorf("move %d: %s still advertises the moved endpoint: %v", i+1, at.Name, err)
 		}
@@ -474,4 +498,36 @@ func TestBGPBadFlags(t *testing.T) {
 			t.Errorf("%v: exit %d, stderr %q; want 2 naming %s", args, code, stderr, flag)
 		}
 	}
+}
+
+// Members that encrypt (gossip, --encrypt) in a fabric: they seal what
+// they send each other, and speak plain VXLAN to the fabric's VTEPs that
+// EVPN announces, which cannot decrypt.
+func TestEVPNWithEncryptedMembers(t *testing.T) {
+	t.Parallel()
+	f := startFabric(t, 3, 100)
+	ctx := t.Context()
+	h1, h2, h3 := f.tb.Host(1), f.tb.Host(2), f.tb.Host(3)
+	a2 := startEVPNAgent(t, f, h2, []uint32{100}, "--gossip-key", testKey, "--encrypt", "--state-dir", t.TempDir())
+	a3 := startEVPNAgent(t, f, h3, []uint32{100}, "--gossip-key", testKey, "--encrypt", "--state-dir", t.TempDir(), "--join", h2.Underlay.String())
+	ep2 := addEndpoint(t, h2, "ep", overlayNet(100, 12), epMAC(2))
+	ep3 := addEndpoint(t, h3, "ep", overlayNet(100, 13), epMAC(3))
+	ep1 := f.vteps[100].Endpoint
+	for _, c := range []struct{ from, to *testenv.Host }{{ep1, ep2}, {ep2, ep1}, {ep2, ep3}, {ep3, ep1}} {
+		if err := testenv.Eventually(ctx, 60*time.Second, func() bool { return pingOnce(ctx, c.from, c.to.Underlay) }); err != nil {
+			t.Errorf("%s never reached %s: %v", c.from.Name, c.to.Underlay, err)
+		}
+	}
+	for _, a := range []*agent{a2, a3} {
+		st := a.stats(t)
+		t.Logf("%s: esp_no_key %d, plain_from_encrypting_member %d", a.host.Name, drop(st, "esp_no_key"), drop(st, "plain_from_encrypting_member"))
+		if n := drop(st, "plain_from_encrypting_member"); n != 0 {
+			t.Errorf("%s: %d plain datagrams from the other member", a.host.Name, n)
+		}
+	}
+	if t.Failed() {
+		out, _ := f.frr.Vtysh(ctx, "show bgp l2vpn evpn route")
+		t.Logf("FRR:\n%s\nh2:\n%s", out, a2.proc.Log())
+	}
+	_ = h1
 }

@@ -223,11 +223,16 @@ func baseRunFlags() []cli.Flag {
 		&cli.StringFlag{Name: "gossip-key", Usage: "the gossip key itself, base64 (visible in ps: prefer --gossip-key-file)", EnvVars: env("gossip-key")},
 		&cli.StringFlag{Name: "gossip-keyring", Usage: "`FILE` with a JSON array of base64 keys, primary first (key rotation)", EnvVars: env("gossip-keyring")},
 		&cli.BoolFlag{Name: "insecure-gossip", Usage: "gossip in plaintext, without a key: anyone who reaches the gossip port can join, announce entries or declare members dead (labs only)", EnvVars: env("insecure-gossip")},
+		&cli.BoolFlag{Name: "encrypt", Usage: "encrypt and authenticate VXLAN between members (ESP in UDP, AES-128-GCM, keys bound to each node's identity in --state-dir and agreed through gossip, renewed every 2 minutes); every member must run with it (one without is refused); static --peer and --allow-vtep VTEPs stay plain VXLAN; needs a gossip key", EnvVars: env("encrypt")},
+		&cli.StringFlag{Name: "encrypt-keylog", Usage: "append every --encrypt key to `FILE`, as lines of Wireshark's ESP SA table (tshark -o 'uat:esp_sa:LINE'): for debugging only, whoever reads it reads the overlay", EnvVars: env("encrypt-keylog")},
+		&cli.DurationFlag{Name: "encrypt-rekey", Hidden: true, Usage: "how often --encrypt replaces its ephemeral keys (tests)", EnvVars: env("encrypt-rekey")},
 		&cli.BoolFlag{Name: "gossip", Value: true, Usage: "run gossip (memberlist); --gossip=false: static --peer VTEPs only, no gossip port, no key needed", EnvVars: env("gossip")},
 		&cli.StringFlag{Name: "network", Category: "routed overlay (flannel mode)", Usage: "cluster network `CIDR` such as 10.244.0.0/16: lease a subnet of it through gossip, route the others' subnets through the TAP (the same on every node)", EnvVars: env("network")},
 		&cli.IntFlag{Name: "subnet-len", Category: "routed overlay (flannel mode)", Value: 24, Usage: "prefix length of each node's subnet (the same on every node)", EnvVars: env("subnet-len")},
 		&cli.StringFlag{Name: "subnet-min", Category: "routed overlay (flannel mode)", Usage: "first subnet handed out, e.g. 10.244.10.0 (default: the network's second subnet)", EnvVars: env("subnet-min")},
 		&cli.StringFlag{Name: "subnet-max", Category: "routed overlay (flannel mode)", Usage: "last subnet handed out (default: the network's last subnet)", EnvVars: env("subnet-max")},
+		&cli.StringFlag{Name: "subnet", Category: "routed overlay (flannel mode)", Usage: "lease exactly this subnet `CIDR` of --network (a reservation, such as a hub's 10.0.0.0/16, the network's first subnet, never handed out otherwise): granted when free and kept across restarts; when another node holds it, the agent exits naming that node", EnvVars: env("subnet")},
+		&cli.StringSliceFlag{Name: "route", Category: "routed overlay (flannel mode)", Usage: "an extra prefix `CIDR` inside --network that this node serves besides its subnet (such as 10.0.0.1/32 on its loopback), repeatable, at most 16: every other node routes it through the overlay to this node while it holds its lease; refused where it overlaps another node's subnet or a prefix announced by a node whose lease is older", EnvVars: env("route")},
 		&cli.DurationFlag{Name: "lease-ttl", Category: "routed overlay (flannel mode)", Value: lease.DefaultTTL, Usage: "how long a gone node's subnet stays reserved for it", EnvVars: env("lease-ttl")},
 		&cli.StringFlag{Name: "subnet-file", Category: "routed overlay (flannel mode)", Value: defaultSubnetFile, Usage: "where to write the flannel-style subnet.env (FLANNEL_NETWORK, FLANNEL_SUBNET, FLANNEL_MTU, FLANNEL_IPMASQ) for Docker --bip or flannel's CNI plugin", EnvVars: env("subnet-file")},
 		&cli.BoolFlag{Name: "ip-masq", Category: "routed overlay (flannel mode)", Usage: "masquerade traffic from the cluster network to destinations outside it (nftables or iptables; removed at exit)", EnvVars: env("ip-masq")},
@@ -444,7 +449,7 @@ func membersCommand() *cli.Command {
 func leasesCommand() *cli.Command {
 	return &cli.Command{
 		Name:   "leases",
-		Usage:  "show the subnet leases of the cluster (routed overlay): subnet, node, VTEP, state, expiry",
+		Usage:  "show the subnet leases of the cluster (routed overlay): subnet, node, VTEP, state, expiry; then the extra prefixes nodes announce (--route): routed via which node, or refused and why",
 		Flags:  controlFlags(),
 		Action: func(c *cli.Context) error { return show(c, "leases", printLeases) },
 	}

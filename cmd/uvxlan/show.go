@@ -23,6 +23,11 @@ func printStatus(w io.Writer, st node.Status) error {
 	fmt.Fprintf(tw, "uptime\t%s (since %s)\n", (time.Duration(st.Uptime * float64(time.Second))).Round(time.Second), st.Started.UTC().Format(time.RFC3339))
 	fmt.Fprintf(tw, "underlay\t%s port %d, %d static peers, learning %t, UDP GSO %t\n", st.Local, st.Port, st.Peers, st.Learning, st.UDPGSO)
 	fmt.Fprintf(tw, "gossip\t%s\n", gossipMode(st.Gossip))
+	if st.Wire == "esp" {
+		fmt.Fprintf(tw, "wire\tencrypted between members: ESP in UDP, AES-128-GCM (--encrypt); plain VXLAN to static peers\n")
+	} else {
+		fmt.Fprintf(tw, "wire\tplain VXLAN (no --encrypt)\n")
+	}
 	fmt.Fprintf(tw, "members\t%d alive of %d\n", st.MembersAlive, st.MembersTotal)
 	if b := st.BGP; b != nil {
 		fmt.Fprintf(tw, "bgp\tAS %d, %d of %d sessions established, %d routes imported (uvxlan bgp)\n", b.ASN, b.Established, b.Sessions, b.Imported)
@@ -93,7 +98,7 @@ func printNeigh(w io.Writer, rows []neighRow) error {
 
 func printMembers(w io.Writer, rows []memberRow) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tADDRESS\tVTEP\tSTATE\tVNIS\tENTRIES\tPMTU\tPROTO")
+	fmt.Fprintln(tw, "NAME\tADDRESS\tVTEP\tSTATE\tVNIS\tENTRIES\tPMTU\tPROTO\tWIRE")
 	for _, r := range rows {
 		name := r.Name
 		if r.Self {
@@ -107,7 +112,11 @@ func printMembers(w io.Writer, rows []memberRow) error {
 		if r.PathMTU > 0 {
 			pmtu = fmt.Sprint(r.PathMTU)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d\n", name, r.Address, r.VTEP, r.State, strings.Join(vnis, ","), r.Entries, pmtu, r.Protocol)
+		wire := r.Wire
+		if wire == "" {
+			wire = "-" // an agent before --encrypt
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t%s\n", name, r.Address, r.VTEP, r.State, strings.Join(vnis, ","), r.Entries, pmtu, r.Protocol, wire)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -134,6 +143,30 @@ func printLeases(w io.Writer, rows []lease.Lease) error {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s (in %s)\n", r.Subnet, name, r.VTEP, r.MAC, r.State,
 			r.Expires.UTC().Format(time.RFC3339), r.Expires.Sub(now).Round(time.Second))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return printRoutes(w, rows)
+}
+
+// printRoutes prints the extra prefixes the leases' nodes announce
+// (--route), if any: each routed via its node's subnet, or why not.
+func printRoutes(w io.Writer, rows []lease.Lease) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	header := false
+	for _, r := range rows {
+		for _, rt := range r.Routes {
+			if !header {
+				fmt.Fprintln(tw, "\nROUTE\tNODE\tVIA\tSTATE")
+				header = true
+			}
+			state := rt.State
+			if rt.Reason != "" {
+				state += ": " + rt.Reason
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", rt.Prefix, r.Node, r.Subnet.Addr(), state)
+		}
 	}
 	return tw.Flush()
 }

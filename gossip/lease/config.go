@@ -43,6 +43,17 @@ type Config struct {
 	// directory), or nil. If it has not expired it is reclaimed as it was,
 	// at once; if it has, the same subnet is preferred when it is free.
 	Prior *Lease
+	// Subnet, when valid, is the one subnet this node leases (a
+	// reservation, --subnet): any subnet of Network of SubnetLen bits, also
+	// outside SubnetMin..SubnetMax (such as Network's first, which is never
+	// handed out otherwise). It is granted when free and kept like any
+	// lease; when another node holds it, the node fails naming the holder
+	// (it is never taken from it). Prior counts only if it is this subnet.
+	Subnet netip.Prefix
+	// Routes are extra prefixes this node serves besides its lease (a host
+	// address on its loopback, a service range), at most MaxRoutes, inside
+	// Network: every other node routes them to this node (see routes.go).
+	Routes []netip.Prefix
 }
 
 // subnets is the arithmetic of a Config: subnet i of the range is
@@ -55,7 +66,7 @@ type subnets struct {
 }
 
 // FieldError is a bad Config field: Field names it (Network,
-// SubnetLen, SubnetMin, SubnetMax, TTL).
+// SubnetLen, SubnetMin, SubnetMax, TTL, Subnet, Routes).
 type FieldError struct {
 	Field, Value, Why string
 }
@@ -111,6 +122,12 @@ func (c *Config) check() (subnets, error) {
 		return s, fieldErr("SubnetMin", s.nth(uint32(lo)).Addr(), "is above the last subnet, %s", s.nth(uint32(hi)).Addr())
 	}
 	s.first, s.count = uint32(lo), uint32(hi-lo+1)
+	if c.Subnet.IsValid() && !s.inNetwork(c.Subnet) {
+		return s, fieldErr("Subnet", c.Subnet, "must be a /%d subnet of %s, such as %s", s.bits, s.network, s.nth(0))
+	}
+	if err := c.checkRoutes(); err != nil {
+		return s, err
+	}
 	return s, nil
 }
 

@@ -2,8 +2,10 @@
 // the cluster network (Config.Network) is cut into subnets of
 // Config.SubnetLen bits and every node leases one, with no datastore. The
 // leases are replicated state riding a gossip.Node as a gossip.Extension.
+// A node may ask for one subnet (a reservation) and announce extra prefixes
+// it serves besides its lease, which every node routes to it (routes.go).
 //
-// Create the leases with New, pass Leases.Extension in gossip.Config, and
+// Create the leases with New, pass Leases.Extensions in gossip.Config, and
 // wait for this node's lease with WaitLease once the node runs. Leases'
 // methods are safe for concurrent use; the rules (who wins a subnet,
 // renewals, expiry, authority) are explained at the top of lease.go.

@@ -11,8 +11,15 @@ import (
 	"github.com/uvxlan/uvxlan/gossip"
 )
 
-// Extension returns the leases as a gossip extension, for
-// gossip.Config.Extensions. Register it with one node only.
+// Extensions returns the leases as gossip extensions, for
+// gossip.Config.Extensions: the leases (Extension), then the routes
+// (routes.go). Register them with one node only.
+func (l *Leases) Extensions() []gossip.Extension {
+	return []gossip.Extension{extension{l}, routeExtension{l}}
+}
+
+// Extension returns the leases' own gossip extension (the first of
+// Extensions).
 func (l *Leases) Extension() gossip.Extension { return extension{l} }
 
 // extension is how gossip calls the Leases: it implements gossip.Extension,

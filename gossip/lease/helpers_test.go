@@ -100,7 +100,7 @@ func startNode(t *testing.T, i int, lc *Config, seeds ...string) *testNode {
 		if ls, err = New(*lc); err != nil {
 			t.Fatalf("New(%+v): %v", *lc, err)
 		}
-		cfg.Extensions = []gossip.Extension{ls.Extension()}
+		cfg.Extensions = ls.Extensions()
 	}
 	return run(t, cfg, ls)
 }

@@ -37,6 +37,15 @@ package lease
 // the node fails (gossip's Run returns it), and the agent stops rather than
 // renumber its containers under their feet.
 //
+// Reservations. A node configured with a subnet (Config.Subnet, --subnet)
+// claims that one only, the same way: any subnet of the network, also one
+// outside SubnetMin..SubnetMax (the network's first subnet, which is never
+// handed out otherwise, is the natural place for a hub). Its prior lease
+// is reclaimed only if it is that subnet. If another node's record holds
+// it (alive, or down and not expired), before the claim or after the
+// settle delay, the node withdraws and fails with ErrReserved, naming the
+// holder: a reservation never takes a subnet from its holder.
+//
 // Authority. Only the owner creates its records, and a record of an alive
 // member must name its VTEP. A record in our name that we do not hold (a
 // previous run's lease of another subnet) is answered with a tombstone
@@ -175,9 +184,12 @@ type Lease struct {
 	// subnet becomes free unless the owner renews it.
 	Claimed time.Time `json:"claimed"`
 	Expires time.Time `json:"expires"`
-	// State is Alive, Down or Contested.
+	// State is Alive, Down, Contested or Pending.
 	State string `json:"state"`
 	Self  bool   `json:"self"`
+	// Routes are the extra prefixes the node announces (routes.go), on
+	// its winning lease only.
+	Routes []Route `json:"routes,omitempty"`
 }
 
 func (r *record) lease() Lease {
@@ -188,7 +200,8 @@ func (r *record) lease() Lease {
 }
 
 // Stats are the leases' counters. The counts are of lease records (one
-// owner's claim on one subnet), received in broadcasts and push/pulls;
+// owner's claim on one subnet) and route records (one owner's extra
+// prefixes, routes.go), received in broadcasts and push/pulls;
 // undecodable messages are counted by gossip (gossip.Stats.DecodeErrors).
 type Stats struct {
 	// Received counts records received from peers.
@@ -220,10 +233,17 @@ type Stats struct {
 	// Records is the number of lease records now held (all owners,
 	// tombstones included).
 	Records uint64 `json:"leases" metric:"gauge"`
+	// RefusedRoutes counts the prefixes announced by nodes (routes.go)
+	// that were refused: outside the network, overlapping a lease or an
+	// earlier node's prefix. Once per refusal, however long it lasts.
+	RefusedRoutes uint64 `json:"refused_routes"`
+	// RouteRecords is the number of route records now held (one per
+	// owner that announces routes, withdrawals included).
+	RouteRecords uint64 `json:"route_records" metric:"gauge"`
 }
 
 type counters struct {
-	received, applied, stale, duplicate, rejected, foreignVTEP, overflow, reannounced, future atomic.Uint64
+	received, applied, stale, duplicate, rejected, foreignVTEP, overflow, reannounced, future, refusedRoutes atomic.Uint64
 }
 
 // ownerSubnet names one owner's record on a subnet.
@@ -244,9 +264,10 @@ type Leases struct {
 	stopped chan struct{} // closed when the extension's Run returns
 	stats   counters
 
-	// Set once by Start, before gossip runs.
-	h   *gossip.Handle
-	log *slog.Logger
+	// Set once by Start, before gossip runs; rh is the routes' handle
+	// (their broadcasts' type).
+	h, rh *gossip.Handle
+	log   *slog.Logger
 
 	mu      sync.Mutex // guards the fields below; gossip's locks are taken after it
 	recs    map[netip.Prefix]map[string]*record
@@ -259,6 +280,12 @@ type Leases struct {
 	// received (see "Owners never seen alive").
 	seen    map[string]bool
 	pending map[ownerSubnet]time.Time
+	// routes are the route records by owner (routes.go), routesPending
+	// those of owners never seen alive, refused the prefixes refused at
+	// the last decision, with why.
+	routes        map[string]*routeRecord
+	routesPending map[string]time.Time
+	refused       map[ownerPrefix]string
 }
 
 // New checks cfg and returns the leases of one node, to be registered with
@@ -274,6 +301,7 @@ func New(cfg Config) (*Leases, error) {
 		recs:    map[netip.Prefix]map[string]*record{},
 		seen:    map[string]bool{},
 		pending: map[ownerSubnet]time.Time{},
+		routes:  map[string]*routeRecord{}, routesPending: map[string]time.Time{},
 		events:  make(chan struct{}, 1),
 		won:     make(chan struct{}),
 		stopped: make(chan struct{}),
@@ -335,6 +363,7 @@ func (l *Leases) Leases() []Lease {
 		}
 		return a.Claimed.Compare(b.Claimed)
 	})
+	l.attachRoutesLocked(out)
 	return out
 }
 
@@ -369,7 +398,11 @@ func (l *Leases) Stats() Stats {
 	if l == nil {
 		return Stats{}
 	}
+	if l.h != nil { // started
+		l.Leases() // decides the routes: counts new refusals
+	}
 	s := Stats{
+		RefusedRoutes:       l.stats.refusedRoutes.Load(),
 		Received:            l.stats.received.Load(),
 		Applied:             l.stats.applied.Load(),
 		Stale:               l.stats.stale.Load(),
@@ -381,7 +414,7 @@ func (l *Leases) Stats() Stats {
 		RejectedFuture:      l.stats.future.Load(),
 	}
 	l.mu.Lock()
-	s.Records, s.Pending = uint64(l.n), uint64(len(l.pending))
+	s.Records, s.Pending, s.RouteRecords = uint64(l.n), uint64(len(l.pending)), uint64(len(l.routes))
 	l.mu.Unlock()
 	return s
 }
@@ -429,6 +462,10 @@ func (l *Leases) seenLocked(owner string) bool {
 // sawLocked records that owner is alive: its pending records count now.
 func (l *Leases) sawLocked(owner string) {
 	l.seen[owner] = true
+	if _, ok := l.routesPending[owner]; ok {
+		delete(l.routesPending, owner)
+		l.changed()
+	}
 	for k := range l.pending {
 		if k.owner == owner {
 			delete(l.pending, k)
@@ -597,7 +634,10 @@ func (l *Leases) releaseOwnLocked() {
 // expired and fits our configuration. It reports whether it did.
 func (l *Leases) reclaimPrior(now time.Time) bool {
 	p := l.cfg.Prior
-	if p == nil || !l.subnets.contains(p.Subnet) || !p.Expires.After(now) || p.Claimed.IsZero() {
+	if p == nil || !p.Expires.After(now) || p.Claimed.IsZero() {
+		return false
+	}
+	if r := l.cfg.Subnet; (r.IsValid() && p.Subnet != r) || (!r.IsValid() && !l.subnets.contains(p.Subnet)) {
 		return false
 	}
 	l.mu.Lock()
@@ -614,6 +654,10 @@ func (l *Leases) acquire(ctx context.Context) {
 	var prefer netip.Prefix
 	if l.cfg.Prior != nil {
 		prefer = l.cfg.Prior.Subnet
+	}
+	reserved := l.cfg.Subnet
+	if reserved.IsValid() {
+		prefer = reserved
 	}
 	lost := map[netip.Prefix]bool{}
 	for attempt := 0; ; attempt++ {
@@ -634,7 +678,15 @@ func (l *Leases) acquire(ctx context.Context) {
 				taken[subnet] = true
 			}
 		}
+		if reserved.IsValid() && taken[reserved] {
+			l.failReservedLocked(now)
+			l.mu.Unlock()
+			return
+		}
 		subnet, err := l.subnets.pick(l.h.Name(), prefer, taken)
+		if reserved.IsValid() {
+			subnet, err = reserved, nil
+		}
 		if err != nil {
 			l.err = fmt.Errorf("lease: %w", err)
 			l.mu.Unlock()
@@ -662,6 +714,11 @@ func (l *Leases) acquire(ctx context.Context) {
 			return
 		}
 		l.releaseOwnLocked()
+		if reserved.IsValid() {
+			l.failReservedLocked(time.Now())
+			l.mu.Unlock()
+			return
+		}
 		l.mu.Unlock()
 		winner := "nobody"
 		if win != nil {
@@ -673,10 +730,34 @@ func (l *Leases) acquire(ctx context.Context) {
 	}
 }
 
+// ErrReserved is wrapped by the error the node fails with when the subnet
+// it asks for (Config.Subnet) is held by another node.
+var ErrReserved = errors.New("subnet held by another node")
+
+// failReservedLocked fails the node: the subnet it asks for is another
+// node's.
+func (l *Leases) failReservedLocked(now time.Time) {
+	subnet := l.cfg.Subnet
+	holder := "another node"
+	if w := l.winnerLocked(subnet, uint64(now.UnixNano())); w != nil && w.owner != l.h.Name() {
+		state := "down, reserved for it"
+		if _, alive := l.h.Member(w.owner); alive {
+			state = "alive"
+		}
+		holder = fmt.Sprintf("node %q (%s, claimed %s, until %s)", w.owner, state,
+			time.Unix(0, int64(w.claim)).UTC().Format(time.RFC3339), time.Unix(0, int64(w.expires)).UTC().Format(time.RFC3339))
+	}
+	l.err = fmt.Errorf("lease: --subnet %s: %w: %s; a subnet is never taken from its holder: "+
+		"ask for another one, or stop that node (a gone node's subnet is free once its lease expires, --lease-ttl)",
+		subnet, ErrReserved, holder)
+	l.h.Fail(l.err)
+}
+
 // renewOwn renews our settled lease: a new version, expiring TTL from now.
 func (l *Leases) renewOwn(now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.renewRoutesLocked(now)
 	own := l.own
 	if own == nil || !l.settled || l.err != nil {
 		return
@@ -690,6 +771,7 @@ func (l *Leases) gc(now time.Time) {
 	t := uint64(now.UnixNano())
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.gcRoutesLocked(now)
 	for subnet, byOwner := range l.recs {
 		for owner, r := range byOwner {
 			k := ownerSubnet{subnet, owner}

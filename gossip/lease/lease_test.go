@@ -310,7 +310,7 @@ func TestLeaseStartErrors(t *testing.T) {
 	}
 	cfg := testConfig(0)
 	cfg.MAC = fdb.MAC{}
-	cfg.Extensions = []gossip.Extension{ls.Extension()}
+	cfg.Extensions = ls.Extensions()
 	if n, err := gossip.New(cfg); err == nil || !strings.Contains(err.Error(), "TAP MAC") {
 		if n != nil {
 			n.Close()
@@ -318,10 +318,10 @@ func TestLeaseStartErrors(t *testing.T) {
 		t.Errorf("gossip.New without a MAC = %v", err)
 	}
 	cfg = testConfig(0)
-	cfg.Extensions = []gossip.Extension{ls.Extension()}
+	cfg.Extensions = ls.Extensions()
 	n := run(t, cfg, ls)
 	cfg = testConfig(1)
-	cfg.Extensions = []gossip.Extension{ls.Extension()}
+	cfg.Extensions = ls.Extensions()
 	if n2, err := gossip.New(cfg); err == nil {
 		n2.Close()
 		t.Error("one Leases started on two nodes")

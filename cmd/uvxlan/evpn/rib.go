@@ -54,12 +54,23 @@ type rib struct {
 	appliedIP map[ipKey]fdb.MAC
 	retry     map[macKey]bool
 	retryIP   map[ipKey]bool
+	// maxSeq is the highest MAC mobility sequence received for each MAC,
+	// kept after its routes go (at most maxSeqKept MACs): a MAC that
+	// comes back here outbids every route it ever had, even one being
+	// replaced at that moment.
+	maxSeq map[macKey]uint32
+	// vteps counts the routes per VTEP: Config.VTEPsChanged hears of a
+	// VTEP's first route and of its last going.
+	vteps map[netip.Addr]int
 }
+
+// maxSeqKept bounds rib.maxSeq.
+const maxSeqKept = 1 << 16
 
 func newRIB() rib {
 	return rib{routes: map[string]*route{}, macs: map[macKey]map[string]*route{}, ips: map[ipKey]map[string]*route{},
 		imets: map[fdb.VNI]map[string]*route{}, applied: map[macKey]netip.AddrPort{}, appliedIP: map[ipKey]fdb.MAC{},
-		retry: map[macKey]bool{}, retryIP: map[ipKey]bool{}}
+		retry: map[macKey]bool{}, retryIP: map[ipKey]bool{}, maxSeq: map[macKey]uint32{}, vteps: map[netip.Addr]int{}}
 }
 
 // better reports whether a ranks above b (RFC 7432 §15).
@@ -132,6 +143,7 @@ func (s *Speaker) received(r route, withdraw bool) {
 	}
 	nr := &r
 	s.rib.routes[k] = nr
+	s.refVTEP(r.vtep, 1)
 	s.stats.imported.Add(1)
 	switch r.kind {
 	case typeIMET:
@@ -139,6 +151,7 @@ func (s *Speaker) received(r route, withdraw bool) {
 		s.setFlood(vni)
 	case typeMACIP:
 		mk := macKey{vni, r.mac}
+		s.noteSeq(mk, r.seq)
 		add(s.rib.macs, mk, nr)
 		s.applyMAC(mk)
 		if r.ip.IsValid() {
@@ -153,6 +166,7 @@ func (s *Speaker) received(r route, withdraw bool) {
 // forget takes a route out of the rib and recomputes its keys.
 func (s *Speaker) forget(r *route) {
 	delete(s.rib.routes, r.key())
+	s.refVTEP(r.vtep, -1)
 	vni := r.vnis[0]
 	switch r.kind {
 	case typeIMET:
@@ -254,8 +268,41 @@ func (s *Speaker) contest(ik ipKey, r *route) {
 	}
 	if r.seq > s.local.seq[macKey{ik.vni, mac}] || (r.seq == s.local.seq[macKey{ik.vni, mac}] && r.mac != mac) {
 		s.stats.contested.Add(1)
-		s.cfg.Contested(ik.vni, ik.ip, r.mac, "bgp "+r.vtep.String())
+		s.cfg.Contested(ik.vni, ik.ip, mac, "bgp "+r.vtep.String()) // our binding's MAC, as gossip's Contested
 	}
+}
+
+// refVTEP counts a route of vtep in (d 1) or out (d -1), and tells
+// Config.VTEPsChanged when vtep's first route comes or its last goes.
+func (s *Speaker) refVTEP(vtep netip.Addr, d int) {
+	n := s.rib.vteps[vtep] + d
+	if n <= 0 {
+		delete(s.rib.vteps, vtep)
+	} else {
+		s.rib.vteps[vtep] = n
+	}
+	if (n == 1 && d > 0 || n <= 0) && s.cfg.VTEPsChanged != nil {
+		m := make(map[netip.Addr]uint16, len(s.rib.vteps))
+		for v := range s.rib.vteps {
+			m[v] = s.port
+		}
+		s.cfg.VTEPsChanged(m)
+	}
+}
+
+// noteSeq records seq as seen for mk.
+func (s *Speaker) noteSeq(mk macKey, seq uint32) {
+	if cur, ok := s.rib.maxSeq[mk]; ok {
+		s.rib.maxSeq[mk] = max(cur, seq)
+		return
+	}
+	if len(s.rib.maxSeq) >= maxSeqKept {
+		for k := range s.rib.maxSeq { // any one: a MAC forgotten outbids only its current routes
+			delete(s.rib.maxSeq, k)
+			break
+		}
+	}
+	s.rib.maxSeq[mk] = seq
 }
 
 // retryOutranked tries again the keys the tables refused.
@@ -269,7 +316,7 @@ func (s *Speaker) retryOutranked() {
 }
 
 // remoteSeq returns the highest sequence number of the routes received for
-// mac or for any of ips in vni, and whether there is any.
+// mac (now or before) or for any of ips in vni, and whether there is any.
 func (s *Speaker) remoteSeq(vni fdb.VNI, mac fdb.MAC, ips []netip.Addr) (uint32, bool) {
 	var seq uint32
 	found := false
@@ -279,6 +326,9 @@ func (s *Speaker) remoteSeq(vni fdb.VNI, mac fdb.MAC, ips []netip.Addr) (uint32,
 		}
 	}
 	look(s.rib.macs[macKey{vni, mac}])
+	if m, ok := s.rib.maxSeq[macKey{vni, mac}]; ok {
+		seq, found = max(seq, m), true
+	}
 	for _, ip := range ips {
 		look(s.rib.ips[ipKey{vni, ip}])
 	}

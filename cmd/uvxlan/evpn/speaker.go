@@ -52,9 +52,15 @@ type Config struct {
 	CheckClaim func(vni fdb.VNI, ip netip.Addr, mac fdb.MAC) error
 	// Contested, when set, is called (with the speaker's lock held: it
 	// must not block nor call the speaker) when a received route claims
-	// an address our endpoint holds, at a higher sequence than ours.
+	// an address our endpoint holds, at a higher sequence than ours; mac
+	// is our binding's MAC, by the peer's VTEP.
 	Contested func(vni fdb.VNI, ip netip.Addr, mac fdb.MAC, by string)
-	Logger    *slog.Logger
+	// VTEPsChanged, when set, is given (with the speaker's lock held: it
+	// must not block nor call the speaker) the VTEPs the routes received
+	// name, with the VXLAN port, whenever one comes or goes: they are
+	// the fabric's, to be sent plain VXLAN and accepted from.
+	VTEPsChanged func(map[netip.Addr]uint16)
+	Logger       *slog.Logger
 }
 
 func (c *Config) check() error {

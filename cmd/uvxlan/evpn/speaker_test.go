@@ -266,3 +266,22 @@ func TestBetter(t *testing.T) {
 		}
 	}
 }
+
+// A MAC that comes back here outbids every route it had, even after those
+// routes were withdrawn (a move back while the old route is being
+// replaced).
+func TestSequenceOutlivesRoutes(t *testing.T) {
+	s := &Speaker{cfg: Config{FDB: fdb.New(fdb.Config{}), Neigh: fdb.NewNeighbors(0)}, serves: map[fdb.VNI]bool{100: true},
+		port: 4789, rib: newRIB(), local: local{routes: map[localKey]uint32{}, ips: map[ipKey]fdb.MAC{}, seq: map[macKey]uint32{}}}
+	r := route{kind: typeMACIP, rd: "198.18.0.3:1", vnis: []fdb.VNI{100}, mac: macEP, vtep: netip.MustParseAddr("198.18.0.3"), seq: 4}
+	s.mu.Lock()
+	s.received(r, false)
+	s.received(r, true) // withdrawn
+	s.mu.Unlock()
+	if got := s.seqFor(100, macEP, nil, false); got != 5 {
+		t.Errorf("sequence after the route went: %d, want 5", got)
+	}
+	if got := s.seqFor(100, macA, nil, false); got != 0 {
+		t.Errorf("sequence of a MAC never seen elsewhere: %d, want 0", got)
+	}
+}

@@ -103,6 +103,14 @@ type Config struct {
 	// peers only, no memberlist, no gossip port; no Join, no Leases.
 	GossipOff bool
 
+	// Encrypt turns the encrypted wire on (--encrypt, encrypt.go): every
+	// member must run with it. RekeyInterval (0: 2 minutes) is how often
+	// the ephemeral keys change (a test seam, --encrypt-rekey); KeyLog,
+	// when set, is a file that gets every SA's keys (--encrypt-keylog).
+	Encrypt       bool
+	RekeyInterval time.Duration
+	KeyLog        string
+
 	// Routed overlay (flannel mode): on when Leases is not nil; it runs on
 	// the only segment.
 	Leases     *lease.Config // Prior is filled in by the node from StateDir
@@ -262,6 +270,9 @@ func (c *Config) VNIs() []fdb.VNI {
 // unless InsecureGossip; without gossip there is nothing to join and no
 // lease.
 func (c *Config) checkGossip() error {
+	if c.Encrypt && (c.GossipOff || len(c.GossipKeys) == 0) {
+		return badConfig("encrypt", "true", "the keys of --encrypt are bound to members by authenticated gossip: it needs a gossip key (--gossip-key-file), and gossip on")
+	}
 	if c.GossipOff {
 		switch {
 		case len(c.Join) > 0:

@@ -66,7 +66,11 @@ func (n *Node) startBGP() error {
 			return n.gossip.CheckClaim(vni, ip, mac)
 		},
 		Contested: n.contested,
-		Logger:    n.log,
+		VTEPsChanged: func(m map[netip.Addr]uint16) {
+			n.evpnVTEPs.Store(&m)
+			n.refreshStatic()
+		},
+		Logger: n.log,
 	})
 	if err != nil {
 		return fmt.Errorf("bgp: %w", err)

@@ -47,6 +47,9 @@ type Handover struct {
 	// successor joins them at once (gossip.Config.Known), which a node
 	// started without --join could not do otherwise.
 	Members []string `json:"members,omitempty"`
+	// Encryption is the keys and sequence numbers of --encrypt
+	// (encrypt.go); nil without.
+	Encryption *EncryptionHandover `json:"encryption,omitempty"`
 	// Files are the descriptors: each segment's TAP queues in order, then
 	// the receiving sockets, then the source-port sockets.
 	Files []*os.File `json:"-"`
@@ -87,6 +90,9 @@ func (n *Node) Handover() (*Handover, error) {
 		if !m.Self && m.State == "alive" {
 			h.Members = append(h.Members, m.Addr.String())
 		}
+	}
+	if n.enc != nil {
+		h.Encryption = n.enc.handover()
 	}
 	for _, s := range n.segs {
 		h.Segments = append(h.Segments, HandoverSegment{VNI: s.cfg.VNI, Dev: s.cfg.Dev, Queues: len(s.devs)})

@@ -34,9 +34,14 @@ type Node struct {
 	segs    []*segment
 	demuxes []*encap.Demux // one per UDP socket (per queue)
 	gossip  *gossip.Node
-	bgp     *evpn.Speaker  // nil without Config.BGP (evpn.go)
-	quota   *endpointQuota // --max-endpoints, shared by the segments' trackers
-	leases  *lease.Leases  // nil outside routed mode
+	bgp     *evpn.Speaker // nil without Config.BGP (evpn.go)
+	// evpnVTEPs are the VTEPs the BGP peers' routes name: the filter
+	// takes them as static ones (plain VXLAN, under --encrypt too).
+	evpnVTEPs atomic.Pointer[map[netip.Addr]uint16]
+	staticMu  sync.Mutex     // serialises refreshStatic
+	quota     *endpointQuota // --max-endpoints, shared by the segments' trackers
+	leases    *lease.Leases  // nil outside routed mode
+	enc       *encryption    // nil without --encrypt
 	// leaseEvents signals (coalesced) a change of the leases to
 	// LeaseWatch, once the node's own lease is saved.
 	leaseEvents chan struct{}
@@ -133,7 +138,11 @@ func New(cfg Config) (_ *Node, err error) {
 	n.pinsChanged(nil, nil) // our own addresses, until gossip tells of the others'
 	n.pmtu = newPMTUProber(n)
 	var probePort uint16
-	if !cfg.GossipOff {
+	switch {
+	case cfg.Encrypt:
+		// The probes are plain VXLAN, which encrypting members refuse.
+		n.pmtu.openErr = errors.New("--encrypt: the probes would cross in plain VXLAN")
+	case !cfg.GossipOff:
 		probePort = n.pmtu.open() // 0 if it cannot: run says so
 	}
 
@@ -188,7 +197,13 @@ func (n *Node) startGossip(ports gossip.SourcePorts) (err error) {
 		if n.leases, err = lease.New(*lc); err != nil {
 			return err
 		}
-		exts = append(exts, n.leases.Extension())
+		exts = append(exts, n.leases.Extensions()...)
+	}
+	if n.cfg.Encrypt {
+		if n.enc, err = n.newEncryption(); err != nil {
+			return err
+		}
+		exts = append(exts, n.enc)
 	}
 	n.gossip, err = gossip.New(gossip.Config{
 		Name:           n.cfg.Name,
@@ -369,6 +384,7 @@ func (n *Node) buildEngines(rxs []udpSocket, srcs []udpSocket) error {
 				PathMTUs:    &n.pathMTUs,
 				PMTU:        n.pmtu.events,
 				BusyPoll:    n.cfg.BusyPoll,
+				ESP:         n.espTable(),
 				Logger:      n.log,
 			}, d, nil, mine, n.table)
 			if err != nil {

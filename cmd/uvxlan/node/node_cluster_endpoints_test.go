@@ -145,6 +145,37 @@ func TestClusterMove(t *testing.T) {
 	})
 }
 
+// An endpoint moves from n1 to n2 with its MAC, right after it last spoke
+// behind n1 (a migrated VM): n1's probes go unanswered and it gives up the
+// MAC too, not only the address, though the MAC was heard a moment ago;
+// kept, n1 would hold it as its own (and announce it) until ageing.
+func TestClusterMoveSameMAC(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t)
+		// The default interval: its probes (one a second) are answered
+		// or not well within it.
+		agents := c.startN(3, func(cfg *Config) { cfg.ProbeInterval, cfg.ProbeRetries = 10*time.Second, 3 })
+		n1, n2, n3 := agents[0], agents[1], agents[2]
+		ip, mac := overlayOf(62), fdb.MAC{0x02, 0x62, 0, 0, 0, 1}
+		n1.tap("uvx0").Inject(garp(t, mac, ip))
+		eventually(t, 10*time.Second, "n3 binds the endpoint behind n1", func() bool { m, _ := n3.neigh(1, ip); return m == mac })
+
+		n1.tap("uvx0").Inject(garp(t, mac, ip)) // its last words behind n1
+		n2.tap("uvx0").Inject(garp(t, mac, ip))
+		eventually(t, 30*time.Second, "every node sends the moved MAC to n2", func() bool {
+			for _, a := range []*testAgent{n1, n3} {
+				if vtep, o := a.fdbOf(1, mac); vtep != n2.local || o != fdb.OriginGossip {
+					return false
+				}
+			}
+			return true
+		})
+		if vtep, o := n1.fdbOf(1, mac); o == fdb.OriginLocal {
+			t.Errorf("n1 still holds the moved MAC as its own (%s, %v)", vtep, o)
+		}
+	})
+}
+
 // One address used by two live endpoints, behind n1 and n2: both answer
 // their agent's probes, so each agent counts a conflict and warns once;
 // n1 (the smaller name) announces its binding again and n2 yields, so n3's

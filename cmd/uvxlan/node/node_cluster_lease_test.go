@@ -1,10 +1,12 @@
 package node
 
 import (
+	"errors"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -85,5 +87,73 @@ func TestClusterLeases(t *testing.T) {
 		if l.Subnet != subnets["n2"] {
 			t.Errorf("n2 restarted with %s, want its previous %s", l.Subnet, subnets["n2"])
 		}
+	})
+}
+
+// KohakuRiver's layout in one process: n1 reserves the network's first
+// subnet (the hub's), n2 announces an extra prefix, n3 leases like anyone.
+// Every node sees the hub's subnet and n2's prefix in effect; n4 asking for
+// the hub's subnet fails naming n1; after every agent restarted, the hub
+// has its subnet again and n2's prefix is in effect again.
+func TestClusterHub(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dirs := []string{t.TempDir(), t.TempDir(), t.TempDir(), t.TempDir()}
+		c := newCluster(t)
+		hub := netip.MustParsePrefix("10.244.0.0/24")
+		extra := netip.MustParsePrefix("10.244.200.1/32") // beyond SubnetMax: never leased
+		routed := func(i int, mod func(*lease.Config)) func(*Config) {
+			return func(cfg *Config) {
+				cfg.Segments[0].Addresses = nil
+				cfg.Leases = &lease.Config{Network: netip.MustParsePrefix("10.244.0.0/16"), SubnetLen: 24,
+					SubnetMax: netip.MustParseAddr("10.244.100.0")}
+				if mod != nil {
+					mod(cfg.Leases)
+				}
+				cfg.StateDir = dirs[i-1]
+			}
+		}
+		mods := []func(*lease.Config){
+			func(lc *lease.Config) { lc.Subnet = hub },
+			func(lc *lease.Config) { lc.Routes = []netip.Prefix{extra} },
+			nil,
+		}
+		var agents []*testAgent
+		startAll := func() {
+			agents = nil
+			for i, mod := range mods {
+				agents = append(agents, c.start(i+1, routed(i+1, mod)))
+			}
+			c.waitMembers(agents...)
+			l, err := agents[0].LeaseWatch().WaitLease(t.Context())
+			if err != nil || l.Subnet != hub {
+				t.Fatalf("the hub leases %s (%v), want %s", l.Subnet, err, hub)
+			}
+			for _, a := range agents {
+				eventually(t, 30*time.Second, a.name+" sees the hub's subnet and n2's prefix in effect", func() bool {
+					hubOK, extraOK := false, false
+					for _, l := range a.Leases() {
+						hubOK = hubOK || (l.Subnet == hub && l.Node == "n1" && l.State == lease.Alive)
+						for _, r := range l.Routes {
+							extraOK = extraOK || (l.Node == "n2" && r.Prefix == extra && r.State == lease.Alive)
+						}
+					}
+					return hubOK && extraOK
+				})
+			}
+		}
+		startAll()
+
+		n4 := c.start(4, routed(4, func(lc *lease.Config) { lc.Subnet = hub }))
+		err := <-n4.done
+		c.agents = slices.DeleteFunc(c.agents, func(o *testAgent) bool { return o == n4 })
+		if !errors.Is(err, lease.ErrReserved) || !strings.Contains(err.Error(), `"n1"`) {
+			t.Fatalf("n4 asking for the hub's subnet: Run = %v; want ErrReserved naming n1", err)
+		}
+		t.Logf("n4: %v", err)
+
+		for _, a := range agents {
+			c.stopAgent(a)
+		}
+		startAll()
 	})
 }

@@ -165,7 +165,7 @@ func (p *pmtuProber) open() uint16 {
 func (p *pmtuProber) run(ctx context.Context) {
 	conn := p.conn
 	if conn == nil {
-		p.n.log.Warn("path MTU probes disabled: cannot open their socket", "err", p.openErr)
+		p.n.log.Warn("path MTU probes disabled", "err", p.openErr)
 		for {
 			select {
 			case <-ctx.Done():

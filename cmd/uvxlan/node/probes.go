@@ -148,7 +148,8 @@ func (e *endpoints) sendProbe(ip netip.Addr, st *probeState, now time.Time) {
 }
 
 // withdrawBinding withdraws a binding whose endpoint did not answer, and
-// its MAC when that has no binding left and is silent too.
+// its MAC when that has no binding left and is silent too, or moved (its
+// binding was claimed by another node).
 func (e *endpoints) withdrawBinding(ip netip.Addr, st *probeState, seen map[fdb.MAC]time.Time, now time.Time) {
 	delete(e.probes, ip)
 	if !e.neigh.DeleteOrigin(e.vni, ip, fdb.OriginLocal) {
@@ -171,8 +172,20 @@ func (e *endpoints) withdrawBinding(ip netip.Addr, st *probeState, seen map[fdb.
 			return // the MAC has another binding
 		}
 	}
-	if last, ok := seen[st.mac]; ok && now.Sub(last) >= e.probeInterval && st.mac != e.own {
-		e.withdraw(st.mac, "silent, and its last binding did not answer its probes")
+	switch {
+	case st.mac == e.own:
+	case st.contestedBy != "":
+		// Another node claims this MAC with the address, and it did not
+		// answer here: it moved. Its frames may have been seen here a
+		// moment ago (before it left), so silence proves nothing; kept,
+		// it would stay announced (and in a BGP fabric, at its old
+		// sequence) until ageing, and a move back would not be
+		// announced again.
+		e.withdraw(st.mac, "moved: claimed by another node and did not answer here")
+	default:
+		if last, ok := seen[st.mac]; ok && now.Sub(last) >= e.probeInterval {
+			e.withdraw(st.mac, "silent, and its last binding did not answer its probes")
+		}
 	}
 }
 

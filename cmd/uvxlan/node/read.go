@@ -22,6 +22,9 @@ import (
 // many members, entries and leases it holds. VNI, Dev, MAC and MTU are
 // those of the first segment (the only one, usually).
 type Status struct {
+	// Wire is how VXLAN travels between members: "esp" (--encrypt) or
+	// "vxlan"; static peers always get plain VXLAN.
+	Wire     string     `json:"wire"`
 	Name     string     `json:"name"`
 	PID      int        `json:"pid"` // the agent's process
 	Version  string     `json:"version"`
@@ -108,7 +111,7 @@ type SegmentStatus struct {
 // Status returns the node's identity and settings.
 func (n *Node) Status() Status {
 	st := Status{Name: n.cfg.Name, Local: n.cfg.Local, Port: n.cfg.Port, Peers: len(n.cfg.Peers), Learning: n.cfg.Learning,
-		Gossip: n.cfg.GossipMode(), Encrypted: n.cfg.GossipMode() == "encrypted"}
+		Gossip: n.cfg.GossipMode(), Encrypted: n.cfg.GossipMode() == "encrypted", Wire: n.Wire(n.vtep.Addr())}
 	for _, s := range n.segs {
 		st.Segments = append(st.Segments, SegmentStatus{VNI: s.cfg.VNI, Dev: s.devs[0].Name(), MAC: s.mac,
 			MTU: s.devs[0].MTU(), Addresses: slices.Clone(s.cfg.Addresses), Queues: len(s.devs), Offloads: s.offloads})

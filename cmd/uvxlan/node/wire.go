@@ -12,7 +12,8 @@ package node
 //     port goes without saying). A member speaking an older version
 //     announces none and is accepted from any port;
 //   - the VTEPs that static FDB entries name (`uvxlan fdb add`), admitted
-//     like --peers for as long as an entry names them.
+//     like --peers for as long as an entry names them, and those the BGP
+//     EVPN peers' routes name (plain VXLAN, also under --encrypt).
 // Learning from the others is capped per VTEP at --max-endpoints
 // (fdb.Config.MaxLearned), as gossip caps each member's endpoints.
 
@@ -62,10 +63,18 @@ func (n *Node) sourcesChanged(srcs []gossip.Source) {
 	n.filter.SetMembers(m)
 }
 
-// refreshStatic gives the filter the VTEPs of the static FDB entries, after
-// one was added or removed.
+// refreshStatic gives the filter the VTEPs of the static FDB entries and
+// of the BGP peers' routes (evpn.go), after one was added or removed.
+// Concurrent calls are serialised: each sets what it saw last.
 func (n *Node) refreshStatic() {
+	n.staticMu.Lock()
+	defer n.staticMu.Unlock()
 	m := map[netip.Addr]uint16{}
+	if p := n.evpnVTEPs.Load(); p != nil {
+		for a, port := range *p {
+			m[a] = port
+		}
+	}
 	for _, e := range n.table.Entries() {
 		if e.Origin == fdb.OriginStatic {
 			m[e.VTEP.Addr().Unmap()] = e.VTEP.Port()

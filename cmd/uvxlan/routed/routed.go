@@ -11,8 +11,13 @@
 //     neighbour binding per node); gossip already maps that MAC to the
 //     node's VTEP (one FDB entry per node). So the kernel on each side
 //     routes, and the overlay carries frames between TAPs;
-//   - when a node's lease goes down (it left or died) its route and its ARP
-//     answers go; when it comes back they return;
+//   - the extra prefixes a node announces (--route, such as a hub's
+//     10.0.0.1/32) and the cluster keeps in effect (see gossip/lease's
+//     routes.go) get a route through the same gateway, "10.0.0.1/32 via
+//     10.244.7.0 dev uvx0 onlink", so the same ARP answer serves them;
+//   - when a node's lease goes down (it left or died) its routes and its ARP
+//     answers go; when it comes back they return; a prefix it stops
+//     announcing, or that is refused, loses its route;
 //   - subnet.env is written for Docker and flannel's CNI plugin; with
 //     IPMasq, traffic from the cluster network to the outside is
 //     masqueraded (masq.go). (The node keeps the lease itself across
@@ -128,7 +133,7 @@ func Run(ctx context.Context, cfg Config, leases Leases, answers Answers) error 
 	log.Info("leased a subnet", "subnet", own.Subnet, "tap_address", own.Subnet.Addr().String()+"/32",
 		"bridge_address", bridgeAddress(own.Subnet), "subnet_file", cfg.SubnetFile)
 
-	r := &router{cfg: &cfg, log: log, leases: leases, answers: answers, link: link, routes: map[netip.Prefix]bool{}}
+	r := &router{cfg: &cfg, log: log, leases: leases, answers: answers, link: link, routes: map[netip.Prefix]netip.Addr{}}
 	for {
 		r.sync()
 		select {
@@ -146,54 +151,68 @@ type router struct {
 	leases  Leases
 	answers Answers
 	link    netlink.Link
-	routes  map[netip.Prefix]bool // installed
+	routes  map[netip.Prefix]netip.Addr // installed, with their gateway
 }
 
 // sync makes the routes and subnet ARP answers those of the remote live
 // leases.
 func (r *router) sync() {
-	want := map[netip.Prefix]lease.Lease{}
+	type target struct {
+		gw   netip.Addr // the network address of the node's subnet
+		node string
+	}
+	want := map[netip.Prefix]target{}
 	var answers []fdb.SubnetNeigh
 	for _, l := range r.leases.Leases() {
-		if !l.Self && l.State == lease.Alive {
-			want[l.Subnet] = l
-			answers = append(answers, fdb.SubnetNeigh{VNI: r.cfg.VNI, Subnet: l.Subnet, MAC: l.MAC})
+		if l.Self || l.State != lease.Alive {
+			continue
+		}
+		want[l.Subnet] = target{l.Subnet.Addr(), l.Node}
+		answers = append(answers, fdb.SubnetNeigh{VNI: r.cfg.VNI, Subnet: l.Subnet, MAC: l.MAC})
+		for _, rt := range l.Routes {
+			if rt.State == lease.Alive {
+				want[rt.Prefix] = target{l.Subnet.Addr(), l.Node}
+			}
 		}
 	}
 	if err := r.answers.SetSubnets(answers); err != nil {
 		r.log.Warn("subnet ARP answers refused", "err", err)
 	}
-	for subnet, l := range want {
-		if r.routes[subnet] {
+	for prefix, t := range want {
+		if r.routes[prefix] == t.gw {
 			continue
 		}
-		if err := netlink.RouteReplace(r.route(subnet)); err != nil {
-			r.log.Warn("could not add a route", "subnet", subnet, "node", l.Node, "err", err)
+		if err := netlink.RouteReplace(r.route(prefix, t.gw)); err != nil {
+			r.log.Warn("could not add a route", "prefix", prefix, "via", t.gw, "node", t.node, "err", err)
 			continue
 		}
-		r.routes[subnet] = true
-		r.log.Info("route added", "subnet", subnet, "node", l.Node, "vtep", l.VTEP, "mac", l.MAC)
+		r.routes[prefix] = t.gw
+		r.log.Info("route added", "prefix", prefix, "via", t.gw, "node", t.node)
 	}
-	for subnet := range r.routes {
-		if _, ok := want[subnet]; ok {
+	for prefix, gw := range r.routes {
+		if _, ok := want[prefix]; ok {
 			continue
 		}
-		if err := netlink.RouteDel(r.route(subnet)); err != nil && !errors.Is(err, unix.ESRCH) {
-			r.log.Warn("could not remove a route", "subnet", subnet, "err", err)
+		if err := netlink.RouteDel(r.route(prefix, gw)); err != nil && !errors.Is(err, unix.ESRCH) {
+			r.log.Warn("could not remove a route", "prefix", prefix, "err", err)
 		}
-		// The kernel's ARP entry for the gateway would linger; drop it.
-		netlink.NeighDel(&netlink.Neigh{LinkIndex: r.link.Attrs().Index, IP: subnet.Addr().AsSlice()})
-		delete(r.routes, subnet)
-		r.log.Info("route removed", "subnet", subnet)
+		if gw == prefix.Addr() {
+			// A node's subnet: the kernel's ARP entry for the gateway
+			// would linger; drop it.
+			netlink.NeighDel(&netlink.Neigh{LinkIndex: r.link.Attrs().Index, IP: gw.AsSlice()})
+		}
+		delete(r.routes, prefix)
+		r.log.Info("route removed", "prefix", prefix)
 	}
 }
 
-// route is "subnet via subnet's network address dev TAP onlink".
-func (r *router) route(subnet netip.Prefix) *netlink.Route {
+// route is "prefix via gw dev TAP onlink"; gw is the network address of the
+// subnet of the node that serves prefix.
+func (r *router) route(prefix netip.Prefix, gw netip.Addr) *netlink.Route {
 	return &netlink.Route{
 		LinkIndex: r.link.Attrs().Index,
-		Dst:       &net.IPNet{IP: subnet.Addr().AsSlice(), Mask: net.CIDRMask(subnet.Bits(), 32)},
-		Gw:        subnet.Addr().AsSlice(),
+		Dst:       &net.IPNet{IP: prefix.Addr().AsSlice(), Mask: net.CIDRMask(prefix.Bits(), 32)},
+		Gw:        gw.AsSlice(),
 		Flags:     int(netlink.FLAG_ONLINK),
 	}
 }

@@ -1,0 +1,671 @@
+package node
+
+// The encrypted wire (--encrypt): the keys behind encap/esp's SAs, agreed
+// through gossip. The data path and the wire format are encap/esp's (its
+// package comment holds the threat model); this file decides which SAs
+// exist.
+//
+// Why ESP in UDP with AES-GCM rather than WireGuard's protocol: it keeps
+// the engine's batches (one SA lookup and one in-place Seal or Open per
+// datagram, no handshake state machine on the data path, no extra socket:
+// ESP rides the VXLAN port), its keys can be agreed over the gossip that
+// already authenticates members, and tshark decrypts it from a key log. AES-
+// GCM from Go's standard library runs on AES-NI (several GB/s per core);
+// crypto/ecdh and crypto/hkdf do the rest. Nothing is home-made: RFC 4303,
+// 3948 and 4106 on the wire, X25519 and HKDF for the keys.
+//
+// Identity. Every node has a static X25519 key, kept in --state-dir
+// (encrypt.key, mode 0600, made at the first start; without a state
+// directory a new one per start). Its public half is the node's section of
+// the gossip metadata (extension type encryptExtType: a version byte and the
+// key), which gossip's key authenticates and pins to the node's name: a
+// member's identity is what gossip says it is.
+//
+// Mixed clusters are refused. A node with --encrypt refuses a peer whose
+// metadata has no key (CheckMeta), and a node without refuses one that has
+// (gossip refuses the section of an extension it does not run): an
+// encrypting cluster holds only members that encrypt, so no member ever
+// sends or accepts plain VXLAN to or from another; kernel and hardware
+// VTEPs (--peer, --allow-vtep) are no members and stay plain RFC 7348.
+//
+// Ephemeral keys. Every node makes a new ephemeral X25519 key at start and
+// then every rekey interval (Config.RekeyInterval, 2 minutes), numbered by
+// the node's hybrid logical clock (ever higher, across restarts too), and
+// publishes it as a record (owner, number, public key) by broadcast and in
+// its push/pull state; nodes relay the records new to them. A node keeps
+// its own two newest ephemeral keys and the two newest of each member.
+//
+// SAs. From a to b (esp.Derive): a's static and ephemeral key with b's.
+//   - a sends with its active ephemeral key (its newest once it is
+//     overlap = interval/2 old, so that every member has heard of it (the
+//     overlap is gossip's time to spread it: a minute by default; under a
+//     loaded machine and a 1 s test interval, a quarter was seen short); the
+//     previous one until then) and b's newest;
+//   - b accepts from a with any of a's two newest and its own two newest:
+//     while one side moves to a new key, the other's datagrams of the old
+//     pair still open, so the switch loses nothing.
+//
+// New ephemeral keys make new SPIs and new AES keys: the sequence numbers
+// (esp.SA) start at 1 for each and are never written to disk, so a restart
+// (even after kill -9) never repeats an (SPI, sequence) pair. A takeover
+// hands the ephemeral private keys and the sequence numbers over
+// (handover.go), and the new process continues 2^32 beyond them.
+//
+// A retired SA (both its ephemeral keys no longer among the newest two) is
+// dropped and its key copy wiped; the ephemeral private keys are dropped
+// with their generation. The key log (--encrypt-keylog) gets a line per SA
+// when it is made: for debugging only, it defeats the encryption.
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdh"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/uvxlan/uvxlan/cmd/internal/atomicfile"
+	"github.com/uvxlan/uvxlan/encap/esp"
+	"github.com/uvxlan/uvxlan/gossip"
+)
+
+const (
+	// encryptExtType is the gossip extension type of the keys (16 and 17
+	// are gossip/lease's leases and routes).
+	encryptExtType = gossip.MinExtensionType + 2
+	encryptVersion = 1
+	// DefaultRekeyInterval is how often a node replaces its ephemeral key.
+	DefaultRekeyInterval = 2 * time.Minute
+	// KeyFile is the static key's file in --state-dir.
+	KeyFile = "encrypt.key"
+	// maxKeyPeers bounds the members whose keys are kept.
+	maxKeyPeers = 4096
+	// handoverSkip is how far beyond the handed-over sequence numbers the
+	// new process continues (what the old one sends meanwhile).
+	handoverSkip = 1 << 32
+)
+
+// ephemeral is one of this node's ephemeral keys.
+type ephemeral struct {
+	gen  uint64
+	priv *ecdh.PrivateKey
+	born time.Time
+}
+
+// peerEph is one of a member's ephemeral public keys.
+type peerEph struct {
+	gen uint64
+	pub *ecdh.PublicKey
+}
+
+// peerKeys is what the node knows of a member's keys.
+type peerKeys struct {
+	static *ecdh.PublicKey // from its metadata (CheckMeta); nil: not seen yet
+	eph    []peerEph       // newest first, at most 2
+	alive  bool
+	// vtep is the member's VTEP address handed over by a predecessor
+	// (a takeover): used until gossip knows the member.
+	vtep netip.Addr
+}
+
+// saKey names an SA: its direction's two ephemeral public keys (sender's
+// first) and statics are implied by them.
+type saKey struct{ sender, receiver [esp.KeyLen]byte }
+
+// encryption is the gossip extension that agrees the keys, and the owner
+// of the SAs in its table (read by the engines). Safe for concurrent use:
+// mu guards everything below it.
+type encryption struct {
+	static   *ecdh.PrivateKey
+	interval time.Duration
+	overlap  time.Duration
+	table    esp.Table
+	keyLog   io.WriteCloser // nil: none
+	log      *slog.Logger
+	self     string
+	vtep     netip.Addr
+	h        *gossip.Handle
+
+	mu     sync.Mutex
+	mine   []ephemeral // newest first, at most 2
+	active uint64      // the generation sent with at the last rebuild
+	peers  map[string]*peerKeys
+	sas    map[saKey]*esp.SA
+	// skip holds the handed-over sequence numbers (a takeover), applied
+	// when the SA is made again.
+	skip map[saKey]uint64
+}
+
+var _ gossip.Extension = (*encryption)(nil)
+
+// newEncryption loads or makes the static key and opens the key log.
+func (n *Node) newEncryption() (*encryption, error) {
+	static, err := n.loadStaticKey()
+	if err != nil {
+		return nil, err
+	}
+	interval := n.cfg.RekeyInterval
+	if interval <= 0 {
+		interval = DefaultRekeyInterval
+	}
+	x := &encryption{static: static, interval: interval, overlap: interval / 2, log: n.log.With("subsystem", "encrypt"),
+		self: n.cfg.Name, vtep: n.cfg.Local.Unmap(), peers: map[string]*peerKeys{}, sas: map[saKey]*esp.SA{}}
+	if n.cfg.KeyLog != "" {
+		f, err := os.OpenFile(n.cfg.KeyLog, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+		if err != nil {
+			return nil, badConfig("encrypt-keylog", n.cfg.KeyLog, "%v", err)
+		}
+		x.keyLog = f
+		x.log.Warn("logging the encryption keys: anyone who reads the file reads the overlay", "file", n.cfg.KeyLog)
+	}
+	if n.cfg.Inherit != nil && n.cfg.Inherit.Encryption != nil {
+		x.inherit(n.cfg.Inherit.Encryption)
+	}
+	return x, nil
+}
+
+// loadStaticKey reads the node's static key from --state-dir, or makes
+// one (and saves it, 0600). A file that cannot be read is an error: a new
+// identity would be a silent change of the node's key.
+func (n *Node) loadStaticKey() (*ecdh.PrivateKey, error) {
+	path := n.stateFile(KeyFile)
+	if path != "" {
+		b, err := os.ReadFile(path)
+		switch {
+		case err == nil:
+			raw, derr := base64.StdEncoding.DecodeString(strings.TrimSpace(string(b)))
+			if derr != nil {
+				return nil, badConfig("state-dir", path, "the encryption key is not base64: %v", derr)
+			}
+			k, perr := esp.ParseKey(raw)
+			if perr != nil {
+				return nil, badConfig("state-dir", path, "the encryption key: %v", perr)
+			}
+			return k, nil
+		case !errors.Is(err, os.ErrNotExist):
+			return nil, badConfig("state-dir", path, "%v", err)
+		}
+	}
+	k, err := esp.NewKey()
+	if err != nil {
+		return nil, err
+	}
+	if path != "" {
+		if err := atomicfile.WriteFile(path, []byte(base64.StdEncoding.EncodeToString(k.Bytes())+"\n"), 0o600); err != nil {
+			return nil, badConfig("state-dir", path, "cannot save the encryption key: %v", err)
+		}
+	} else {
+		n.log.Warn("--encrypt without --state-dir: a new identity key at every start")
+	}
+	return k, nil
+}
+
+func (x *encryption) Type() byte { return encryptExtType }
+
+func (x *encryption) Start(h *gossip.Handle) error {
+	x.h = h
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if len(x.mine) == 0 { // not inherited
+		return x.rotateLocked(time.Now())
+	}
+	x.rebuildLocked(time.Now())
+	x.publishLocked()
+	return nil
+}
+
+// Meta is the static public key, behind a version byte.
+func (x *encryption) Meta() []byte {
+	return append([]byte{encryptVersion}, x.static.PublicKey().Bytes()...)
+}
+
+func (x *encryption) CheckMeta(peer string, theirs []byte) error {
+	if theirs == nil {
+		return fmt.Errorf("node %q does not encrypt (no --encrypt) and this one does: every member of a cluster encrypts, or none", peer)
+	}
+	if len(theirs) != 1+esp.KeyLen || theirs[0] != encryptVersion {
+		return fmt.Errorf("node %q: encryption metadata of version %d, %d bytes; this node speaks version %d", peer, theirs[0], len(theirs), encryptVersion)
+	}
+	pub, err := esp.ParsePublic(theirs[1:])
+	if err != nil {
+		return fmt.Errorf("node %q: bad encryption key: %v", peer, err)
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	p := x.peerLocked(peer)
+	if p == nil {
+		return fmt.Errorf("node %q: too many members' keys", peer)
+	}
+	if p.static == nil || !p.static.Equal(pub) {
+		p.static = pub
+		x.rebuildLocked(time.Now())
+	}
+	return nil
+}
+
+func (x *encryption) peerLocked(name string) *peerKeys {
+	p := x.peers[name]
+	if p == nil {
+		if len(x.peers) >= maxKeyPeers {
+			return nil
+		}
+		p = &peerKeys{}
+		x.peers[name] = p
+	}
+	return p
+}
+
+// NotifyMember marks the member alive or not; a member that comes alive
+// (a join, a restart: new metadata) gets our ephemeral key again at once,
+// since one that learned of us by gossip rather than by a join had no
+// push/pull with us and would wait for our next rekey.
+func (x *encryption) NotifyMember(name string, alive bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if p := x.peerLocked(name); p != nil {
+		p.alive = alive
+	}
+	if alive && len(x.mine) > 0 {
+		x.publishLocked()
+	}
+	x.rebuildLocked(time.Now())
+}
+
+// Run rotates the ephemeral key every interval, and moves the sending
+// SAs to the newest key once it is overlap old.
+func (x *encryption) Run(ctx context.Context) {
+	t := time.NewTicker(max(x.overlap/4, 10*time.Millisecond))
+	defer t.Stop()
+	defer x.close()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			x.mu.Lock()
+			if now.Sub(x.mine[0].born) >= x.interval {
+				if err := x.rotateLocked(now); err != nil {
+					x.log.Error("could not make a new ephemeral key; keeping the current one", "err", err)
+				}
+			}
+			if x.activeLocked(now).gen != x.active {
+				x.rebuildLocked(now)
+			}
+			x.mu.Unlock()
+		}
+	}
+}
+
+// close wipes the keys and closes the key log.
+func (x *encryption) close() {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for k, sa := range x.sas {
+		sa.Wipe()
+		delete(x.sas, k)
+	}
+	if x.keyLog != nil {
+		x.keyLog.Close()
+		x.keyLog = nil
+	}
+}
+
+// rotateLocked makes a new ephemeral key, publishes it and retires the
+// oldest but one.
+func (x *encryption) rotateLocked(now time.Time) error {
+	k, err := esp.NewKey()
+	if err != nil {
+		return err
+	}
+	x.mine = append([]ephemeral{{gen: x.h.NextVersion(), priv: k, born: now}}, x.mine...)
+	if len(x.mine) > 2 {
+		x.mine = x.mine[:2]
+	}
+	// The SAs of the new key first, then its announcement: a member
+	// that hears of it may send with it at once.
+	x.rebuildLocked(now)
+	x.publishLocked()
+	return nil
+}
+
+func (x *encryption) publishLocked() {
+	x.h.Broadcast(x.self, encodeEphRecord(x.self, x.mine[0].gen, x.mine[0].priv.PublicKey()))
+}
+
+// activeLocked is the ephemeral key to send with: the newest once it is
+// overlap old (or alone), else the previous one.
+func (x *encryption) activeLocked(now time.Time) ephemeral {
+	if len(x.mine) > 1 && now.Sub(x.mine[0].born) < x.overlap {
+		return x.mine[1]
+	}
+	return x.mine[0]
+}
+
+// rebuildLocked derives the SAs the current keys call for (reusing the
+// ones already made: their sequence numbers go on), retires the others and
+// replaces the table.
+func (x *encryption) rebuildLocked(now time.Time) {
+	if len(x.mine) == 0 {
+		return
+	}
+	act := x.activeLocked(now)
+	x.active = act.gen
+	used := map[saKey]bool{}
+	table := map[netip.Addr]*esp.Peer{}
+	for name, p := range x.peers {
+		if !p.alive || p.static == nil {
+			continue
+		}
+		var addr netip.Addr
+		if vtep, ok := x.h.Member(name); ok {
+			addr = vtep.Addr().Unmap()
+		} else if p.vtep.IsValid() {
+			addr = p.vtep
+		} else {
+			continue
+		}
+		ep := &esp.Peer{}
+		if len(p.eph) > 0 {
+			ep.Out = x.saLocked(used, addr, p, act.priv, p.eph[0].pub, true)
+		}
+		for _, pe := range p.eph {
+			for _, m := range x.mine {
+				if sa := x.saLocked(used, addr, p, m.priv, pe.pub, false); sa != nil {
+					ep.In = append(ep.In, sa)
+				}
+			}
+		}
+		table[addr] = ep
+	}
+	for k, sa := range x.sas {
+		if !used[k] {
+			sa.Wipe()
+			delete(x.sas, k)
+		}
+	}
+	x.table.Set(table)
+}
+
+// saLocked returns the SA between this node (ephemeral key mine) and the
+// member p at addr (its ephemeral key theirs), outbound or inbound: the
+// one made before, or a new one (logged to the key log).
+func (x *encryption) saLocked(used map[saKey]bool, addr netip.Addr, p *peerKeys, mine *ecdh.PrivateKey, theirs *ecdh.PublicKey, out bool) *esp.SA {
+	var k saKey
+	ends := esp.Ends{Static: x.static, Eph: mine, Outbound: out}
+	if out {
+		ends.SenderStatic, ends.SenderEph, ends.ReceiverStatic, ends.ReceiverEph = x.static.PublicKey(), mine.PublicKey(), p.static, theirs
+	} else {
+		ends.SenderStatic, ends.SenderEph, ends.ReceiverStatic, ends.ReceiverEph = p.static, theirs, x.static.PublicKey(), mine.PublicKey()
+	}
+	copy(k.sender[:], ends.SenderEph.Bytes())
+	copy(k.receiver[:], ends.ReceiverEph.Bytes())
+	used[k] = true
+	if sa := x.sas[k]; sa != nil {
+		return sa
+	}
+	sa, err := esp.Derive(ends, addr)
+	if err != nil {
+		x.log.Warn("could not derive a key with a member", "vtep", addr, "err", err)
+		return nil
+	}
+	x.sas[k] = sa
+	if s, ok := x.skip[k]; ok {
+		sa.SkipTo(s)
+		delete(x.skip, k)
+	}
+	if x.keyLog != nil {
+		src, dst := x.vtep, addr
+		if !out {
+			src, dst = addr, x.vtep
+		}
+		if err := esp.LogKey(x.keyLog, sa, src, dst); err != nil {
+			x.log.Warn("could not write the key log", "err", err)
+		}
+	}
+	return sa
+}
+
+// An ephemeral key record: owner name length (1) | owner | generation (8) |
+// public key (32). A push/pull state is a count (2) and records.
+func encodeEphRecord(owner string, gen uint64, pub *ecdh.PublicKey) []byte {
+	b := make([]byte, 0, 1+len(owner)+8+esp.KeyLen)
+	b = append(b, byte(len(owner)))
+	b = append(b, owner...)
+	b = binary.BigEndian.AppendUint64(b, gen)
+	return append(b, pub.Bytes()...)
+}
+
+func decodeEphRecord(b []byte) (owner string, gen uint64, pub *ecdh.PublicKey, rest []byte, err error) {
+	if len(b) < 1 || len(b) < 1+int(b[0])+8+esp.KeyLen || b[0] == 0 {
+		return "", 0, nil, nil, io.ErrUnexpectedEOF
+	}
+	n := int(b[0])
+	owner = string(b[1 : 1+n])
+	gen = binary.BigEndian.Uint64(b[1+n:])
+	pub, err = esp.ParsePublic(b[1+n+8 : 1+n+8+esp.KeyLen])
+	return owner, gen, pub, b[1+n+8+esp.KeyLen:], err
+}
+
+func (x *encryption) NotifyMsg(b []byte) error {
+	owner, gen, pub, rest, err := decodeEphRecord(b)
+	if err != nil || len(rest) != 0 {
+		return fmt.Errorf("encrypt: bad ephemeral key record")
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.mergeLocked(owner, gen, pub) {
+		x.rebuildLocked(time.Now())
+		x.h.Broadcast(owner, bytes.Clone(b)) // relay what was new
+	}
+	return nil
+}
+
+// mergeLocked takes a member's ephemeral key record and reports whether it
+// was new.
+func (x *encryption) mergeLocked(owner string, gen uint64, pub *ecdh.PublicKey) bool {
+	if owner == x.self || x.h.TooNew(gen) {
+		return false
+	}
+	p := x.peerLocked(owner)
+	if p == nil || len(p.eph) > 0 && gen <= p.eph[0].gen {
+		return false
+	}
+	x.h.ObserveVersion(gen)
+	p.eph = append([]peerEph{{gen: gen, pub: pub}}, p.eph...)
+	if len(p.eph) > 2 {
+		p.eph = p.eph[:2]
+	}
+	return true
+}
+
+func (x *encryption) LocalState() []byte {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	b := binary.BigEndian.AppendUint16(nil, 0)
+	count := 0
+	if len(x.mine) > 0 {
+		b = append(b, encodeEphRecord(x.self, x.mine[0].gen, x.mine[0].priv.PublicKey())...)
+		count++
+	}
+	for name, p := range x.peers {
+		if p.alive && len(p.eph) > 0 {
+			b = append(b, encodeEphRecord(name, p.eph[0].gen, p.eph[0].pub)...)
+			count++
+		}
+	}
+	binary.BigEndian.PutUint16(b, uint16(count))
+	return b
+}
+
+func (x *encryption) MergeRemoteState(b []byte) error {
+	if len(b) < 2 {
+		return io.ErrUnexpectedEOF
+	}
+	count := int(binary.BigEndian.Uint16(b))
+	b = b[2:]
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	changed := false
+	for range count {
+		owner, gen, pub, rest, err := decodeEphRecord(b)
+		if err != nil {
+			return fmt.Errorf("encrypt: bad ephemeral key record in a state: %w", err)
+		}
+		b = rest
+		changed = x.mergeLocked(owner, gen, pub) || changed
+	}
+	if changed {
+		x.rebuildLocked(time.Now())
+	}
+	return nil
+}
+
+// PeerKey returns the static public key of member name (base64), or "".
+func (x *encryption) PeerKey(name string) string {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if p := x.peers[name]; p != nil && p.static != nil {
+		return base64.StdEncoding.EncodeToString(p.static.Bytes())
+	}
+	return ""
+}
+
+// EncryptionHandover is the encryption's share of a Handover: the static
+// and ephemeral private keys, the members' keys, and the sequence numbers
+// of the outbound SAs (the successor continues handoverSkip beyond them,
+// past what this process still sends before it stops).
+type EncryptionHandover struct {
+	Static []byte         `json:"static"`
+	Mine   []HandoverEph  `json:"mine"`
+	Peers  []HandoverPeer `json:"peers"`
+	Seqs   []HandoverSeq  `json:"seqs"`
+}
+
+// HandoverEph is an ephemeral key: this node's (Priv) or a member's (Pub).
+type HandoverEph struct {
+	Gen  uint64 `json:"gen"`
+	Priv []byte `json:"priv,omitempty"`
+	Pub  []byte `json:"pub,omitempty"`
+	Born int64  `json:"born,omitempty"` // Unix nanoseconds
+}
+
+// HandoverPeer is a member's keys, and its VTEP address when it is alive.
+type HandoverPeer struct {
+	Name   string        `json:"name"`
+	VTEP   netip.Addr    `json:"vtep,omitzero"`
+	Static []byte        `json:"static"`
+	Eph    []HandoverEph `json:"eph"`
+}
+
+// HandoverSeq is the last sequence number of the outbound SA between two
+// ephemeral public keys (sender's first).
+type HandoverSeq struct {
+	Sender   []byte `json:"sender"`
+	Receiver []byte `json:"receiver"`
+	Seq      uint64 `json:"seq"`
+}
+
+func (x *encryption) handover() *EncryptionHandover {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	h := &EncryptionHandover{Static: x.static.Bytes()}
+	for _, m := range x.mine {
+		h.Mine = append(h.Mine, HandoverEph{Gen: m.gen, Priv: m.priv.Bytes(), Born: m.born.UnixNano()})
+	}
+	for name, p := range x.peers {
+		if p.static == nil {
+			continue
+		}
+		hp := HandoverPeer{Name: name, Static: p.static.Bytes()}
+		if p.alive && x.h != nil {
+			if vtep, ok := x.h.Member(name); ok {
+				hp.VTEP = vtep.Addr().Unmap()
+			}
+		}
+		for _, e := range p.eph {
+			hp.Eph = append(hp.Eph, HandoverEph{Gen: e.gen, Pub: e.pub.Bytes()})
+		}
+		h.Peers = append(h.Peers, hp)
+	}
+	for k, sa := range x.sas {
+		if s := sa.Seq(); s > 0 {
+			h.Seqs = append(h.Seqs, HandoverSeq{Sender: bytes.Clone(k.sender[:]), Receiver: bytes.Clone(k.receiver[:]), Seq: s})
+		}
+	}
+	return h
+}
+
+// inherit takes a predecessor's keys (a takeover); what does not parse is
+// skipped (a fresh key replaces it).
+func (x *encryption) inherit(h *EncryptionHandover) {
+	if k, err := esp.ParseKey(h.Static); err == nil {
+		x.static = k
+	}
+	for _, m := range h.Mine {
+		if k, err := esp.ParseKey(m.Priv); err == nil && len(x.mine) < 2 {
+			x.mine = append(x.mine, ephemeral{gen: m.Gen, priv: k, born: time.Unix(0, m.Born)})
+		}
+	}
+	for _, hp := range h.Peers {
+		st, err := esp.ParsePublic(hp.Static)
+		if err != nil || len(x.peers) >= maxKeyPeers {
+			continue
+		}
+		// An alive member stays in the table (its datagrams opened, ours
+		// sealed) until the successor's gossip says otherwise.
+		p := &peerKeys{static: st, vtep: hp.VTEP, alive: hp.VTEP.IsValid()}
+		for _, e := range hp.Eph {
+			if pub, err := esp.ParsePublic(e.Pub); err == nil && len(p.eph) < 2 {
+				p.eph = append(p.eph, peerEph{gen: e.Gen, pub: pub})
+			}
+		}
+		x.peers[hp.Name] = p
+	}
+	x.skip = map[saKey]uint64{}
+	for _, s := range h.Seqs {
+		var k saKey
+		if len(s.Sender) == esp.KeyLen && len(s.Receiver) == esp.KeyLen {
+			copy(k.sender[:], s.Sender)
+			copy(k.receiver[:], s.Receiver)
+			x.skip[k] = s.Seq + handoverSkip
+		}
+	}
+}
+
+// espTable is the engines' table of SAs: nil without --encrypt.
+func (n *Node) espTable() *esp.Table {
+	if n.enc == nil {
+		return nil
+	}
+	return &n.enc.table
+}
+
+// Wire says how VXLAN travels to the VTEP at addr (this node's own: how it
+// travels between members): "esp" (a member that encrypts, keys agreed),
+// "esp-pending" (a member that encrypts, no key agreed yet: nothing is
+// sent to it), or "vxlan" (plain: without --encrypt, or a VTEP that is no
+// member).
+func (n *Node) Wire(addr netip.Addr) string {
+	if n.enc == nil {
+		return "vxlan"
+	}
+	if addr.Unmap() == n.vtep.Addr().Unmap() {
+		return "esp"
+	}
+	p, ok := n.enc.table.Lookup(addr)
+	switch {
+	case !ok:
+		return "vxlan"
+	case p.Out == nil:
+		return "esp-pending"
+	}
+	return "esp"
+}
