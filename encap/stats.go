@@ -35,6 +35,10 @@ const (
 	TooBig                           // ICMP too-big errors written into the TAP
 	PMTUProbes                       // path MTU probes received from members
 	PMTUAcks                         // acks to our path MTU probes received
+	// RxPartialCsum counts frames written to the TAP whose inner TCP or
+	// UDP checksum the sender left partial; the TAP counts them, the node
+	// adds them to its segment's snapshot.
+	RxPartialCsum
 
 	NumCounters
 )
@@ -64,6 +68,7 @@ var counterDescs = [NumCounters]Desc{
 	TooBig:            {"too_big", "ICMP errors (IPv4 fragmentation needed, IPv6 packet too big) written into the TAP to senders of frames too big for the underlay path (see drops too_big)."},
 	PMTUProbes:        {"pmtu_probes", "Path MTU probes received from members (answered by the agent, never written to the TAP)."},
 	PMTUAcks:          {"pmtu_acks", "Acks to this agent's path MTU probes received from members."},
+	RxPartialCsum:     {"rx_partial_checksums", "Frames from the underlay whose inner TCP or UDP checksum the sender left partial for a NIC to finish (a kernel VXLAN device with checksum offload, behind a veth): completed, or handed to the TAP as needing one, instead of written broken."},
 }
 
 // Desc returns the counter's declaration.

@@ -2,14 +2,18 @@
 //
 // The stages, in order:
 //
+//  0. check that every overlay's programs are installed: install the
+//     missing ones (Config.Install), or skip the overlay, saying which
+//     package provides them;
 //  1. build the testbed (testenv): hosts h1 and h2 on an underlay bridge;
-//  2. set up the overlays side by side: kernel VXLAN (vx0, port 8472,
-//     10.99.0.i/24), a uvxlan agent per host (uvx0, port 4789,
-//     10.42.0.i/24, static peers) and, when asked for, a second one with
-//     --encrypt (uvx1, port 4790, 10.43.0.i/24, gossip members); wait
-//     until each answers ping;
-//  3. start one iperf3 server per overlay and test on h2, each on its own
-//     port, bound to h2's overlay address; wait until all listen;
+//     and the same for each overlay that needs a testbed of its own
+//     (OverlayInfo.OwnTestbed: the userspace peers);
+//  2. set up the overlays side by side (overlay.go and overlay_*.go: the
+//     underlay itself, kernel VXLAN, uvxlan agents, and the overlays users
+//     would pick instead); wait until each answers ping (a peer that does
+//     not is skipped, its testbed removed);
+//  3. start one iperf3 server per overlay and test on its h2, each on its
+//     own port, bound to h2's overlay address; wait until all listen;
 //  4. the machine's idle CPU rate, over cpuIdleTime with nothing running
 //     but the (idle) agents, from /proc/stat (again after the rounds: the
 //     quieter of the two is subtracted from the CPU figures);
@@ -17,8 +21,8 @@
 //     and 1400-byte payloads, then ping; each test over every overlay in
 //     turn, so that the figures compared are measured seconds apart;
 //     around every iperf3 test the machine's CPU time (/proc/stat), around
-//     uvxlan's tests also the agents' (/proc/PID/stat); at the end, their
-//     peak RSS;
+//     a userspace overlay's tests also its processes' (/proc/PID/stat: the
+//     uvxlan agents, tincd, ...); at the end, their peak RSS;
 //  6. tear everything down (also on error or cancellation).
 
 package perf
@@ -26,8 +30,6 @@ package perf
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -58,6 +60,8 @@ const (
 	iperfBasePort = 5201
 	// agentStartTimeout bounds the wait for an overlay to answer ping.
 	agentStartTimeout = 20 * time.Second
+	// setupTimeout bounds an overlay's Setup, and its Ready after ping.
+	setupTimeout = 60 * time.Second
 	// listenTimeout bounds the wait for the iperf3 servers to listen.
 	listenTimeout = 10 * time.Second
 	// iperfGrace is how much longer than its -t an iperf3 client may take
@@ -71,13 +75,6 @@ const (
 
 func kernelAddr(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 99, 0, byte(i)}) }
 func uvxlanAddr(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 42, 0, byte(i)}) }
-func encAddr(i int) netip.Addr    { return netip.AddrFrom4([4]byte{10, 43, 0, byte(i)}) }
-
-// The encrypted overlay's agents: their VXLAN and gossip ports.
-const (
-	encPort       = 4790
-	encGossipPort = 7947
-)
 
 // Config of a Run.
 type Config struct {
@@ -92,9 +89,11 @@ type Config struct {
 	// rounds and its ratios the medians of each round's ratio, with their
 	// range: a measure of how steady the machine is.
 	Rounds int
-	// Overlays to measure; default DefaultOverlays, in the order of
-	// Overlays.
+	// Overlays to measure; default all, in the order of Overlays.
 	Overlays []Overlay
+	// Install installs the programs of the overlays asked for that are
+	// missing (apt-get, go install) instead of skipping those overlays.
+	Install bool
 	// Prefix of the testbed's namespaces; default a random one. A testbed
 	// with this prefix must not exist.
 	Prefix string
@@ -152,36 +151,40 @@ var iperfTests = []iperfTest{
 	}},
 }
 
-// path is one overlay between h1 and h2.
+// path is one overlay between h1 and h2 of its testbed.
 type path struct {
 	overlay Overlay
 	index   int        // in Overlays: picks the iperf3 ports
 	dst     netip.Addr // h2's address on it; h1 sends from its own
 	mtu     int
+	h1, h2  *testenv.Host
+	procs   []*testenv.Proc // its processes (userspace overlays)
 }
 
 func (p path) port(test int) int { return iperfBasePort + 10*p.index + test }
 
 // bench is one Run in progress.
 type bench struct {
-	cfg    Config
-	plan   plan
-	work   string // temporary directory: sockets, state, logs
-	h1, h2 *testenv.Host
-	agents []*testenv.Proc // uvxlan on h1, h2
-	enc    []*testenv.Proc // uvxlan --encrypt on h1, h2
-	idle   []CPUIdleSample // the machine's CPU use with no test running
-	step   int
-	steps  int
-	out    io.Writer
+	cfg  Config
+	plan plan
+	work string // temporary directory: sockets, state, logs
+	// cleanups run after the testbeds are down (overlayEnv.OnTeardown).
+	cleanups []func()
+	idle     []CPUIdleSample // the machine's CPU use with no test running
+	step     int
+	steps    int
+	out      io.Writer
 }
 
-// Run builds a 2-host testbed, measures the overlays of cfg between its
-// hosts and returns the report; see the package documentation. It needs
-// root, iperf3, ping and ss. It blocks for about cfg.Duration plus a few
-// seconds of setup and teardown. Everything it starts is stopped and the
-// testbed removed before it returns, also when ctx is canceled (the error
-// is then ctx's).
+// Run builds a 2-host testbed (and one more for each overlay that needs its
+// own), measures the overlays of cfg between its hosts and returns the
+// report; see the package documentation. It needs root, iperf3, ping and
+// ss, and each overlay's programs: an overlay whose programs are missing is
+// skipped (Report.Skipped says which package provides them) unless
+// cfg.Install installs them. It blocks for about cfg.Duration plus the
+// setup and teardown. Everything it starts is stopped and the testbeds
+// removed before it returns, also when ctx is canceled (the error is then
+// ctx's).
 func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	if cfg.Duration == 0 {
 		cfg.Duration = DefaultDuration
@@ -196,11 +199,11 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		return nil, fmt.Errorf("perf: %d rounds: want 1 to %d", cfg.Rounds, MaxRounds)
 	}
 	if len(cfg.Overlays) == 0 {
-		cfg.Overlays = DefaultOverlays
+		cfg.Overlays = Overlays
 	}
 	for _, o := range cfg.Overlays {
-		if !isOverlay(o) {
-			return nil, fmt.Errorf("perf: unknown overlay %q: want veth, kernel, uvxlan or uvxlan-encrypted", o)
+		if lookupOverlay(o) == nil {
+			return nil, fmt.Errorf("perf: unknown overlay %q: want one of %s", o, strings.Join(overlayNames(), ", "))
 		}
 	}
 	var selected []Overlay // in measuring order, once each
@@ -209,7 +212,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 			selected = append(selected, o)
 		}
 	}
-	if slices.ContainsFunc(selected, Overlay.hasAgents) && cfg.Binary == "" {
+	if slices.Contains(selected, UVXLAN) && cfg.Binary == "" {
 		return nil, errors.New("perf: no uvxlan binary to run (Config.Binary)")
 	}
 	if os.Geteuid() != 0 {
@@ -220,68 +223,105 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 			return nil, fmt.Errorf("perf: %s is needed: %w", tool, err)
 		}
 	}
-	b := &bench{cfg: cfg, plan: makePlan(cfg.Duration, len(selected), cfg.Rounds), out: cfg.Progress,
-		steps: cfg.Rounds * len(selected) * (len(iperfTests) + 1)}
-	if b.out == nil {
-		b.out = io.Discard
+	out := cfg.Progress
+	if out == nil {
+		out = io.Discard
 	}
 	start := time.Now()
 	rep = &Report{
-		Machine:            machine(),
-		Started:            start,
-		DurationSeconds:    cfg.Duration.Seconds(),
-		IperfSeconds:       b.plan.iperfSecs,
-		PingCount:          b.plan.pingCount,
-		PingIntervalMillis: float64(b.plan.pingInterval) / float64(time.Millisecond),
-		Rounds:             cfg.Rounds,
-		Figures:            figureInfos(),
-		CPUMethod:          cpuMethod,
+		Machine:   machine(),
+		Started:   start,
+		Rounds:    cfg.Rounds,
+		Figures:   figureInfos(),
+		CPUMethod: cpuMethod,
 	}
+	selected = checkPrograms(ctx, selected, cfg.Install, out, rep)
+	if len(selected) == 0 {
+		return nil, errors.New("perf: no overlay left to measure: " + rep.skippedLine())
+	}
+
+	b := &bench{cfg: cfg, plan: makePlan(cfg.Duration, len(selected), cfg.Rounds), out: out}
+	rep.DurationSeconds = cfg.Duration.Seconds()
+	rep.IperfSeconds, rep.PingCount = b.plan.iperfSecs, b.plan.pingCount
+	rep.PingIntervalMillis = float64(b.plan.pingInterval) / float64(time.Millisecond)
 
 	b.work, err = os.MkdirTemp("", "uvxlan-bench-")
 	if err != nil {
 		return nil, fmt.Errorf("perf: %w", err)
 	}
 	defer os.RemoveAll(b.work)
-	tb, err := testenv.New(testenv.Config{Prefix: cfg.Prefix, Hosts: 2, LogDir: b.work})
-	if err != nil {
-		return nil, fmt.Errorf("perf: %w", err)
-	}
-	b.h1, b.h2 = tb.Host(1), tb.Host(2)
-	b.say("building testbed %s: h1 %s, h2 %s on a bridge; %d tests, iperf3 %d s each, ping %d × %v",
-		tb.Prefix(), b.h1.Underlay, b.h2.Underlay, b.steps, b.plan.iperfSecs, b.plan.pingCount, b.plan.pingInterval)
-	if cfg.Rounds > 1 {
-		b.say("%d rounds; in each, every test runs over each overlay in turn", cfg.Rounds)
-	}
-	if err := tb.Up(ctx); err != nil {
-		return nil, fmt.Errorf("perf: %w", err)
-	}
+	var testbeds []*testenv.Testbed
 	defer func() {
-		b.say("tearing down testbed %s", tb.Prefix())
-		if derr := tb.Down(); derr != nil && err == nil {
-			rep, err = nil, fmt.Errorf("perf: %w", derr)
+		for _, tb := range slices.Backward(testbeds) {
+			b.say("tearing down testbed %s", tb.Prefix())
+			if derr := tb.Down(); derr != nil && err == nil {
+				rep, err = nil, fmt.Errorf("perf: %w", derr)
+			}
+		}
+		for _, f := range b.cleanups {
+			f()
 		}
 	}()
-
+	// newTestbed builds a 2-host testbed; the shared one has cfg.Prefix.
+	newTestbed := func(prefix string) (*testenv.Testbed, error) {
+		tb, err := testenv.New(testenv.Config{Prefix: prefix, Hosts: 2, LogDir: b.work})
+		if err != nil {
+			return nil, fmt.Errorf("perf: %w", err)
+		}
+		b.say("building testbed %s: h1 %s, h2 %s on a bridge", tb.Prefix(), tb.Host(1).Underlay, tb.Host(2).Underlay)
+		if err := tb.Up(ctx); err != nil {
+			tb.Down()
+			return nil, fmt.Errorf("perf: %w", err)
+		}
+		testbeds = append(testbeds, tb)
+		return tb, nil
+	}
+	var shared *testenv.Testbed
 	var paths []path
 	for _, o := range selected {
-		var p path
-		var err error
-		switch o {
-		case Veth:
-			p = path{overlay: Veth, dst: b.h2.Underlay, mtu: b.h1.MTU}
-		case Kernel:
-			p, err = b.setupKernel(ctx)
-		case UVXLAN:
-			p, err = b.setupUVXLAN(ctx)
-		case UVXLANEncrypted:
-			p, err = b.setupEncrypted(ctx)
+		d := lookupOverlay(o)
+		info := d.Info()
+		tb := shared
+		if info.OwnTestbed || shared == nil {
+			prefix := cfg.Prefix
+			if info.OwnTestbed && prefix != "" {
+				prefix = ownPrefix(prefix, slices.Index(Overlays, o))
+			}
+			if prefix == "" {
+				prefix = testenv.RandomPrefix()
+			}
+			if tb, err = newTestbed(prefix); err != nil {
+				return nil, err
+			}
+			if !info.OwnTestbed {
+				shared = tb
+			}
 		}
+		p, err := b.setup(ctx, d, tb)
 		if err != nil {
-			return nil, err
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			if !info.OwnTestbed {
+				return nil, err
+			}
+			// A peer that does not come up is skipped, not the whole run.
+			b.say("skipping %s: %v", o, err)
+			rep.Skipped = append(rep.Skipped, Skip{Overlay: o, Why: "set up failed: " + firstLine(err.Error())})
+			testbeds = testbeds[:len(testbeds)-1]
+			b.say("tearing down testbed %s", tb.Prefix())
+			tb.Down()
+			continue
 		}
-		p.index = slices.Index(Overlays, o)
 		paths = append(paths, p)
+	}
+	if len(paths) == 0 {
+		return nil, errors.New("perf: no overlay left to measure: " + rep.skippedLine())
+	}
+	b.steps = cfg.Rounds * len(paths) * (len(iperfTests) + 1)
+	b.say("%d tests, iperf3 %d s each, ping %d × %v", b.steps, b.plan.iperfSecs, b.plan.pingCount, b.plan.pingInterval)
+	if cfg.Rounds > 1 {
+		b.say("%d rounds; in each, every test runs over each overlay in turn", cfg.Rounds)
 	}
 	if err := b.startServers(ctx, paths); err != nil {
 		return nil, err
@@ -293,8 +333,98 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		return nil, err
 	}
 	rep.computeRatios()
-	rep.ElapsedSeconds = time.Since(start).Seconds() // Down is not counted; it takes well under a second
+	rep.ElapsedSeconds = time.Since(start).Seconds() // Down is not counted; it takes a second or two
 	return rep, nil
+}
+
+// overlayNames lists the names of every overlay, for messages.
+func overlayNames() []string {
+	var names []string
+	for _, o := range Overlays {
+		names = append(names, string(o))
+	}
+	return names
+}
+
+// ownPrefix derives the prefix of overlay i's own testbed from the shared
+// one's: at most 12 characters.
+func ownPrefix(prefix string, i int) string {
+	s := "o" + strconv.Itoa(i)
+	return prefix[:min(len(prefix), 12-len(s))] + s
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	return s
+}
+
+// checkPrograms returns the overlays of selected whose programs are
+// installed, after installing the missing ones if install; it says which
+// are skipped and why (the package or module that provides them), on out
+// and in rep.Skipped.
+func checkPrograms(ctx context.Context, selected []Overlay, doInstall bool, out io.Writer, rep *Report) []Overlay {
+	var missing []Program
+	for _, o := range selected {
+		for _, p := range missingPrograms(lookupOverlay(o)) {
+			if !slices.ContainsFunc(missing, func(q Program) bool { return slices.Equal(q.Names, p.Names) }) {
+				missing = append(missing, p)
+			}
+		}
+	}
+	var installErr error
+	if doInstall && len(missing) > 0 {
+		installErr = install(ctx, missing, out)
+		if installErr != nil {
+			fmt.Fprintf(out, "==> %v\n", installErr)
+		}
+	}
+	var keep []Overlay
+	for _, o := range selected {
+		miss := missingPrograms(lookupOverlay(o))
+		if len(miss) == 0 {
+			keep = append(keep, o)
+			continue
+		}
+		var why []string
+		for _, p := range miss {
+			why = append(why, fmt.Sprintf("%s not found (%s)", p.Names[0], p.source()))
+		}
+		hint := "; --install installs it"
+		if installErr != nil {
+			hint = "; installing failed"
+		}
+		s := Skip{Overlay: o, Why: strings.Join(why, ", ") + hint}
+		fmt.Fprintf(out, "==> skipping %s: %s\n", o, s.Why)
+		rep.Skipped = append(rep.Skipped, s)
+	}
+	return keep
+}
+
+// setup sets up overlay d between tb's hosts and waits until it carries
+// ping, within setupTimeout.
+func (b *bench) setup(ctx context.Context, d overlay, tb *testenv.Testbed) (path, error) {
+	info := d.Info()
+	dir := filepath.Join(b.work, string(info.Name))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return path{}, fmt.Errorf("perf: %w", err)
+	}
+	e := &overlayEnv{H1: tb.Host(1), H2: tb.Host(2), Dir: dir, Binary: b.cfg.Binary, Say: b.say, Prefix: tb.Prefix(), runCtx: ctx, cleanups: &b.cleanups}
+	sctx, cancel := context.WithTimeout(ctx, setupTimeout)
+	defer cancel()
+	up, err := d.Setup(sctx, e)
+	p := path{overlay: info.Name, index: slices.Index(Overlays, info.Name), dst: up.Dst, mtu: up.MTU, h1: e.H1, h2: e.H2, procs: up.Procs}
+	if err != nil {
+		return p, fmt.Errorf("perf: %s: %w%s", info.Name, err, b.procLogs(p))
+	}
+	if err := b.waitPing(ctx, p); err != nil {
+		return p, err
+	}
+	if up.Ready != nil {
+		if err := testenv.Eventually(ctx, setupTimeout, up.Ready); err != nil {
+			return p, fmt.Errorf("perf: %s: not ready after %v: %w%s", info.Name, setupTimeout, err, b.procLogs(p))
+		}
+	}
+	return p, nil
 }
 
 // say prints a progress line.
@@ -325,96 +455,16 @@ func (b *bench) fail(ctx context.Context) {
 	b.end("failed")
 }
 
-// setupKernel creates a kernel VXLAN device in each host and waits until
-// it carries ping.
-func (b *bench) setupKernel(ctx context.Context) (path, error) {
-	b.say("kernel VXLAN: vx0 in each host, VNI %d, port %d, %s ↔ %s", kernelVNI, kernelPort, kernelAddr(1), kernelAddr(2))
-	for _, pair := range [][2]*testenv.Host{{b.h1, b.h2}, {b.h2, b.h1}} {
-		vx := testenv.KernelVXLAN{VNI: kernelVNI, Port: kernelPort, Remotes: []netip.Addr{pair[1].Underlay},
-			Address: netip.PrefixFrom(kernelAddr(pair[0].Index), 24), KeepOffloads: true}
-		if err := pair[0].AddKernelVXLAN(ctx, vx); err != nil {
-			return path{}, fmt.Errorf("perf: %w", err)
-		}
-	}
-	p := path{overlay: Kernel, dst: kernelAddr(2), mtu: b.h1.MTU - 50}
-	return p, b.waitPing(ctx, p)
-}
-
-// setupUVXLAN starts an agent in each host, the other as its static peer,
-// and waits until the overlay carries ping.
-func (b *bench) setupUVXLAN(ctx context.Context) (path, error) {
-	b.say("uvxlan: an agent in each host (%s), port 4789, %s ↔ %s", b.cfg.Binary, uvxlanAddr(1), uvxlanAddr(2))
-	agents, err := b.startAgents(ctx, "", func(h, peer *testenv.Host) []string {
-		return []string{"--address", netip.PrefixFrom(uvxlanAddr(h.Index), 24).String(), "--peer", peer.Underlay.String()}
-	})
-	b.agents = agents
-	if err != nil {
-		return path{}, err
-	}
-	p := path{overlay: UVXLAN, dst: uvxlanAddr(2), mtu: b.h1.MTU - 50}
-	return p, b.waitPing(ctx, p)
-}
-
-// setupEncrypted starts a second agent in each host with --encrypt: its
-// own TAP (uvx1), port and gossip port; h2 joins h1 (encryption is
-// between gossip members), and waits until the overlay carries ping.
-func (b *bench) setupEncrypted(ctx context.Context) (path, error) {
-	b.say("uvxlan-encrypted: an agent with --encrypt in each host, port %d, members of one cluster, %s ↔ %s", encPort, encAddr(1), encAddr(2))
-	agents, err := b.startAgents(ctx, "-enc", func(h, peer *testenv.Host) []string {
-		args := []string{"--dev", "uvx1", "--address", netip.PrefixFrom(encAddr(h.Index), 24).String(),
-			"--port", strconv.Itoa(encPort), "--gossip-port", strconv.Itoa(encGossipPort), "--encrypt"}
-		if h.Index == 2 {
-			args = append(args, "--join", netip.AddrPortFrom(peer.Underlay, encGossipPort).String())
-		}
-		return args
-	})
-	b.enc = agents
-	if err != nil {
-		return path{}, err
-	}
-	p := path{overlay: UVXLANEncrypted, dst: encAddr(2), mtu: b.h1.MTU - 50 - 45}
-	return p, b.waitPing(ctx, p)
-}
-
-// startAgents starts an agent in each host with the arguments args gives
-// (beside its name, --local, --control and --state-dir, suffixed with
-// suffix, and a gossip key shared by the pair: random, encrypted as by
-// default, with --gossip-key, which binaries of every version take, so
-// that they compare).
-func (b *bench) startAgents(ctx context.Context, suffix string, args func(h, peer *testenv.Host) []string) ([]*testenv.Proc, error) {
-	key := make([]byte, 32)
-	if _, err := rand.Read(key); err != nil {
-		return nil, fmt.Errorf("perf: gossip key: %w", err)
-	}
-	var procs []*testenv.Proc
-	for _, pair := range [][2]*testenv.Host{{b.h1, b.h2}, {b.h2, b.h1}} {
-		h := pair[0]
-		state := filepath.Join(b.work, h.Name+suffix+"-state")
-		if err := os.MkdirAll(state, 0o700); err != nil {
-			return procs, fmt.Errorf("perf: %w", err)
-		}
-		a := append([]string{"run", "--name", h.Name, "--local", h.Underlay.String(),
-			"--control", filepath.Join(b.work, h.Name+suffix+".sock"), "--state-dir", state,
-			"--gossip-key", base64.StdEncoding.EncodeToString(key)}, args(h, pair[1])...)
-		p, err := h.Start(ctx, filepath.Join(b.work, h.Name+suffix+"-uvxlan.log"), b.cfg.Binary, a...)
-		if err != nil {
-			return procs, fmt.Errorf("perf: %w", err)
-		}
-		procs = append(procs, p)
-	}
-	return procs, nil
-}
-
-// waitPing waits until h1 gets a reply from p.dst, or an agent exits, or
-// agentStartTimeout passes.
+// waitPing waits until p.h1 gets a reply from p.dst, or one of p's
+// processes exits, or agentStartTimeout passes.
 func (b *bench) waitPing(ctx context.Context, p path) error {
 	deadline := time.Now().Add(agentStartTimeout)
 	for {
-		if err := b.agentsAlive(); err != nil {
+		if err := procsAlive(p); err != nil {
 			return err
 		}
 		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		_, err := b.h1.Run(pctx, "ping", "-n", "-c", "1", "-W", "1", p.dst.String())
+		_, err := p.h1.Run(pctx, "ping", "-n", "-c", "1", "-W", "1", p.dst.String())
 		cancel()
 		if err == nil {
 			return nil
@@ -423,7 +473,7 @@ func (b *bench) waitPing(ctx context.Context, p path) error {
 			return ctx.Err()
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("perf: %s: %s does not answer ping from h1 after %v: %w%s", p.overlay, p.dst, agentStartTimeout, err, b.agentLogs())
+			return fmt.Errorf("perf: %s: %s does not answer ping from h1 after %v: %w%s", p.overlay, p.dst, agentStartTimeout, err, b.procLogs(p))
 		}
 		if err := sleep(ctx, 100*time.Millisecond); err != nil {
 			return err
@@ -431,22 +481,22 @@ func (b *bench) waitPing(ctx context.Context, p path) error {
 	}
 }
 
-// agentsAlive returns an error, with the agent's log, when an agent has
-// exited.
-func (b *bench) agentsAlive() error {
-	for i, a := range slices.Concat(b.agents, b.enc) {
+// procsAlive returns an error, with its log, when one of p's processes
+// has exited.
+func procsAlive(p path) error {
+	for _, a := range p.procs {
 		if a.Exited() {
-			return fmt.Errorf("perf: the uvxlan agent on h%d exited: %v\n%s", i%2+1, a.Wait(), tail(a.Log(), 2048))
+			return fmt.Errorf("perf: %s: %s exited: %v\n%s", p.overlay, a.LogPath(), a.Wait(), tail(a.Log(), 2048))
 		}
 	}
 	return nil
 }
 
-// agentLogs returns the tails of the agents' logs, for error messages.
-func (b *bench) agentLogs() string {
+// procLogs returns the tails of p's processes' logs, for error messages.
+func (b *bench) procLogs(p path) string {
 	var s strings.Builder
-	for i, a := range slices.Concat(b.agents, b.enc) {
-		fmt.Fprintf(&s, "\nuvxlan on h%d (%s):\n%s", i%2+1, a.LogPath(), tail(a.Log(), 1024))
+	for _, a := range p.procs {
+		fmt.Fprintf(&s, "\n%s:\n%s", a.LogPath(), tail(a.Log(), 1024))
 	}
 	return s.String()
 }
@@ -458,31 +508,36 @@ func tail(s string, n int) string {
 	return s
 }
 
-// startServers starts an iperf3 server on h2 for every path and test, then
-// waits until all of them listen.
+// startServers starts an iperf3 server on its h2 for every path and test,
+// then waits until all of them listen.
 func (b *bench) startServers(ctx context.Context, paths []path) error {
-	want := map[string]bool{}
+	want := map[*testenv.Host]map[string]bool{}
 	for _, p := range paths {
+		if want[p.h2] == nil {
+			want[p.h2] = map[string]bool{}
+		}
 		for t, test := range iperfTests {
 			port := strconv.Itoa(p.port(t))
 			log := filepath.Join(b.work, "iperf3-"+string(p.overlay)+"-"+test.name+".log")
-			if _, err := b.h2.Start(ctx, log, "iperf3", "-s", "-B", p.dst.String(), "-p", port); err != nil {
+			if _, err := p.h2.Start(ctx, log, "iperf3", "-s", "-B", p.dst.String(), "-p", port); err != nil {
 				return fmt.Errorf("perf: %w", err)
 			}
-			want[netip.AddrPortFrom(p.dst, uint16(p.port(t))).String()] = true
+			want[p.h2][netip.AddrPortFrom(p.dst, uint16(p.port(t))).String()] = true
 		}
 	}
 	deadline := time.Now().Add(listenTimeout)
 	for {
-		out, err := b.h2.Run(ctx, "ss", "-Hltn")
-		if err != nil {
-			return fmt.Errorf("perf: %w", err)
-		}
-		listening := parseListening(out)
 		var missing []string
-		for a := range want {
-			if !listening[a] {
-				missing = append(missing, a)
+		for h, addrs := range want {
+			out, err := h.Run(ctx, "ss", "-Hltn")
+			if err != nil {
+				return fmt.Errorf("perf: %w", err)
+			}
+			listening := parseListening(out)
+			for a := range addrs {
+				if !listening[a] {
+					missing = append(missing, h.Netns+" "+a)
+				}
 			}
 		}
 		if len(missing) == 0 {
@@ -490,7 +545,7 @@ func (b *bench) startServers(ctx context.Context, paths []path) error {
 		}
 		if time.Now().After(deadline) {
 			slices.Sort(missing)
-			return fmt.Errorf("perf: iperf3 servers on h2 not listening after %v: %s (logs in %s)", listenTimeout, strings.Join(missing, ", "), b.work)
+			return fmt.Errorf("perf: iperf3 servers not listening after %v: %s (logs in %s)", listenTimeout, strings.Join(missing, ", "), b.work)
 		}
 		if err := sleep(ctx, 50*time.Millisecond); err != nil {
 			return err
@@ -501,19 +556,20 @@ func (b *bench) startServers(ctx context.Context, paths []path) error {
 // measure runs every round: each test over every path in turn, then ping
 // over each, and fills rep's PerRound with every round's figures and raw
 // records, and Overlays with their medians. The machine's CPU time is
-// taken around each iperf3 test, the agents' around each of uvxlan's tests,
-// their peak RSS at the end.
+// taken around each iperf3 test, a userspace overlay's processes' around
+// each of its tests, their peak RSS at the end.
 func (b *bench) measure(ctx context.Context, paths []path, rep *Report) error {
 	rounds := make([][]OverlayResult, b.cfg.Rounds)
-	var agents AgentUsage
+	usage := make([]AgentUsage, len(paths))
 	for r := range rounds {
 		rounds[r] = make([]OverlayResult, len(paths))
 		for i, p := range paths {
-			rounds[r][i] = OverlayResult{Overlay: p.overlay, Target: p.dst.String(), MTU: p.mtu}
+			info := p.overlay.Info()
+			rounds[r][i] = OverlayResult{Overlay: p.overlay, Desc: info.Desc, Layer: info.Layer, Crypto: info.Crypto, Target: p.dst.String(), MTU: p.mtu}
 		}
 		for t := range len(iperfTests) + 1 { // the last is ping
 			for i, p := range paths {
-				if err := b.measureOne(ctx, r, p, t, &rounds[r][i], rep, &agents); err != nil {
+				if err := b.measureOne(ctx, r, p, t, &rounds[r][i], rep, &usage[i]); err != nil {
 					return err
 				}
 			}
@@ -531,24 +587,27 @@ func (b *bench) measure(ctx context.Context, paths []path, rep *Report) error {
 	}
 	rep.PerRound = rounds
 	rep.summarize()
-	if i := rep.index(UVXLAN); i >= 0 {
-		a := &agents
+	for i, p := range paths {
+		if len(p.procs) == 0 {
+			continue
+		}
+		a := &usage[i]
 		a.CPUPercent = 100 * a.CPUSeconds / a.WallSeconds
-		for _, ag := range b.agents {
+		for _, ag := range p.procs {
 			st, err := os.ReadFile("/proc/" + strconv.Itoa(ag.Pid()) + "/status")
 			if err != nil {
-				return fmt.Errorf("perf: uvxlan agent's peak RSS: %w", err)
+				return fmt.Errorf("perf: %s's peak RSS: %w", p.overlay, err)
 			}
 			hwm, err := parseVmHWM(st)
 			if err != nil {
-				return fmt.Errorf("perf: uvxlan agent's peak RSS: %w", err)
+				return fmt.Errorf("perf: %s's peak RSS: %w", p.overlay, err)
 			}
 			a.PeakRSSBytesEach = append(a.PeakRSSBytesEach, hwm)
 			a.PeakRSSBytes = max(a.PeakRSSBytes, hwm)
 		}
 		rep.Overlays[i].Agents = a
-		b.say("uvxlan agents: %.2f s of CPU in %.1f s of uvxlan's tests (%.0f%% of a core), peak RSS %.1f MiB",
-			a.CPUSeconds, a.WallSeconds, a.CPUPercent, float64(a.PeakRSSBytes)/(1<<20))
+		b.say("%s's %d processes: %.2f s of CPU in %.1f s of its tests (%.0f%% of a core), peak RSS %.1f MiB",
+			p.overlay, len(p.procs), a.CPUSeconds, a.WallSeconds, a.CPUPercent, float64(a.PeakRSSBytes)/(1<<20))
 	}
 	return nil
 }
@@ -556,8 +615,9 @@ func (b *bench) measure(ctx context.Context, paths []path, rep *Report) error {
 // measureOne runs test t (len(iperfTests): ping) of round over p and sets
 // its figures and raw record in res; around an iperf3 test it adds the
 // machine's CPU time (less the idle rate's), the bytes delivered and, for
-// uvxlan, the agents' CPU time to res.CPU; for uvxlan it adds the agents'
-// CPU time and the test's wall time to agents (ping included).
+// a userspace overlay, its processes' CPU time to res.CPU; for such an
+// overlay it adds the processes' CPU time and the test's wall time to agents
+// (ping included).
 func (b *bench) measureOne(ctx context.Context, round int, p path, t int, res *OverlayResult, rep *Report, agents *AgentUsage) error {
 	var cpu0 []time.Duration
 	sys0, err := readCPUTimes()
@@ -565,8 +625,8 @@ func (b *bench) measureOne(ctx context.Context, round int, p path, t int, res *O
 		return err
 	}
 	t0 := time.Now()
-	if p.overlay.hasAgents() {
-		if cpu0, err = b.agentCPU(p.overlay); err != nil {
+	if len(p.procs) > 0 {
+		if cpu0, err = procsCPU(p); err != nil {
 			return err
 		}
 	}
@@ -578,7 +638,7 @@ func (b *bench) measureOne(ctx context.Context, round int, p path, t int, res *O
 		r, err := b.iperf(ctx, p, t, test.args)
 		if err != nil {
 			b.fail(ctx)
-			return fmt.Errorf("perf: %s %s: %w%s", p.overlay, test.name, err, b.agentLogsIf(p))
+			return fmt.Errorf("perf: %s %s: %w%s", p.overlay, test.name, err, b.procLogsIf(p))
 		}
 		if rep.Machine.Iperf3 == "" {
 			rep.Machine.Iperf3 = r.Version
@@ -596,7 +656,7 @@ func (b *bench) measureOne(ctx context.Context, round int, p path, t int, res *O
 		rtts, sent, err := b.ping(ctx, p)
 		if err != nil {
 			b.fail(ctx)
-			return fmt.Errorf("perf: %s ping: %w%s", p.overlay, err, b.agentLogsIf(p))
+			return fmt.Errorf("perf: %s ping: %w%s", p.overlay, err, b.procLogsIf(p))
 		}
 		p50, p99 := percentile(rtts, 0.50), percentile(rtts, 0.99)
 		res.RTTP50Micros, res.RTTP99Micros, res.RTTSamples = micros(p50), micros(p99), len(rtts)
@@ -607,8 +667,8 @@ func (b *bench) measureOne(ctx context.Context, round int, p path, t int, res *O
 	}
 	wall := time.Since(t0)
 	var cpu1 []time.Duration
-	if p.overlay.hasAgents() {
-		if cpu1, err = b.agentCPU(p.overlay); err != nil {
+	if len(p.procs) > 0 {
+		if cpu1, err = procsCPU(p); err != nil {
 			return err
 		}
 	}
@@ -622,7 +682,7 @@ func (b *bench) measureOne(ctx context.Context, round int, p path, t int, res *O
 	for i := range cpu1 {
 		agentsCPU += (cpu1[i] - cpu0[i]).Seconds()
 	}
-	if p.overlay == UVXLAN {
+	if len(p.procs) > 0 {
 		agents.CPUSeconds += agentsCPU
 		agents.WallSeconds += wall.Seconds()
 	}
@@ -678,36 +738,32 @@ func (b *bench) measureIdle(ctx context.Context, when string) error {
 	return nil
 }
 
-func (b *bench) agentLogsIf(p path) string {
-	if !p.overlay.hasAgents() {
+func (b *bench) procLogsIf(p path) string {
+	if len(p.procs) == 0 {
 		return ""
 	}
-	if err := b.agentsAlive(); err != nil {
+	if err := procsAlive(p); err != nil {
 		return "\n" + err.Error()
 	}
-	return b.agentLogs()
+	return b.procLogs(p)
 }
 
-// agentCPU returns the CPU time so far (user+system) of each agent of
-// overlay o. They run in the root PID namespace (only the network
-// namespace differs), so their /proc entries are where the Pid says.
-func (b *bench) agentCPU(o Overlay) ([]time.Duration, error) {
-	if err := b.agentsAlive(); err != nil {
+// procsCPU returns the CPU time so far (user+system) of each of p's
+// processes. They run in the root PID namespace (only the network namespace
+// differs), so their /proc entries are where the Pid says.
+func procsCPU(p path) ([]time.Duration, error) {
+	if err := procsAlive(p); err != nil {
 		return nil, err
 	}
-	agents := b.agents
-	if o == UVXLANEncrypted {
-		agents = b.enc
-	}
 	var out []time.Duration
-	for _, a := range agents {
+	for _, a := range p.procs {
 		st, err := os.ReadFile("/proc/" + strconv.Itoa(a.Pid()) + "/stat")
 		if err != nil {
-			return nil, fmt.Errorf("perf: uvxlan agent's CPU time: %w", err)
+			return nil, fmt.Errorf("perf: %s's CPU time: %w", p.overlay, err)
 		}
 		d, err := parseProcStat(st)
 		if err != nil {
-			return nil, fmt.Errorf("perf: uvxlan agent's CPU time: %w", err)
+			return nil, fmt.Errorf("perf: %s's CPU time: %w", p.overlay, err)
 		}
 		out = append(out, d)
 	}
@@ -722,7 +778,7 @@ func (b *bench) iperf(ctx context.Context, p path, t int, extra []string) (iperf
 		"-t", strconv.Itoa(b.plan.iperfSecs), "-J"}, extra...)
 	for attempt := 1; ; attempt++ {
 		cctx, cancel := context.WithTimeout(ctx, time.Duration(b.plan.iperfSecs)*time.Second+iperfGrace)
-		cmd := b.h1.Exec(cctx, "iperf3", args...)
+		cmd := p.h1.Exec(cctx, "iperf3", args...)
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		runErr := cmd.Run()
@@ -759,7 +815,7 @@ func (b *bench) ping(ctx context.Context, p path) ([]time.Duration, int, error) 
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	args := []string{"-n", "-i", interval, "-c", strconv.Itoa(b.plan.pingCount), "-W", "1", p.dst.String()}
-	out, runErr := b.h1.Run(pctx, "ping", args...) // exits 1 when a reply is missing: judged below
+	out, runErr := p.h1.Run(pctx, "ping", args...) // exits 1 when a reply is missing: judged below
 	if ctx.Err() != nil {
 		return nil, 0, ctx.Err()
 	}

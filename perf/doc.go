@@ -3,13 +3,18 @@
 // (Run), and its control plane's convergence on an in-process gossip cluster
 // (RunGossip).
 //
-// Run builds its own 2-host testbed with testenv, puts the three overlays
-// side by side between the two hosts (the underlay addresses themselves, a
-// kernel VXLAN device on port 8472 and a pair of uvxlan agents on 4789),
-// then drives iperf3 and ping across each and reads the agents' CPU time
-// and peak RSS from /proc. The results are figures per overlay and the
-// ratios uvxlan/kernel, in a Report that encodes as JSON and renders as a
-// table or an SVG chart.
+// Run builds its own 2-host testbed with testenv, puts the overlays asked
+// for side by side between the two hosts (the underlay addresses
+// themselves, a kernel VXLAN device on port 8472 and a pair of uvxlan agents
+// on 4789) and the userspace overlays users would pick instead (Open
+// vSwitch's userspace datapath, tinc, OpenVPN, wireguard-go, Nebula, n2n)
+// each on a 2-host testbed of its own built the same way, then drives
+// iperf3 and ping across each and reads the CPU time and peak RSS of each
+// userspace overlay's processes from /proc. Each overlay is one
+// implementation of a small interface in a file of its own
+// (overlay_NAME.go). The results are figures per overlay and the ratios
+// uvxlan/kernel, in a Report that encodes as JSON and renders as a table or
+// an SVG chart.
 // Everything it builds is torn down before it returns, also when its
 // context is canceled.
 //

@@ -349,18 +349,57 @@ func TestParseOverlays(t *testing.T) {
 		want []Overlay
 		err  bool
 	}{
-		{"", DefaultOverlays, false},
+		{"", Overlays, false},
 		{"all", Overlays, false},
 		{"uvxlan,kernel", []Overlay{Kernel, UVXLAN}, false},
 		{"uvxlan-encrypted,kernel,uvxlan", []Overlay{Kernel, UVXLAN, UVXLANEncrypted}, false},
 		{" veth , veth ", []Overlay{Veth}, false},
 		{"kernel,wireguard", nil, true},
 		{"kernel,", nil, true},
+		{"n2n,uvxlan,tinc,kernel", []Overlay{Kernel, UVXLAN, Tinc, N2N}, false},
+		{"kernel,uvxlan,ovs,tinc,openvpn,wireguard-go,nebula,n2n", []Overlay{Kernel, UVXLAN, OVS, Tinc, OpenVPN, WireGuardGo, Nebula, N2N}, false},
+		{"tinc,all", Overlays, false},
+		{"Tinc", nil, true}, // names are lower case
 	}
 	for _, tt := range tests {
 		got, err := ParseOverlays(tt.in)
 		if (err != nil) != tt.err || !slices.Equal(got, tt.want) {
 			t.Errorf("ParseOverlays(%q): want %v (error %v), got %v, %v", tt.in, tt.want, tt.err, got, err)
+		}
+	}
+	// An unknown name's error lists the known ones.
+	if _, err := ParseOverlays("kernel,wireguard"); err == nil || !strings.Contains(err.Error(), "wireguard-go") || !strings.Contains(err.Error(), "n2n") {
+		t.Errorf("unknown overlay: error %v, want it to list the known ones", err)
+	}
+	// Every overlay names its layer and cipher, and a userspace peer the
+	// programs it needs, each with where it comes from.
+	if len(Overlays) != 10 || Overlays[0] != Veth || Overlays[2] != UVXLAN || Overlays[3] != UVXLANEncrypted {
+		t.Errorf("Overlays = %v", Overlays)
+	}
+	for _, o := range Overlays {
+		info := o.Info()
+		if info.Name != o || info.Layer == "" || info.Crypto == "" || info.Desc == "" {
+			t.Errorf("%s: info %+v", o, info)
+		}
+		if info.OwnTestbed != (len(info.Programs) > 0) || info.OwnTestbed && !info.Userspace {
+			t.Errorf("%s: own testbed %v, userspace %v, programs %v", o, info.OwnTestbed, info.Userspace, info.Programs)
+		}
+		for _, p := range info.Programs {
+			if len(p.Names) == 0 || (p.Package == "") == (p.Module == "") {
+				t.Errorf("%s: program %+v: want names and a package or a module", o, p)
+			}
+		}
+	}
+}
+
+func TestOwnPrefix(t *testing.T) {
+	for _, tt := range []struct {
+		prefix string
+		i      int
+		want   string
+	}{{"uvt1a2b", 3, "uvt1a2bo3"}, {"abcdefghijkl", 8, "abcdefghijo8"}} {
+		if got := ownPrefix(tt.prefix, tt.i); got != tt.want {
+			t.Errorf("ownPrefix(%q, %d) = %q, want %q", tt.prefix, tt.i, got, tt.want)
 		}
 	}
 }

@@ -21,50 +21,50 @@ import (
 // Overlay names one of the paths measured between the two hosts.
 type Overlay string
 
-// The overlays, in the order Run measures them.
+// The overlays. Overlays lists them all in the order Run measures them
+// (overlay.go), each described by its Info.
 const (
 	// Veth is the underlay itself: the hosts' veth addresses through the
-	// bridge, no encapsulation. The ceiling for the other two.
+	// bridge, no encapsulation. The ceiling for the others.
 	Veth Overlay = "veth"
 	// Kernel is a Linux kernel VXLAN device in each host (port 8472).
 	Kernel Overlay = "kernel"
 	// UVXLAN is a uvxlan agent in each host (port 4789), static peers.
 	UVXLAN Overlay = "uvxlan"
-	// UVXLANEncrypted is a second pair of uvxlan agents with --encrypt
-	// (port 4790, members of one gossip cluster: encryption is between
-	// members). Measured only when asked for (--overlays).
+	// UVXLANEncrypted is a second agent in each host with --encrypt
+	// (port 4790), gossip members.
 	UVXLANEncrypted Overlay = "uvxlan-encrypted"
+	// The userspace overlays users would pick instead, each on a testbed
+	// of its own (see their overlay_*.go).
+	OVS         Overlay = "ovs"
+	Tinc        Overlay = "tinc"
+	OpenVPN     Overlay = "openvpn"
+	WireGuardGo Overlay = "wireguard-go"
+	Nebula      Overlay = "nebula"
+	N2N         Overlay = "n2n"
 )
 
-// Overlays lists every overlay in measuring order; the default set is the
-// first three (DefaultOverlays).
-var Overlays = []Overlay{Veth, Kernel, UVXLAN, UVXLANEncrypted}
-
-// DefaultOverlays are the overlays measured unless told otherwise.
-var DefaultOverlays = []Overlay{Veth, Kernel, UVXLAN}
-
-// hasAgents reports whether the overlay is carried by uvxlan agents,
-// whose CPU time is the overlay's cost.
-func (o Overlay) hasAgents() bool { return o == UVXLAN || o == UVXLANEncrypted }
-
-// ParseOverlays parses a comma-separated list such as "kernel,uvxlan" and
-// returns the overlays in measuring order without duplicates. "all" or an
-// empty string means every overlay.
+// ParseOverlays parses a comma-separated list of overlay names such as
+// "kernel,uvxlan,tinc" and returns the overlays in measuring order (that of
+// Overlays) without duplicates. Spaces around names are ignored; "all", as
+// the list or as one of its names, means every overlay, and so does an empty
+// string. An unknown name is an error that lists the known ones.
 func ParseOverlays(s string) ([]Overlay, error) {
-	s = strings.TrimSpace(s)
-	switch s {
-	case "":
-		return append([]Overlay(nil), DefaultOverlays...), nil
-	case "all":
-		return append([]Overlay(nil), Overlays...), nil
-	}
 	want := map[Overlay]bool{}
 	for _, name := range strings.Split(s, ",") {
 		o := Overlay(strings.TrimSpace(name))
-		if !isOverlay(o) {
-			return nil, fmt.Errorf("unknown overlay %q: want a comma-separated list of veth, kernel, uvxlan and uvxlan-encrypted", name)
+		switch {
+		case o == "all" || o == "" && strings.TrimSpace(s) == "":
+			for _, k := range Overlays {
+				want[k] = true
+			}
+		case o == "":
+			return nil, fmt.Errorf("empty overlay name in %q: want a comma-separated list of %s, or all", s, strings.Join(overlayNames(), ", "))
+		case lookupOverlay(o) == nil:
+			return nil, fmt.Errorf("unknown overlay %q: want a comma-separated list of %s, or all", name, strings.Join(overlayNames(), ", "))
+		default:
+			want[o] = true
 		}
-		want[o] = true
 	}
 	var out []Overlay
 	for _, o := range Overlays {
@@ -73,15 +73,6 @@ func ParseOverlays(s string) ([]Overlay, error) {
 		}
 	}
 	return out, nil
-}
-
-func isOverlay(o Overlay) bool {
-	for _, k := range Overlays {
-		if o == k {
-			return true
-		}
-	}
-	return false
 }
 
 // Report is the result of Run. It is plain data: encode it with
@@ -121,6 +112,17 @@ type Report struct {
 	// says in words what the CPU figures count.
 	CPUIdle   *CPUIdle `json:"cpu_idle,omitempty"`
 	CPUMethod string   `json:"cpu_method,omitempty"`
+	// Skipped lists the overlays asked for but not measured, and why.
+	Skipped []Skip `json:"skipped,omitempty"`
+}
+
+// skippedLine says which overlays were skipped and why, on one line.
+func (r *Report) skippedLine() string {
+	var s []string
+	for _, k := range r.Skipped {
+		s = append(s, string(k.Overlay)+": "+k.Why)
+	}
+	return strings.Join(s, "; ")
 }
 
 // FigureInfo describes one figure of OverlayResult.
@@ -195,8 +197,12 @@ type Machine struct {
 // host 2 and taken on the receiving side.
 type OverlayResult struct {
 	Overlay Overlay `json:"overlay"`
-	Target  string  `json:"target"` // host 2's address on this overlay
-	MTU     int     `json:"mtu"`
+	// Desc, Layer and Crypto describe it (OverlayInfo).
+	Desc   string `json:"desc,omitempty"`
+	Layer  string `json:"layer,omitempty"`
+	Crypto string `json:"crypto,omitempty"`
+	Target string `json:"target"` // host 2's address on this overlay
+	MTU    int    `json:"mtu"`
 	// TCP goodput of one and of four parallel streams (iperf3 -P 4),
 	// Gbit/s received.
 	TCP1Gbps float64 `json:"tcp1_gbps"`
@@ -440,7 +446,7 @@ func (o *OverlayResult) setCPUFigures() {
 		o.MachineCPUPerGB = c.BusySeconds / gb
 	}
 	switch {
-	case o.Overlay.hasAgents():
+	case o.Overlay.userspace():
 		c.Measured = "agents"
 		if c.AgentsSeconds > 0 {
 			o.CPUPerGB = c.AgentsSeconds / gb
@@ -631,9 +637,9 @@ func (r *Report) Missing() []string {
 				miss = append(miss, string(o.Overlay)+" "+f.key)
 			}
 		}
-		if o.Overlay == UVXLAN {
+		if o.Overlay.userspace() {
 			if a := o.Agents; a == nil || !(a.CPUSeconds > 0) || a.PeakRSSBytes == 0 {
-				miss = append(miss, "uvxlan agents")
+				miss = append(miss, string(o.Overlay)+" agents")
 			}
 		}
 	}
@@ -650,6 +656,9 @@ func (r *Report) Missing() []string {
 // for latencies, the difference in µs, for UDP the losses; then notes on
 // how to read it and what the CPU figures count.
 func (r *Report) WriteTable(w io.Writer) error {
+	if r.hasPeers() {
+		return r.writeCompare(w)
+	}
 	tw := newTable(w)
 	ratios := map[string]Ratio{}
 	for _, rt := range r.Ratios {
@@ -663,7 +672,6 @@ func (r *Report) WriteTable(w io.Writer) error {
 		head = append(head, "uvxlan/kernel", "Δ vs kernel")
 	}
 	fmt.Fprintln(tw, strings.Join(head, "\t"))
-	hasCPU := false
 	for _, f := range figures {
 		if f.isLoss {
 			continue // beside its figure
@@ -672,7 +680,6 @@ func (r *Report) WriteTable(w io.Writer) error {
 		for i := range r.Overlays {
 			o := &r.Overlays[i]
 			row = append(row, r.cell(f, o))
-			hasCPU = hasCPU || (f.cpu && o.CPU != nil)
 		}
 		if len(r.Ratios) > 0 {
 			rt, ok := ratios[f.key]
@@ -690,10 +697,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintln(tw, strings.Join(row, "\t"))
 	}
 	if u := r.Result(UVXLAN); u != nil && u.Agents != nil {
-		a := u.Agents
 		cpu, rss := []string{"agents' cpu (both)", arrow(false)}, []string{"agents' peak rss (max)", arrow(false)}
 		for _, o := range r.Overlays {
-			if o.Overlay == UVXLAN {
+			if a := o.Agents; a != nil {
 				cpu = append(cpu, fmt.Sprintf("%.2f s, %.0f%% of a core", a.CPUSeconds, a.CPUPercent))
 				rss = append(rss, fmt.Sprintf("%.1f MiB", float64(a.PeakRSSBytes)/(1<<20)))
 			} else {
@@ -706,18 +712,32 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	return r.writeNotes(w)
+}
+
+// writeNotes writes the notes under a table: how to read it, what the CPU
+// figures count, which overlays were skipped, the machine and the plan.
+func (r *Report) writeNotes(w io.Writer) error {
+	hasCPU := false
+	for _, o := range r.Overlays {
+		hasCPU = hasCPU || o.CPU != nil
+	}
 	var notes strings.Builder
 	notes.WriteString("\n↑ higher is better (throughput), ↓ lower is better (RTT, loss, CPU): a uvxlan/kernel ratio above 1 puts uvxlan ahead on ↑ rows and behind on ↓ rows.\n")
 	notes.WriteString("udp: datagrams delivered per second, counted by the receiver; lost: of the datagrams iperf3 sent, the share never delivered.\n")
 	if hasCPU {
 		notes.WriteString("cpu per GB: CPU seconds per 10⁹ payload bytes delivered by the iperf3 tests (ping left out).\n")
 		var others []string
+		var procs []string
 		for _, o := range r.Overlays {
-			if o.Overlay.hasAgents() {
-				fmt.Fprintf(&notes, "  %s (agents): both agents' user+system time, from /proc/PID/stat.\n", o.Overlay)
+			if o.Overlay.userspace() {
+				procs = append(procs, string(o.Overlay))
 			} else if o.CPU != nil {
 				others = append(others, string(o.Overlay))
 			}
+		}
+		if len(procs) > 0 {
+			fmt.Fprintf(&notes, "  %s (agents): both agents' user+system time, from /proc/PID/stat: the overlay's own processes on both hosts (uvxlan's agents, tincd, ovs-vswitchd and ovsdb-server, ...).\n", strings.Join(procs, ", "))
 		}
 		idle := "the idle rate"
 		if r.CPUIdle != nil {
@@ -740,6 +760,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 			}
 		}
 	}
+	for _, k := range r.Skipped {
+		fmt.Fprintf(&notes, "skipped %s: %s.\n", k.Overlay, k.Why)
+	}
 	rounds := ""
 	if r.Rounds > 1 {
 		rounds = fmt.Sprintf("; %d rounds: medians, and the ratios' and losses' range over the rounds", r.Rounds)
@@ -749,6 +772,68 @@ func (r *Report) WriteTable(w io.Writer) error {
 		time.Duration(r.DurationSeconds*float64(time.Second)), time.Duration(r.ElapsedSeconds*float64(time.Second)).Round(100*time.Millisecond))
 	_, err := io.WriteString(w, notes.String())
 	return err
+}
+
+// hasPeers tells whether the report measured an overlay besides veth,
+// kernel and uvxlan: it then reads best with a row per overlay.
+func (r *Report) hasPeers() bool {
+	return slices.ContainsFunc(r.Overlays, func(o OverlayResult) bool {
+		return o.Overlay != Veth && o.Overlay != Kernel && o.Overlay != UVXLAN
+	})
+}
+
+// writeCompare writes the report as a row per overlay: what it is, its
+// MTU, and its figures; then, when kernel and uvxlan were both measured,
+// their ratios; then the notes.
+func (r *Report) writeCompare(w io.Writer) error {
+	tw := newTable(w)
+	fmt.Fprintln(tw, "overlay\tlayer, crypto\tmtu\ttcp 1 ↑\ttcp 4 ↑\tudp 64 B ↑\tudp 1400 B ↑\trtt p50 ↓\trtt p99 ↓\tcpu/GB ↓\tmachine cpu/GB ↓\tpeak rss ↓")
+	for i := range r.Overlays {
+		o := &r.Overlays[i]
+		cpu, machine := "-", "-"
+		if o.CPU != nil {
+			cpu, machine = r.cell(figureByKey("cpu_s_per_gb"), o), r.cell(figureByKey("machine_cpu_s_per_gb"), o)
+		}
+		rss := "-"
+		if o.Agents != nil {
+			rss = fmt.Sprintf("%.1f MiB", float64(o.Agents.PeakRSSBytes)/(1<<20))
+		}
+		fmt.Fprintf(tw, "%s\t%s, %s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", o.Overlay, o.Layer, o.Crypto, o.MTU,
+			fmtGbps(o.TCP1Gbps), fmtGbps(o.TCP4Gbps),
+			fmt.Sprintf("%s (%s lost)", fmtPPS(o.UDP64PPS), fmtPercent(o.UDP64LossPercent)),
+			fmt.Sprintf("%s (%s lost)", fmtPPS(o.UDP1400PPS), fmtPercent(o.UDP1400LossPercent)),
+			fmtMicros(o.RTTP50Micros), fmtMicros(o.RTTP99Micros), cpu, machine, rss)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	var b strings.Builder
+	for _, o := range r.Overlays {
+		if o.Desc != "" {
+			fmt.Fprintf(&b, "%s: %s\n", o.Overlay, o.Desc)
+		}
+	}
+	if len(r.Ratios) > 0 {
+		b.WriteString("\nuvxlan/kernel:")
+		for _, rt := range r.Ratios {
+			if rt.DeltaMicros != nil {
+				fmt.Fprintf(&b, " %s %s (%+.0f µs);", rt.Label, fmtRatio(rt), *rt.DeltaMicros)
+			} else {
+				fmt.Fprintf(&b, " %s %s;", rt.Label, fmtRatio(rt))
+			}
+		}
+		b.WriteString("\n")
+	}
+	if _, err := io.WriteString(w, "\n"+b.String()); err != nil {
+		return err
+	}
+	return r.writeNotes(w)
+}
+
+// figureByKey returns the figure whose JSON key is key.
+func figureByKey(key string) figure {
+	i := slices.IndexFunc(figures, func(f figure) bool { return f.key == key })
+	return figures[i]
 }
 
 // cell renders figure f of o for the table: UDP with its loss beside, CPU

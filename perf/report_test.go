@@ -183,6 +183,43 @@ func TestWriteTableSubset(t *testing.T) {
 	}
 }
 
+// With a userspace peer among the overlays the table has a row per
+// overlay: its layer and cipher, MTU, figures and peak RSS; the ratios to
+// the kernel follow, and the overlays skipped are named with the package
+// that provides them.
+func TestWriteTableCompare(t *testing.T) {
+	r := sampleReport()
+	tinc := r.Overlays[2] // uvxlan's figures, as tinc's
+	tinc.Overlay, tinc.Desc, tinc.Layer, tinc.Crypto, tinc.MTU = Tinc, "tinc 1.0 switch mode", "L2", "none", 1450
+	tinc.Agents = &AgentUsage{CPUSeconds: 3, PeakRSSBytes: 6 << 20}
+	r.Overlays = append(r.Overlays, tinc)
+	r.Overlays[2].Layer, r.Overlays[2].Crypto = "L2", "none"
+	r.Skipped = []Skip{{Overlay: N2N, Why: "edge not found (Debian package n2n); --install installs it"}}
+	r.computeRatios()
+	var b bytes.Buffer
+	if err := r.WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(b.String(), "\n")
+	if f := strings.Fields(lines[0]); len(f) < 4 || f[0] != "overlay" {
+		t.Fatalf("header %q, want a row per overlay", lines[0])
+	}
+	for i, o := range []Overlay{Veth, Kernel, UVXLAN, Tinc} {
+		if f := strings.Fields(lines[1+i]); len(f) == 0 || f[0] != string(o) {
+			t.Errorf("row %d: %q, want %s's", i+1, lines[1+i], o)
+		}
+	}
+	for _, want := range []string{"L2, none", "1450", "6.0 MiB", "20.0 MiB", "tinc: tinc 1.0 switch mode", "uvxlan/kernel: tcp, 1 stream 0.25",
+		"skipped n2n: edge not found (Debian package n2n); --install installs it", "uvxlan, tinc (agents)"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, b.String())
+		}
+	}
+	if m := r.Missing(); len(m) > 0 {
+		t.Errorf("missing: %v", m)
+	}
+}
+
 func TestWriteSVG(t *testing.T) {
 	r := sampleReport()
 	var b bytes.Buffer

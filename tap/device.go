@@ -22,7 +22,8 @@ type Device interface {
 	// of frames written; on error, the frames after the failing one are not
 	// written. It touches no byte outside the frames (the bytes before offset
 	// may belong to another frame), though it may rewrite the headers of
-	// frames it coalesces into one.
+	// frames it coalesces into one, and complete L4 checksums their
+	// sender left partial.
 	Write(bufs [][]byte, offset int) (n int, err error)
 
 	// BatchSize is the most frames one Read returns. It does not change over

@@ -14,7 +14,9 @@ import (
 //     without options or IPv6 without extension headers, exactly as long as
 //     its IP header says, with flags that allow merging?
 //  2. Verify the IPv4 header and L4 checksums of each candidate. A frame with
-//     a bad checksum is passed through untouched so that the kernel drops it.
+//     a bad checksum is passed through untouched so that the kernel drops it;
+//     one whose L4 checksum was left partial by its sender (partial.go), any
+//     TCP or UDP frame, is passed through or merged as needing a checksum.
 //  3. Find the open frame of the same flow and append the payload to it if
 //     the segment continues it exactly; otherwise close that frame and open a
 //     new one. Other frames close the open frames of their address pair, so
@@ -64,6 +66,9 @@ type GRO struct {
 	skip  []int      // per input frame: bytes of it not in the output (merged headers)
 	parts [][]byte   // the parts of all output frames, frame after frame
 	out   []GROFrame // returned by Coalesce
+	// partials counts the frames of the last batch with a partial
+	// checksum (see Partials).
+	partials int
 }
 
 // GROFrame is one frame returned by Coalesce: its virtio-net header, and the
@@ -89,6 +94,9 @@ type groItem struct {
 	nextSeq uint32 // TCP sequence number the next segment must have
 	nextID  uint16 // IPv4 ID the next segment must have (without DF)
 	hash    uint64 // flow hash
+	// csumStart and csumOff locate the partial L4 checksum of a frame that
+	// stays single (FlagNeedsCsum); csumStart 0: none.
+	csumStart, csumOff uint16
 }
 
 // groPkt is what stage 1 learns about one frame.
@@ -138,19 +146,38 @@ func (g *GRO) SetUDP(on bool) { g.udp = on }
 // CHECKSUM_PARTIAL with FlagNeedsCsum); it writes nothing outside the frames,
 // which may therefore be slices of one buffer, such as a run of datagrams
 // received with UDP GRO. Single TCP/UDP frames whose checksum was verified
-// carry FlagDataValid; others carry a zero header, so the kernel checks them
-// itself.
+// carry FlagDataValid; single frames whose checksum their sender left partial
+// (partial.go) carry FlagNeedsCsum, and are merged like verified ones; others
+// carry a zero header, so the kernel checks them itself.
 func (g *GRO) Coalesce(frames [][]byte) []GROFrame {
 	if cap(g.items) < len(frames) {
 		g.grow(len(frames))
 	}
 	g.items, g.open, g.parts, g.out = g.items[:0], g.open[:0], g.parts[:0], g.out[:0]
+	g.partials = 0
 
 	for i, f := range frames {
 		g.next[i], g.skip[i] = -1, 0
 		p := groParse(f, g.udp)
 		it := groItem{buf: i, tail: i, size: len(f), kind: p.kind, v4: p.v4}
-		if !p.mergeable || !groVerify(f, &p) {
+		// A checksum is verified first; only a wrong one may be partial,
+		// so frames with right checksums pay nothing more.
+		var cs, co int
+		verified := p.mergeable && groVerify(f, &p)
+		switch {
+		case verified:
+		case p.mergeable:
+			if groVerifyIPv4(f, &p) {
+				cs, co = groPartial(f, &p)
+			}
+		case p.ip:
+			cs, _, co = partialCsum(f)
+		}
+		if cs > 0 {
+			g.partials++
+			it.csumStart, it.csumOff = uint16(cs), uint16(co)
+		}
+		if !verified && (cs == 0 || !p.mergeable) {
 			if p.ip {
 				g.closeAddrs(frames, f, p.v4)
 			}
@@ -163,7 +190,9 @@ func (g *GRO) Coalesce(frames [][]byte) []GROFrame {
 			}
 			g.closeAt(j)
 		}
-		it.vflags = FlagDataValid
+		if cs == 0 {
+			it.vflags = FlagDataValid
+		}
 		it.hdrLen, it.gsoSize, it.segs, it.hash = p.hdrLen, p.payload, 1, p.hash
 		l4 := f[p.l4Off:]
 		if p.kind == groTCP {
@@ -181,8 +210,11 @@ func (g *GRO) Coalesce(frames [][]byte) []GROFrame {
 	for k := range g.items {
 		it := &g.items[k]
 		vh := VirtioNetHdr{Flags: it.vflags}
-		if it.segs > 1 {
+		switch {
+		case it.segs > 1:
 			vh = groFinish(frames[it.buf], it)
+		case it.csumStart > 0:
+			vh = VirtioNetHdr{Flags: FlagNeedsCsum, CsumStart: it.csumStart, CsumOffset: it.csumOff}
 		}
 		start := len(g.parts)
 		for i := it.buf; i >= 0; i = g.next[i] {
@@ -192,6 +224,10 @@ func (g *GRO) Coalesce(frames [][]byte) []GROFrame {
 	}
 	return g.out
 }
+
+// Partials returns how many frames of the last Coalesce had an L4 checksum
+// left partial by their sender (partial.go), now marked as needing one.
+func (g *GRO) Partials() int { return g.partials }
 
 // groParse is stage 1.
 func groParse(f []byte, udp bool) (p groPkt) {
@@ -276,11 +312,32 @@ func groVerify(f []byte, p *groPkt) bool {
 	if p.kind == groUDP {
 		proto = protoUDP
 	}
-	if p.v4 && FoldChecksum(Checksum(f[ethHdrLen:p.l4Off], 0)) != 0xffff {
+	if !groVerifyIPv4(f, p) {
 		return false
 	}
 	l4 := f[p.l4Off:]
 	return FoldChecksum(Checksum(l4, pseudoHeaderSum(f, p.v4, proto)+uint64(len(l4)))) == 0xffff
+}
+
+// groVerifyIPv4 checks the IPv4 header checksum of a mergeable frame (true
+// for IPv6, which has none).
+func groVerifyIPv4(f []byte, p *groPkt) bool {
+	return !p.v4 || FoldChecksum(Checksum(f[ethHdrLen:p.l4Off], 0)) == 0xffff
+}
+
+// groPartial is partialCsum for a mergeable frame, parsed already: where
+// its L4 checksum is, when the field holds exactly the partial checksum;
+// start 0 otherwise.
+func groPartial(f []byte, p *groPkt) (start, off int) {
+	proto, off := uint8(protoTCP), tcpCsumOffset
+	if p.kind == groUDP {
+		proto, off = protoUDP, udpCsumOffset
+	}
+	l4 := f[p.l4Off:]
+	if binary.BigEndian.Uint16(l4[off:]) != FoldChecksum(pseudoHeaderSum(f, p.v4, proto)+uint64(len(l4))) {
+		return 0, 0
+	}
+	return p.l4Off, off
 }
 
 // groAddrs returns the source and destination addresses of an IP frame.

@@ -127,7 +127,10 @@ type TAP struct {
 	hdr     [VirtioNetHdrLen]byte // the header of the frame being written
 	iovs    []unix.Iovec          // a frame being written: header, parts
 	drops   atomic.Uint64         // super-frames that could not be split
-	kdrops0 uint64                // the kernel's tx_dropped of the device when opened
+	// partials counts frames written with a checksum their sender left
+	// partial (partial.go).
+	partials atomic.Uint64
+	kdrops0  uint64 // the kernel's tx_dropped of the device when opened
 }
 
 var (
@@ -561,6 +564,12 @@ func (t *TAP) readVnet(fd uintptr) bool {
 // not be split (malformed, or more segments than a batch).
 func (t *TAP) OffloadDrops() uint64 { return t.drops.Load() }
 
+// PartialChecksums counts the frames written whose TCP or UDP checksum
+// their sender left partial (a kernel VXLAN peer with checksum offload,
+// behind a veth): completed, or handed to the kernel as needing a checksum,
+// instead of written broken (partial.go).
+func (t *TAP) PartialChecksums() uint64 { return t.partials.Load() }
+
 // QueueDrops returns how many frames the kernel dropped on their way from
 // the host into the TAP since it was opened: the device's tx_dropped, which
 // counts mostly frames that found the queue to this process full (frames
@@ -611,15 +620,21 @@ func (t *TAP) writeFd(fd uintptr) bool {
 }
 
 // writeEach writes frames[*next:] (each at off) with one write(2) each,
-// after a zero virtio-net header when zeroHdr, advancing *next. It returns
-// false to wait for the TAP to become writable; an error is left in wErr.
+// after a zero virtio-net header when zeroHdr, advancing *next; it completes
+// checksums their senders left partial (partial.go) first. It returns false
+// to wait for the TAP to become writable; an error is left in wErr.
 func (t *TAP) writeEach(fd uintptr, frames [][]byte, off int, next *int, zeroHdr bool) bool {
 	for *next < len(frames) {
+		f := frames[*next][off:]
+		if start, end, co := partialCsum(f); start > 0 { // a retried write finds it complete
+			_ = CompleteChecksum(f[:end], VirtioNetHdr{Flags: FlagNeedsCsum, CsumStart: uint16(start), CsumOffset: uint16(co)}) // the field is inside f[:end]
+			t.partials.Add(1)
+		}
 		var err error
 		if zeroHdr {
-			_, err = rawWritev(fd, t.vnetIovecs(t.zeroHdr[:], frames[*next][off:]))
+			_, err = rawWritev(fd, t.vnetIovecs(t.zeroHdr[:], f))
 		} else {
-			_, err = rawWrite(fd, frames[*next][off:])
+			_, err = rawWrite(fd, f)
 		}
 		switch {
 		case err == unix.EINTR:
@@ -667,6 +682,9 @@ func (t *TAP) writeVnet(fd uintptr) bool {
 		}
 		t.gOut = t.gro.Coalesce(t.gFrames[:len(t.wBufs)])
 		clear(t.gFrames)
+		if n := t.gro.Partials(); n > 0 {
+			t.partials.Add(uint64(n))
+		}
 	}
 	for t.gNext < len(t.gOut) {
 		o := &t.gOut[t.gNext]

@@ -52,11 +52,11 @@ type KernelVXLAN struct {
 	Address  netip.Prefix // overlay address of the device; optional
 	MTU      int          // default: the underlay MTU - 50
 	Learning bool         // learn remote MACs from received frames (the kernel's "learning")
-	// KeepOffloads skips "ethtool -K NAME tx off": right when every peer is
-	// a kernel VXLAN device (they accept unfinished inner checksums, as the
-	// kernel marks them), wrong when a userspace peer (uvxlan) is among
-	// them. Benchmarks keep the kernel's offloads so that it runs at its
-	// real speed.
+	// KeepOffloads skips "ethtool -K NAME tx off", as a user following
+	// the kernel's own recipe would: the device then sends inner TCP and
+	// UDP with partial checksums (see AddKernelVXLAN), which kernel peers
+	// accept and uvxlan completes. Benchmarks keep the kernel's offloads
+	// so that it runs at its real speed.
 	KeepOffloads bool
 }
 
@@ -69,13 +69,14 @@ type KernelVXLAN struct {
 //	bridge fdb append 00:00:00:00:00:00 dev NAME dst REMOTE   (for each remote)
 //	ethtool -K NAME tx off
 //
-// The last step makes the kernel finish inner checksums itself. With
-// checksum offload on, the device hands the underlay TCP and UDP segments
-// whose inner checksum is only a pseudo-header sum, for the NIC to complete.
-// A physical NIC does; a veth does not, and a userspace peer's UDP socket
-// receives the unfinished checksum, so the receiver drops every TCP segment
-// (ping, having no offload, still works). Behind a real NIC the step changes
-// nothing but speed.
+// The last step (left out with KeepOffloads) makes the kernel finish inner
+// checksums itself. With checksum offload on, the device hands the underlay
+// TCP and UDP segments whose inner checksum is only a pseudo-header sum, for
+// the NIC to complete. A physical NIC does; a veth does not, and a
+// userspace peer's UDP socket receives the unfinished checksum. uvxlan
+// completes it (counter rx_partial_checksums); a peer that does not drops
+// every TCP segment (ping, having no offload, still works). Behind a real
+// NIC the step changes nothing but speed.
 func (h *Host) AddKernelVXLAN(ctx context.Context, vx KernelVXLAN) error {
 	if vx.Name == "" {
 		vx.Name = "vx0"

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -23,24 +24,44 @@ const maxBenchDuration = time.Hour
 func benchCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "bench",
-		Usage: "measure uvxlan against kernel VXLAN and a raw veth on a 2-host testbed, in one run (needs root, iperf3)",
+		Usage: "measure uvxlan against kernel VXLAN, a raw veth and the userspace overlays users would pick instead, on 2-host testbeds, in one run (needs root, iperf3)",
 		Description: `Builds its own 2-host network-namespace testbed and measures, between the same
-two hosts and in the same run, three paths:
+two hosts and in the same run, the paths of --overlays (default the first three):
 
-   veth     the underlay itself (198.18.0.1 -> 198.18.0.2), no encapsulation
-   kernel   a Linux kernel VXLAN device per host (port 8472, 10.99.0.0/24, MTU 1450)
-   uvxlan   a uvxlan agent per host (port 4789, 10.42.0.0/24, static peers)
+   veth          the underlay itself (198.18.0.1 -> 198.18.0.2), no encapsulation
+   kernel        a Linux kernel VXLAN device per host (port 8472, 10.99.0.0/24, MTU 1450)
+   uvxlan        a uvxlan agent per host (port 4789, 10.42.0.0/24, static peers)
+
+and the overlays a user who cannot use kernel VXLAN would pick instead, each
+on a 2-host testbed of its own built the same way (10.77.0.0/24), L2 and
+unencrypted where it allows, else with its default cipher, with an MTU that
+fits a 1500-byte underlay unfragmented:
+
+   ovs           Open vSwitch, userspace datapath (VXLAN in ovs-vswitchd), MTU 1450
+   tinc          tinc 1.0 switch mode, Cipher = none, Digest = none, MTU 1450
+   openvpn       OpenVPN 2.6 tap, static key, --cipher none --auth none, MTU 1450
+   wireguard-go  wireguard-go (L3; ChaCha20-Poly1305 always), MTU 1420
+   nebula        Nebula (L3; AES-256-GCM always), MTU 1420
+   n2n           n2n 1.3 edges and a supernode (L2; Twofish always), MTU 1360
+
+An overlay whose programs are missing is skipped with a line naming the
+Debian package (for wireguard-go the Go module) that provides them;
+--install installs them first (apt-get, with a policy-rc.d that refuses
+service starts so no daemon runs in the root namespace; go install into
+/usr/local/bin) and says so. --overlays all measures every overlay; with
+any of the last six the table has a row per overlay.
 
 For each: iperf3 TCP with 1 and 4 streams (Gbit/s received), iperf3 UDP with
 64- and 1400-byte payloads, unthrottled (datagrams/s delivered, counted by the
 receiver, with the share of those sent that were lost beside it), ping RTT p50
 and p99 over 400 samples, and CPU seconds per GB delivered by the iperf3 tests:
-for uvxlan both agents' user+system time, for veth and kernel the kernel's
+for uvxlan and the userspace overlays the user+system time of their own
+processes on both hosts ("agents" in the JSON), for veth and kernel the kernel's
 system+irq+softirq time on all CPUs (/proc/stat; it includes iperf3's own
 kernel work), and for all the whole machine's busy time, both less the idle
 rate (the quieter of 2 s with no test running before and after the tests);
-for uvxlan also the agents' CPU time
-and peak RSS. Prints a table with the uvxlan/kernel ratios, each row marked
+for uvxlan and the userspace overlays also their processes' CPU time and
+peak RSS. Prints a table with the uvxlan/kernel ratios, each row marked
 ↑ (higher is better: throughput) or ↓ (lower is better: RTT, CPU); --json
 prints an object with every figure of every round ("per_round", each test's
 raw record in "tests"), and per figure which way is better ("figures",
@@ -56,11 +77,13 @@ least 1 s); the testbed is removed at the end, on failure and on Ctrl-C.
    uvxlan bench
    uvxlan bench --duration 10s --overlays kernel,uvxlan --svg ratios.svg
    uvxlan bench --rounds 3 --duration 3m --overlays kernel,uvxlan
+   uvxlan bench --overlays all --install --rounds 3 --duration 10m
    uvxlan bench gossip --nodes 100`,
 		Flags: []cli.Flag{
 			&cli.DurationFlag{Name: "duration", Value: perf.DefaultDuration, Usage: "measuring time of the whole run, split across the rounds and tests"},
 			&cli.IntFlag{Name: "rounds", Value: 1, Usage: fmt.Sprintf("run every test `N` times (1 to %d) and report medians and the ratios' range", perf.MaxRounds)},
-			&cli.StringFlag{Name: "overlays", Value: "veth,kernel,uvxlan", Usage: "comma-separated `LIST` of overlays to measure: veth, kernel, uvxlan, uvxlan-encrypted (a second pair of agents with --encrypt); all: every one"},
+			&cli.StringFlag{Name: "overlays", Value: "veth,kernel,uvxlan", Usage: "comma-separated `LIST` of overlays to measure (" + strings.Join(overlayNames(), ", ") + "), or all"},
+			&cli.BoolFlag{Name: "install", Usage: "install the programs of the overlays asked for that are missing (apt-get, go install) instead of skipping them"},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"},
 			&cli.StringFlag{Name: "svg", Usage: "also write a bar chart of the uvxlan/kernel ratios to `FILE`"},
 			&cli.StringFlag{Name: "prefix", Usage: "name `PREFIX` of the testbed's namespaces (default: random)"},
@@ -123,7 +146,8 @@ func benchAction(c *cli.Context) error {
 	if c.Args().Present() {
 		return usageError{fmt.Errorf("bench takes no arguments (but the subcommand gossip), got %q", c.Args().Slice())}
 	}
-	cfg := perf.Config{Duration: c.Duration("duration"), Rounds: c.Int("rounds"), Prefix: c.String("prefix"), Binary: c.String("bin"), Progress: c.App.ErrWriter}
+	cfg := perf.Config{Duration: c.Duration("duration"), Rounds: c.Int("rounds"), Prefix: c.String("prefix"), Binary: c.String("bin"),
+		Install: c.Bool("install"), Progress: c.App.ErrWriter}
 	if d := cfg.Duration; d <= 0 || d > maxBenchDuration {
 		return badFlag("duration", d.String(), "must be above 0 and at most %v", maxBenchDuration)
 	}
@@ -248,6 +272,15 @@ func benchGossipAction(c *cli.Context) error {
 		return printBenchJSON(c.App.Writer, rep)
 	}
 	return rep.WriteTable(c.App.Writer)
+}
+
+// overlayNames lists every overlay the bench knows, in measuring order.
+func overlayNames() []string {
+	var names []string
+	for _, o := range perf.Overlays {
+		names = append(names, string(o))
+	}
+	return names
 }
 
 func printBenchJSON(w io.Writer, v any) error {

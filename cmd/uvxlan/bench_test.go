@@ -120,8 +120,9 @@ func TestBenchSmoke(t *testing.T) {
 			t.Errorf("%s: agents %+v, want none", o.Overlay, o.Agents)
 		}
 	}
-	if !slices.Equal(got, perf.DefaultOverlays) {
-		t.Errorf("overlays: want %v, got %v", perf.DefaultOverlays, got)
+	defaults := []perf.Overlay{perf.Veth, perf.Kernel, perf.UVXLAN} // --overlays' default
+	if !slices.Equal(got, defaults) {
+		t.Errorf("overlays: want %v, got %v", defaults, got)
 	}
 	if len(rep.Ratios) != 8 {
 		t.Errorf("want 8 uvxlan/kernel ratios, got %d", len(rep.Ratios))
@@ -165,8 +166,8 @@ func TestBenchSmoke(t *testing.T) {
 			checkCPU(t, "round "+strconv.Itoa(i+1)+" ", o)
 			checkTests(t, i+1, o)
 		}
-		if !slices.Equal(got, perf.DefaultOverlays) {
-			t.Errorf("round %d overlays: want %v, got %v", i+1, perf.DefaultOverlays, got)
+		if !slices.Equal(got, defaults) {
+			t.Errorf("round %d overlays: want %v, got %v", i+1, defaults, got)
 		}
 	}
 	if m := rep.Machine; m.CPUs < 1 || m.Kernel == "" || m.GoVersion == "" || rep.DurationSeconds != 5 || rep.IperfSeconds != 1 {
@@ -205,6 +206,103 @@ func TestBenchSmoke(t *testing.T) {
 	}
 }
 
+// The bench measures the overlays users would pick instead on testbeds of
+// their own, with the same tests: here tinc (the cheapest to install) beside
+// kernel VXLAN and uvxlan. Every overlay yields every figure, its processes'
+// CPU time and peak RSS; nothing is left behind. It never asserts a speed.
+func TestBenchOverlays(t *testing.T) {
+	t.Parallel()
+	testenv.Require(t)
+	requireTool(t, "iperf3")
+	requireTool(t, "tincd")
+	prefix := testenv.PrefixForTest(t)
+	stdout, stderr, code := runBench(t, 3*time.Minute, "bench", "--overlays", "kernel, uvxlan,tinc", "--duration", "5s", "--json", "--prefix", prefix)
+	if code != 0 {
+		t.Fatalf("exit status %d\nstderr:\n%s", code, stderr)
+	}
+	t.Logf("%s", stderr)
+	var rep perf.Report
+	dec := json.NewDecoder(strings.NewReader(stdout))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&rep); err != nil {
+		t.Fatalf("--json output: %v\n%s", err, stdout)
+	}
+	var got []perf.Overlay
+	for _, o := range rep.Overlays {
+		got = append(got, o.Overlay)
+		if !(o.TCP1Gbps > 0) || !(o.TCP4Gbps > 0) || !(o.UDP64PPS > 0) || !(o.UDP1400PPS > 0) || !(o.RTTP50Micros > 0) || o.RTTSamples < 100 {
+			t.Errorf("%s: figures missing: %+v", o.Overlay, o)
+		}
+		if o.Layer != "L2" || o.Crypto != "none" || o.MTU != 1450 {
+			t.Errorf("%s: layer %q, crypto %q, mtu %d; want L2, none, 1450 (like for like)", o.Overlay, o.Layer, o.Crypto, o.MTU)
+		}
+		checkCPU(t, "", o)
+		if userspace := o.Overlay != perf.Kernel; userspace != (o.Agents != nil) ||
+			userspace && (!(o.Agents.CPUSeconds > 0) || o.Agents.PeakRSSBytes == 0 || len(o.Agents.PeakRSSBytesEach) != 2) {
+			t.Errorf("%s: processes' usage %+v", o.Overlay, o.Agents)
+		}
+	}
+	if want := []perf.Overlay{perf.Kernel, perf.UVXLAN, perf.Tinc}; !slices.Equal(got, want) {
+		t.Errorf("overlays: want %v, got %v", want, got)
+	}
+	if len(rep.Skipped) > 0 || len(rep.Missing()) > 0 {
+		t.Errorf("skipped %v, missing %v", rep.Skipped, rep.Missing())
+	}
+	if !strings.Contains(stderr, "] tinc tcp-1 ...") || !strings.Contains(stderr, "tinc's 2 processes") {
+		t.Errorf("no progress of tinc's tests:\n%s", stderr)
+	}
+	var tab bytes.Buffer
+	if err := rep.WriteTable(&tab); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the table:\n%s", tab.String())
+	if !strings.HasPrefix(tab.String(), "overlay ") || !strings.Contains(tab.String(), "\ntinc ") {
+		t.Errorf("table: want a row per overlay:\n%s", tab.String())
+	}
+	out, err := exec.Command("ip", "netns", "list").CombinedOutput()
+	if err != nil || strings.Contains(string(out), prefix) {
+		t.Errorf("namespaces left behind (%v):\n%s", err, out)
+	}
+}
+
+// An overlay whose program is missing is skipped with one line naming the
+// package that provides it, and the others are measured.
+func TestBenchSkipsMissing(t *testing.T) {
+	t.Parallel()
+	testenv.Require(t)
+	requireTool(t, "iperf3")
+	// A PATH with the bench's own tools only: no nebula, no wireguard-go.
+	bin := t.TempDir()
+	for _, tool := range []string{"iperf3", "ping", "ss", "ip"} {
+		p, err := exec.LookPath(tool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(p, filepath.Join(bin, tool)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(uvxlanBin, "bench", "--overlays", "veth,nebula,wireguard-go", "--duration", "2s", "--prefix", testenv.PrefixForTest(t))
+	cmd.Env = append(os.Environ(), "PATH="+bin)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	for _, want := range []string{
+		"==> skipping nebula: nebula not found (Debian package nebula), nebula-cert not found (Debian package nebula); --install installs it\n",
+		"==> skipping wireguard-go: wireguard-go not found (Go module golang.zx2c4.com/wireguard (go install golang.zx2c4.com/wireguard@latest)); --install installs it\n",
+		"] veth tcp-1 ...",
+	} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr.String())
+		}
+	}
+	if !strings.Contains(stdout.String(), "skipped nebula: ") {
+		t.Errorf("the table does not say nebula was skipped:\n%s", stdout.String())
+	}
+}
+
 func isPercent(v float64) bool { return v >= 0 && v <= 100 }
 
 // checkCPU checks an overlay's CPU cost: bytes delivered, figures above 0,
@@ -223,9 +321,9 @@ func checkCPU(t *testing.T, where string, o perf.OverlayResult) {
 		t.Errorf("%s%s: machine cpu per GB %v without a reason (%+v)", where, o.Overlay, o.MachineCPUPerGB, c)
 	}
 	switch {
-	case o.Overlay == perf.UVXLAN:
+	case o.Overlay.Info().Userspace:
 		if c.Measured != "agents" || !(o.CPUPerGB > 0) || !(c.AgentsSeconds > 0) {
-			t.Errorf("%suvxlan: want the agents' cpu per GB > 0, got %v (%+v)", where, o.CPUPerGB, c)
+			t.Errorf("%s%s: want the agents' cpu per GB > 0, got %v (%+v)", where, o.Overlay, o.CPUPerGB, c)
 		}
 	case c.Measured != "kernel":
 		t.Errorf("%s%s: cpu measured %q, want kernel", where, o.Overlay, c.Measured)

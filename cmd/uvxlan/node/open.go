@@ -61,6 +61,7 @@ type tapQueue interface {
 	Owned() bool   // uvxlan's (made by this start or an earlier one)
 	Offloads() string
 	OffloadDrops() uint64
+	PartialChecksums() uint64
 	QueueDrops() (uint64, error)
 	File() (*os.File, error)
 }
@@ -88,6 +89,7 @@ func (plainTAP) Created() bool               { return false }
 func (plainTAP) Owned() bool                 { return false }
 func (plainTAP) Offloads() string            { return "" }
 func (plainTAP) OffloadDrops() uint64        { return 0 }
+func (plainTAP) PartialChecksums() uint64    { return 0 }
 func (plainTAP) QueueDrops() (uint64, error) { return 0, errNotKernel }
 func (plainTAP) File() (*os.File, error)     { return nil, errNotKernel }
 

@@ -232,6 +232,7 @@ func (n *Node) Stats() Stats {
 		}
 		for _, d := range s.devs {
 			ss.Stats.Drops[encap.DropTAPSplit] += d.OffloadDrops()
+			ss.Stats.Counters[encap.RxPartialCsum] += d.PartialChecksums()
 		}
 		if q, err := s.devs[0].QueueDrops(); err == nil { // the device's, for all queues
 			ss.Stats.Drops[encap.DropTAPQueue] = q
