@@ -215,16 +215,21 @@ func (s *Speaker) applyMAC(mk macKey) {
 		}
 	}
 	err := s.cfg.FDB.Set(fdb.Entry{VNI: mk.vni, MAC: mk.mac, VTEP: vtep, Origin: fdb.OriginEVPN})
-	switch {
-	case err == nil:
-		s.rib.applied[mk] = vtep
-	case errors.Is(err, fdb.ErrOutranked):
-		delete(s.rib.applied, mk)
-		s.rib.retry[mk] = true
+	settle(s, err, mk, vtep, s.rib.applied, s.rib.retry)
+}
+
+// settle records how the write of k = v to a table went: applied, or to
+// try again (outranked by a higher origin, or the table full), counted.
+func settle[K comparable, V any](s *Speaker, err error, k K, v V, applied map[K]V, retry map[K]bool) {
+	if err == nil {
+		applied[k] = v
+		return
+	}
+	delete(applied, k)
+	retry[k] = true
+	if errors.Is(err, fdb.ErrOutranked) {
 		s.stats.outranked.Add(1)
-	default:
-		delete(s.rib.applied, mk)
-		s.rib.retry[mk] = true
+	} else {
 		s.stats.tableErrors.Add(1)
 	}
 }
@@ -242,18 +247,7 @@ func (s *Speaker) applyIP(ik ipKey) {
 		return
 	}
 	_, err := s.cfg.Neigh.Set(fdb.Neigh{VNI: ik.vni, IP: ik.ip, MAC: b.mac, Origin: fdb.OriginEVPN})
-	switch {
-	case err == nil:
-		s.rib.appliedIP[ik] = b.mac
-	case errors.Is(err, fdb.ErrOutranked):
-		delete(s.rib.appliedIP, ik)
-		s.rib.retryIP[ik] = true
-		s.stats.outranked.Add(1)
-	default:
-		delete(s.rib.appliedIP, ik)
-		s.rib.retryIP[ik] = true
-		s.stats.tableErrors.Add(1)
-	}
+	settle(s, err, ik, b.mac, s.rib.appliedIP, s.rib.retryIP)
 }
 
 // contest tells the node when a received route claims an address one of
