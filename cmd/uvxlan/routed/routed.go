@@ -61,6 +61,9 @@ type Config struct {
 	SubnetFile string       // --subnet-file
 	IPMasq     bool         // --ip-masq
 	Logger     *slog.Logger
+	// Forwarding, when set, is called once the host is configured for the
+	// lease, forwards and has its first routes (--kube-subnet-mgr marks the Node ready).
+	Forwarding func()
 }
 
 // Leases is what the routed overlay reads of the cluster's subnet leases.
@@ -131,6 +134,10 @@ func Run(ctx context.Context, cfg Config, leases Leases, answers Answers) error 
 	r := &router{cfg: &cfg, log: log, leases: leases, answers: answers, link: link, routes: map[netip.Prefix]bool{}}
 	for {
 		r.sync()
+		if cfg.Forwarding != nil { // once, after the first routes
+			cfg.Forwarding()
+			cfg.Forwarding = nil
+		}
 		select {
 		case <-ctx.Done():
 			return nil
