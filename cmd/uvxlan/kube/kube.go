@@ -199,8 +199,15 @@ func (s *Subnets) logOnce(level slog.Level, key, msg string, args ...any) {
 // what it knew stays as it was.
 func (s *Subnets) Run(ctx context.Context, self Self, seeder Seeder) error {
 	klog.SetSlogLogger(s.log.With("subsystem", "kube-client"))
+	ctx, cancel := context.WithCancel(ctx)
 	s.factory.Start(ctx.Done())
-	defer s.factory.Shutdown()
+	defer s.factory.Shutdown() // after cancel: it waits for the informer to stop
+	defer cancel()
+	go func() { // the events of the first list may come before HasSynced turns true
+		if cache.WaitForCacheSync(ctx.Done(), s.synced) {
+			s.changed()
+		}
+	}()
 
 	retry := time.NewTimer(0)
 	defer retry.Stop()
