@@ -143,7 +143,7 @@ func (k *KubeAPI) StartAPIServer(ctx context.Context) error {
 		"--service-account-key-file="+filepath.Join(k.Dir, "sa.pub"),
 		"--service-account-signing-key-file="+filepath.Join(k.Dir, "sa.key"),
 		"--token-auth-file="+filepath.Join(k.Dir, "tokens.csv"),
-		"--authorization-mode=RBAC", "--disable-admission-plugins=ServiceAccount")
+		"--authorization-mode=RBAC", "--disable-admission-plugins=ServiceAccount", "--allow-privileged=true")
 	if err != nil {
 		return err
 	}

@@ -49,8 +49,11 @@ const (
 const (
 	// waitLogEvery is how often a wait is logged again.
 	waitLogEvery = 30 * time.Second
-	// requestTimeout bounds a patch.
-	requestTimeout = 15 * time.Second
+	// requestTimeout bounds a request.
+	requestTimeout = 10 * time.Second
+	// probeEvery is how often the API server is asked for our Node, to
+	// tell an outage (and its end) in the log.
+	probeEvery = 10 * time.Second
 	// retryMin and retryMax bound the wait before a failed patch is tried
 	// again.
 	retryMin, retryMax = time.Second, 30 * time.Second
@@ -89,16 +92,14 @@ var ErrNodeDeleted = errors.New("Node deleted")
 // Subnets is the subnet manager of one node: it is routed mode's
 // routed.Leases. Make it with New, run it with Run.
 type Subnets struct {
-	cfg     Config
-	log     *slog.Logger
-	client  kubernetes.Interface
-	factory informers.SharedInformerFactory
-	lister  listers.NodeLister
-	synced  cache.InformerSynced
+	cfg    Config
+	log    *slog.Logger
+	client kubernetes.Interface
 
 	changes chan struct{} // to routed, coalesced
 
 	mu       sync.Mutex
+	cur      *watch            // the watch whose cache is read; nil before the first list
 	notify   chan struct{}     // closed and replaced on every change
 	ready    bool              // the host forwards
 	seenSelf bool              // our Node was in the cache once
@@ -143,10 +144,25 @@ func NewWithClient(cfg Config, client kubernetes.Interface) *Subnets {
 	}
 	s := &Subnets{cfg: cfg, log: cfg.Logger, client: client, changes: make(chan struct{}, 1),
 		notify: make(chan struct{}), logged: map[string]logged{}}
-	s.factory = informers.NewSharedInformerFactory(client, 0)
-	nodes := s.factory.Core().V1().Nodes()
+	return s
+}
+
+// watch is one informer on the Nodes.
+type watch struct {
+	lister listers.NodeLister
+	synced cache.InformerSynced
+	cancel context.CancelFunc
+}
+
+// startWatch starts an informer on the Nodes; once it has listed them it
+// becomes the current one (the one before it is stopped then, so that the
+// routes never come from an empty cache), until ctx is done.
+func (s *Subnets) startWatch(ctx context.Context) {
+	ctx, cancel := context.WithCancel(ctx)
+	factory := informers.NewSharedInformerFactory(s.client, 0)
+	nodes := factory.Core().V1().Nodes()
 	inf := nodes.Informer()
-	s.lister, s.synced = nodes.Lister(), inf.HasSynced
+	w := &watch{lister: nodes.Lister(), synced: inf.HasSynced, cancel: cancel}
 	// (Both fail only once the informer runs.)
 	inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) { s.watchFailed(err) })
 	inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -154,7 +170,32 @@ func NewWithClient(cfg Config, client kubernetes.Interface) *Subnets {
 		UpdateFunc: func(any, any) { s.watchOK(); s.changed() },
 		DeleteFunc: func(obj any) { s.watchOK(); s.nodeDeleted(obj); s.changed() },
 	})
-	return s
+	// The informer stops with ctx (not waited for: a list in flight does
+	// not heed it).
+	factory.Start(ctx.Done())
+	go func() {
+		if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+			return
+		}
+		s.mu.Lock()
+		old := s.cur
+		s.cur = w
+		s.mu.Unlock()
+		if old != nil {
+			old.cancel()
+		}
+		s.changed()
+	}()
+}
+
+// nodes returns the current watch's cache; nil before the first list.
+func (s *Subnets) nodes() listers.NodeLister {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cur == nil {
+		return nil
+	}
+	return s.cur.lister
 }
 
 // changed wakes up the waiters and routed mode.
@@ -200,29 +241,26 @@ func (s *Subnets) logOnce(level slog.Level, key, msg string, args ...any) {
 func (s *Subnets) Run(ctx context.Context, self Self, seeder Seeder) error {
 	klog.SetSlogLogger(s.log.With("subsystem", "kube-client"))
 	ctx, cancel := context.WithCancel(ctx)
-	s.factory.Start(ctx.Done())
-	defer s.factory.Shutdown() // after cancel: it waits for the informer to stop
 	defer cancel()
-	go func() { // the events of the first list may come before HasSynced turns true
-		if cache.WaitForCacheSync(ctx.Done(), s.synced) {
-			s.changed()
-		}
-	}()
+	s.startWatch(ctx)
 
 	retry := time.NewTimer(0)
 	defer retry.Stop()
+	probe := time.NewTicker(probeEvery)
+	defer probe.Stop()
 	backoff := retryMin
 	var seeds []string
 	for {
 		woken := s.wait()
-		if s.synced() {
+		if nodes := s.nodes(); nodes != nil {
+			_, err := nodes.Get(s.cfg.NodeName)
 			s.mu.Lock()
-			deleted := s.deleted
+			deleted := s.deleted || (s.seenSelf && apierrors.IsNotFound(err)) // (a watch started again lists it no more)
 			s.mu.Unlock()
 			if deleted {
 				return fmt.Errorf("kube: %w: Node %q was deleted from the API server; leaving the cluster", ErrNodeDeleted, s.cfg.NodeName)
 			}
-			if err := s.publish(ctx, self); err != nil {
+			if err := s.publish(ctx, nodes, self); err != nil {
 				if ctx.Err() != nil {
 					return nil
 				}
@@ -233,7 +271,7 @@ func (s *Subnets) Run(ctx context.Context, self Self, seeder Seeder) error {
 			} else {
 				backoff = retryMin
 			}
-			if found := s.seeds(self); !slices.Equal(found, seeds) && seeder != nil {
+			if found := s.seeds(nodes, self); !slices.Equal(found, seeds) && seeder != nil {
 				if err := seeder.SetSeeds(found); err != nil {
 					s.log.Warn("bad gossip seeds on the Nodes", "err", err)
 				} else {
@@ -250,8 +288,43 @@ func (s *Subnets) Run(ctx context.Context, self Self, seeder Seeder) error {
 			return nil
 		case <-woken:
 		case <-retry.C:
+		case <-probe.C:
+			if s.probe(ctx) {
+				// client-go's watch, backing off, may take a minute more to
+				// come back: a new one lists the Nodes now.
+				s.startWatch(ctx)
+			}
 		}
 	}
+}
+
+// probe asks the API server for our Node: client-go's watch retries a
+// refused connection silently, so this is how an outage, and its end, are
+// told (the routes stay as they were meanwhile). It reports whether the
+// API server answers again after an outage, with the Nodes listed before.
+func (s *Subnets) probe(ctx context.Context) (back bool) {
+	pctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	_, err := s.client.CoreV1().Nodes().Get(pctx, s.cfg.NodeName, metav1.GetOptions{})
+	if err != nil && apierrors.IsNotFound(err) {
+		err = nil
+	}
+	if ctx.Err() != nil {
+		return false
+	}
+	s.mu.Lock()
+	was := s.apiErr
+	s.apiErr = err
+	listed := s.cur != nil
+	s.mu.Unlock()
+	switch {
+	case err != nil && listed:
+		s.logOnce(slog.LevelWarn, "watch", "cannot reach the API server; retrying (the routes stay as they are)", "err", explain(err, "get, list and watch nodes"))
+	case err == nil && was != nil:
+		s.log.Info("the API server answers again")
+		return listed
+	}
+	return false
 }
 
 // waitingForAPI logs, once in a while, that the Nodes are not listed yet.
@@ -283,7 +356,7 @@ func (s *Subnets) watchOK() {
 	s.apiErr = nil
 	s.mu.Unlock()
 	if was != nil {
-		s.log.Info("watching the Nodes again")
+		s.log.Info("the API server answers again")
 	}
 }
 
@@ -348,8 +421,8 @@ func (s *Subnets) annotations(self Self) map[string]string {
 // publish brings our Node's annotations and, once the host forwards, its
 // NetworkUnavailable condition to what they must be, patching what
 // differs. A missing Node is not an error: WaitLease says it waits.
-func (s *Subnets) publish(ctx context.Context, self Self) error {
-	n, err := s.lister.Get(s.cfg.NodeName)
+func (s *Subnets) publish(ctx context.Context, nodes listers.NodeLister, self Self) error {
+	n, err := nodes.Get(s.cfg.NodeName)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -406,10 +479,10 @@ func networkAvailable(n *corev1.Node) bool {
 }
 
 // seeds returns the gossip addresses annotated on the other Nodes, sorted.
-func (s *Subnets) seeds(self Self) []string {
-	nodes, _ := s.lister.List(labels.Everything()) // (a cache: cannot fail)
+func (s *Subnets) seeds(nodes listers.NodeLister, self Self) []string {
+	all, _ := nodes.List(labels.Everything()) // (a cache: cannot fail)
 	var out []string
-	for _, n := range nodes {
+	for _, n := range all {
 		if n.Name == s.cfg.NodeName {
 			continue
 		}
@@ -454,8 +527,8 @@ func (s *Subnets) WaitLease(ctx context.Context) (lease.Lease, error) {
 	defer tick.Stop()
 	for {
 		woken := s.wait()
-		if s.synced() {
-			n, err := s.lister.Get(s.cfg.NodeName)
+		if nodes := s.nodes(); nodes != nil {
+			n, err := nodes.Get(s.cfg.NodeName)
 			switch {
 			case apierrors.IsNotFound(err):
 				s.logOnce(slog.LevelInfo, "lease", "waiting for this node's Node to be registered", "node", s.cfg.NodeName)
@@ -491,9 +564,13 @@ func (s *Subnets) Changes() <-chan struct{} { return s.changes }
 // Leases returns a live lease for every Node with a podCIDR inside
 // --network and uvxlan's annotations (VTEP and MAC), ours included.
 func (s *Subnets) Leases() []lease.Lease {
-	nodes, _ := s.lister.List(labels.Everything()) // (a cache: cannot fail)
+	nodes := s.nodes()
+	if nodes == nil {
+		return nil
+	}
+	all, _ := nodes.List(labels.Everything()) // (a cache: cannot fail)
 	var out []lease.Lease
-	for _, n := range nodes {
+	for _, n := range all {
 		p, err := podCIDR(n, s.cfg.Network)
 		if err != nil {
 			s.logOnce(slog.LevelWarn, "node/"+n.Name, "ignoring a Node", "err", err)
