@@ -5,25 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/netip"
 	"slices"
 	"strconv"
 	"sync"
 	"time"
-
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
-	listers "k8s.io/client-go/listers/core/v1"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/klog/v2"
 
 	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/gossip/lease"
@@ -49,14 +37,11 @@ const (
 const (
 	// waitLogEvery is how often a wait is logged again.
 	waitLogEvery = 30 * time.Second
-	// requestTimeout bounds a request.
+	// requestTimeout bounds a request but a watch.
 	requestTimeout = 10 * time.Second
-	// probeEvery is how often the API server is asked for our Node, to
-	// tell an outage (and its end) in the log.
-	probeEvery = 10 * time.Second
-	// retryMin and retryMax bound the wait before a failed patch is tried
-	// again.
-	retryMin, retryMax = time.Second, 30 * time.Second
+	// retryMin and retryMax bound the wait before a failed request (a
+	// patch, a list or a watch) is tried again.
+	retryMin, retryMax = time.Second, 10 * time.Second
 )
 
 // Config of the subnet manager.
@@ -94,17 +79,17 @@ var ErrNodeDeleted = errors.New("Node deleted")
 type Subnets struct {
 	cfg    Config
 	log    *slog.Logger
-	client kubernetes.Interface
+	client *client
 
 	changes chan struct{} // to routed, coalesced
 
 	mu       sync.Mutex
-	cur      *watch            // the watch whose cache is read; nil before the first list
+	nodes    map[string]*node  // the Nodes by name; nil before the first list
 	notify   chan struct{}     // closed and replaced on every change
 	ready    bool              // the host forwards
-	seenSelf bool              // our Node was in the cache once
+	seenSelf bool              // our Node was listed once
 	deleted  bool              // and then deleted
-	apiErr   error             // the last list/watch error, nil once synced again
+	apiErr   error             // the last failed list or watch, nil once listed again
 	logged   map[string]logged // by key: what logOnce logged last, and when
 }
 
@@ -116,86 +101,20 @@ type logged struct {
 // New makes the subnet manager: it reads the kubeconfig (or the in-cluster
 // configuration), but does not contact the API server yet.
 func New(cfg Config) (*Subnets, error) {
-	var rc *rest.Config
+	var c *client
 	var err error
 	if cfg.Kubeconfig != "" {
-		rc, err = clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
-		if err != nil {
+		if c, err = loadKubeconfig(cfg.Kubeconfig); err != nil {
 			return nil, fmt.Errorf("kube: --kubeconfig %s: %w", cfg.Kubeconfig, err)
 		}
-	} else if rc, err = rest.InClusterConfig(); err != nil {
-		if errors.Is(err, rest.ErrNotInCluster) {
-			return nil, errors.New("kube: --kube-subnet-mgr needs --kubeconfig, or to run in a pod (KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not set)")
-		}
-		return nil, fmt.Errorf("kube: in-cluster configuration: %w", err)
-	}
-	rc.UserAgent = "uvxlan"
-	client, err := kubernetes.NewForConfig(rc)
-	if err != nil {
+	} else if c, err = inCluster(); err != nil {
 		return nil, fmt.Errorf("kube: %w", err)
 	}
-	return NewWithClient(cfg, client), nil
-}
-
-// NewWithClient makes the subnet manager over client.
-func NewWithClient(cfg Config, client kubernetes.Interface) *Subnets {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Subnets{cfg: cfg, log: cfg.Logger, client: client, changes: make(chan struct{}, 1),
-		notify: make(chan struct{}), logged: map[string]logged{}}
-	return s
-}
-
-// watch is one informer on the Nodes.
-type watch struct {
-	lister listers.NodeLister
-	synced cache.InformerSynced
-	cancel context.CancelFunc
-}
-
-// startWatch starts an informer on the Nodes; once it has listed them it
-// becomes the current one (the one before it is stopped then, so that the
-// routes never come from an empty cache), until ctx is done.
-func (s *Subnets) startWatch(ctx context.Context) {
-	ctx, cancel := context.WithCancel(ctx)
-	factory := informers.NewSharedInformerFactory(s.client, 0)
-	nodes := factory.Core().V1().Nodes()
-	inf := nodes.Informer()
-	w := &watch{lister: nodes.Lister(), synced: inf.HasSynced, cancel: cancel}
-	// (Both fail only once the informer runs.)
-	inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) { s.watchFailed(err) })
-	inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { s.watchOK(); s.changed() },
-		UpdateFunc: func(any, any) { s.watchOK(); s.changed() },
-		DeleteFunc: func(obj any) { s.watchOK(); s.nodeDeleted(obj); s.changed() },
-	})
-	// The informer stops with ctx (not waited for: a list in flight does
-	// not heed it).
-	factory.Start(ctx.Done())
-	go func() {
-		if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-			return
-		}
-		s.mu.Lock()
-		old := s.cur
-		s.cur = w
-		s.mu.Unlock()
-		if old != nil {
-			old.cancel()
-		}
-		s.changed()
-	}()
-}
-
-// nodes returns the current watch's cache; nil before the first list.
-func (s *Subnets) nodes() listers.NodeLister {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cur == nil {
-		return nil
-	}
-	return s.cur.lister
+	return &Subnets{cfg: cfg, log: cfg.Logger, client: c, changes: make(chan struct{}, 1),
+		notify: make(chan struct{}), logged: map[string]logged{}}, nil
 }
 
 // changed wakes up the waiters and routed mode.
@@ -233,34 +152,162 @@ func (s *Subnets) logOnce(level slog.Level, key, msg string, args ...any) {
 	s.log.Log(context.Background(), level, msg, args...)
 }
 
+// sleep waits d or until ctx is done, and reports whether ctx is not.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// watch lists the Nodes and follows their changes until ctx is done; after
+// a failure it lists them again (after 1 s, doubling to 10 s while the
+// failures go on). What it knew stays as it was meanwhile.
+func (s *Subnets) watch(ctx context.Context) {
+	backoff := retryMin
+	for {
+		listed, err := s.listAndWatch(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if listed {
+			backoff = retryMin
+		}
+		if isGone(err) {
+			continue // the resource version is too old: list again at once
+		}
+		s.watchFailed(err)
+		if !sleep(ctx, backoff) {
+			return
+		}
+		backoff = min(2*backoff, retryMax)
+	}
+}
+
+// listAndWatch lists the Nodes into s.nodes, then applies the events of a
+// watch from the list's resource version, watching again when the server
+// ends one. It returns on the first error; listed says the list succeeded.
+func (s *Subnets) listAndWatch(ctx context.Context) (listed bool, err error) {
+	l, err := s.client.listNodes(ctx)
+	if err != nil {
+		return false, err
+	}
+	nodes := make(map[string]*node, len(l.Items))
+	for i := range l.Items {
+		nodes[l.Items[i].Metadata.Name] = &l.Items[i]
+	}
+	s.mu.Lock()
+	s.nodes = nodes
+	if _, ok := nodes[s.cfg.NodeName]; s.seenSelf && !ok {
+		s.deleted = true // while we were not watching
+	}
+	s.mu.Unlock()
+	s.watchOK()
+	s.changed()
+	rv := l.Metadata.ResourceVersion
+	for {
+		body, err := s.client.watchNodes(ctx, rv)
+		if err != nil {
+			return true, err
+		}
+		rv, err = s.follow(body, rv)
+		body.Close()
+		if err != nil {
+			return true, err
+		}
+	}
+}
+
+// follow applies the events of one watch, and returns the resource version
+// to watch from next; nil when the server ended the watch.
+func (s *Subnets) follow(body io.Reader, rv string) (string, error) {
+	dec := json.NewDecoder(body)
+	for {
+		var ev watchEvent
+		if err := dec.Decode(&ev); err != nil {
+			if errors.Is(err, io.EOF) {
+				return rv, nil
+			}
+			return rv, fmt.Errorf("watch of Nodes: %w", err)
+		}
+		if ev.Type == "ERROR" {
+			e := &apiError{}
+			json.Unmarshal(ev.Object, e)
+			return rv, e
+		}
+		var n node
+		if err := json.Unmarshal(ev.Object, &n); err != nil {
+			return rv, fmt.Errorf("watch of Nodes: %s event: %w", ev.Type, err)
+		}
+		if n.Metadata.ResourceVersion != "" {
+			rv = n.Metadata.ResourceVersion
+		}
+		s.mu.Lock()
+		switch ev.Type {
+		case "ADDED", "MODIFIED":
+			s.nodes[n.Metadata.Name] = &n
+		case "DELETED":
+			delete(s.nodes, n.Metadata.Name)
+			if n.Metadata.Name == s.cfg.NodeName {
+				s.deleted = true
+			}
+		}
+		s.mu.Unlock()
+		if ev.Type != "BOOKMARK" {
+			s.changed()
+		}
+	}
+}
+
+// get returns a Node of the cache; listed is false before the first list.
+func (s *Subnets) get(name string) (n *node, listed bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.nodes[name], s.nodes != nil
+}
+
+// all returns the Nodes of the cache.
+func (s *Subnets) all() []*node {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*node, 0, len(s.nodes))
+	for _, n := range s.nodes {
+		out = append(out, n)
+	}
+	return out
+}
+
 // Run watches the Nodes and keeps this node's annotations, condition and
 // the gossip seeds in step, until ctx is done (nil). It returns an error
 // wrapping ErrNodeDeleted when this node's Node is deleted. While the API
 // server cannot be reached, or refuses (RBAC), it logs why and retries;
 // what it knew stays as it was.
 func (s *Subnets) Run(ctx context.Context, self Self, seeder Seeder) error {
-	klog.SetSlogLogger(s.log.With("subsystem", "kube-client"))
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	s.startWatch(ctx)
+	go s.watch(ctx)
 
 	retry := time.NewTimer(0)
 	defer retry.Stop()
-	probe := time.NewTicker(probeEvery)
-	defer probe.Stop()
 	backoff := retryMin
 	var seeds []string
 	for {
 		woken := s.wait()
-		if nodes := s.nodes(); nodes != nil {
-			_, err := nodes.Get(s.cfg.NodeName)
+		if own, listed := s.get(s.cfg.NodeName); listed {
 			s.mu.Lock()
-			deleted := s.deleted || (s.seenSelf && apierrors.IsNotFound(err)) // (a watch started again lists it no more)
+			deleted := s.deleted
+			if own != nil {
+				s.seenSelf = true
+			}
 			s.mu.Unlock()
 			if deleted {
 				return fmt.Errorf("kube: %w: Node %q was deleted from the API server; leaving the cluster", ErrNodeDeleted, s.cfg.NodeName)
 			}
-			if err := s.publish(ctx, nodes, self); err != nil {
+			if err := s.publish(ctx, own, self); err != nil {
 				if ctx.Err() != nil {
 					return nil
 				}
@@ -271,7 +318,7 @@ func (s *Subnets) Run(ctx context.Context, self Self, seeder Seeder) error {
 			} else {
 				backoff = retryMin
 			}
-			if found := s.seeds(nodes, self); !slices.Equal(found, seeds) && seeder != nil {
+			if found := s.seeds(self); !slices.Equal(found, seeds) && seeder != nil {
 				if err := seeder.SetSeeds(found); err != nil {
 					s.log.Warn("bad gossip seeds on the Nodes", "err", err)
 				} else {
@@ -288,43 +335,8 @@ func (s *Subnets) Run(ctx context.Context, self Self, seeder Seeder) error {
 			return nil
 		case <-woken:
 		case <-retry.C:
-		case <-probe.C:
-			if s.probe(ctx) {
-				// client-go's watch, backing off, may take a minute more to
-				// come back: a new one lists the Nodes now.
-				s.startWatch(ctx)
-			}
 		}
 	}
-}
-
-// probe asks the API server for our Node: client-go's watch retries a
-// refused connection silently, so this is how an outage, and its end, are
-// told (the routes stay as they were meanwhile). It reports whether the
-// API server answers again after an outage, with the Nodes listed before.
-func (s *Subnets) probe(ctx context.Context) (back bool) {
-	pctx, cancel := context.WithTimeout(ctx, requestTimeout)
-	defer cancel()
-	_, err := s.client.CoreV1().Nodes().Get(pctx, s.cfg.NodeName, metav1.GetOptions{})
-	if err != nil && apierrors.IsNotFound(err) {
-		err = nil
-	}
-	if ctx.Err() != nil {
-		return false
-	}
-	s.mu.Lock()
-	was := s.apiErr
-	s.apiErr = err
-	listed := s.cur != nil
-	s.mu.Unlock()
-	switch {
-	case err != nil && listed:
-		s.logOnce(slog.LevelWarn, "watch", "cannot reach the API server; retrying (the routes stay as they are)", "err", explain(err, "get, list and watch nodes"))
-	case err == nil && was != nil:
-		s.log.Info("the API server answers again")
-		return listed
-	}
-	return false
 }
 
 // waitingForAPI logs, once in a while, that the Nodes are not listed yet.
@@ -339,17 +351,19 @@ func (s *Subnets) waitingForAPI() {
 	}
 }
 
-// watchFailed records (and logs) a failed list or watch of the Nodes;
-// client-go retries it with backoff.
+// watchFailed records (and logs) a failed list or watch of the Nodes.
 func (s *Subnets) watchFailed(err error) {
 	s.mu.Lock()
 	s.apiErr = err
+	listed := s.nodes != nil
 	s.mu.Unlock()
-	s.logOnce(slog.LevelWarn, "watch", "cannot watch the Nodes; retrying (the routes stay as they are)", "err", explain(err, "get, list and watch nodes"))
+	if listed {
+		s.logOnce(slog.LevelWarn, "watch", "cannot reach the API server; retrying (the routes stay as they are)", "err", explain(err, "get, list and watch nodes"))
+	}
 	s.changed()
 }
 
-// watchOK records that the watch delivers again.
+// watchOK records that the Nodes are listed again.
 func (s *Subnets) watchOK() {
 	s.mu.Lock()
 	was := s.apiErr
@@ -363,24 +377,12 @@ func (s *Subnets) watchOK() {
 // explain adds to a refusal by the API server what the agent needs.
 func explain(err error, verbs string) error {
 	switch {
-	case apierrors.IsForbidden(err):
+	case isForbidden(err):
 		return fmt.Errorf("%w (RBAC: the agent's account needs %s; see deploy/kubernetes/uvxlan.yaml's ClusterRole)", err, verbs)
-	case apierrors.IsUnauthorized(err):
+	case isUnauthorized(err):
 		return fmt.Errorf("%w (the credentials of the kubeconfig or service account are refused)", err)
 	}
 	return err
-}
-
-// nodeDeleted notes the deletion of our own Node.
-func (s *Subnets) nodeDeleted(obj any) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	if n, ok := obj.(*corev1.Node); ok && n.Name == s.cfg.NodeName {
-		s.mu.Lock()
-		s.deleted = true
-		s.mu.Unlock()
-	}
 }
 
 // Forwarding tells the manager that the host forwards for its subnet: the
@@ -420,73 +422,63 @@ func (s *Subnets) annotations(self Self) map[string]string {
 
 // publish brings our Node's annotations and, once the host forwards, its
 // NetworkUnavailable condition to what they must be, patching what
-// differs. A missing Node is not an error: WaitLease says it waits.
-func (s *Subnets) publish(ctx context.Context, nodes listers.NodeLister, self Self) error {
-	n, err := nodes.Get(s.cfg.NodeName)
-	if apierrors.IsNotFound(err) {
+// differs. A missing Node (nil) is not an error: WaitLease says it waits.
+func (s *Subnets) publish(ctx context.Context, n *node, self Self) error {
+	if n == nil {
 		return nil
 	}
-	if err != nil {
-		return err
-	}
 	s.mu.Lock()
-	s.seenSelf = true
 	ready := s.ready
 	s.mu.Unlock()
 	want := s.annotations(self)
 	diff := map[string]string{}
 	for k, v := range want {
-		if n.Annotations[k] != v {
+		if n.Metadata.Annotations[k] != v {
 			diff[k] = v
 		}
 	}
+	name := n.Metadata.Name
 	if len(diff) > 0 {
 		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": diff}})
-		pctx, cancel := context.WithTimeout(ctx, requestTimeout)
-		_, err := s.client.CoreV1().Nodes().Patch(pctx, n.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
-		cancel()
-		if err != nil {
-			return fmt.Errorf("annotate Node %q: %w", n.Name, err)
+		if err := s.client.patchNode(ctx, name, "", patch); err != nil {
+			return fmt.Errorf("annotate Node %q: %w", name, err)
 		}
-		s.log.Info("annotated this node's Node", "node", n.Name, "annotations", diff)
+		s.log.Info("annotated this node's Node", "node", name, "annotations", diff)
 	}
 	if !ready || networkAvailable(n) {
 		return nil
 	}
-	now := metav1.Now()
-	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.NodeCondition{{
-		Type: corev1.NodeNetworkUnavailable, Status: corev1.ConditionFalse, Reason: "UvxlanIsUp",
-		Message: "uvxlan forwards for this node's podCIDR", LastTransitionTime: now, LastHeartbeatTime: now,
+	now := time.Now().UTC().Format(time.RFC3339)
+	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"conditions": []map[string]string{{
+		"type": "NetworkUnavailable", "status": "False", "reason": "UvxlanIsUp",
+		"message": "uvxlan forwards for this node's podCIDR", "lastTransitionTime": now, "lastHeartbeatTime": now,
 	}}}})
-	pctx, cancel := context.WithTimeout(ctx, requestTimeout)
-	defer cancel()
-	if _, err := s.client.CoreV1().Nodes().PatchStatus(pctx, n.Name, patch); err != nil {
-		return fmt.Errorf("set NetworkUnavailable=False on Node %q: %w", n.Name, err)
+	if err := s.client.patchNode(ctx, name, "status", patch); err != nil {
+		return fmt.Errorf("set NetworkUnavailable=False on Node %q: %w", name, err)
 	}
-	s.log.Info("set the Node's NetworkUnavailable condition to False", "node", n.Name)
+	s.log.Info("set the Node's NetworkUnavailable condition to False", "node", name)
 	return nil
 }
 
 // networkAvailable reports whether n's NetworkUnavailable condition is
 // False.
-func networkAvailable(n *corev1.Node) bool {
+func networkAvailable(n *node) bool {
 	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeNetworkUnavailable {
-			return c.Status == corev1.ConditionFalse
+		if c.Type == "NetworkUnavailable" {
+			return c.Status == "False"
 		}
 	}
 	return false
 }
 
 // seeds returns the gossip addresses annotated on the other Nodes, sorted.
-func (s *Subnets) seeds(nodes listers.NodeLister, self Self) []string {
-	all, _ := nodes.List(labels.Everything()) // (a cache: cannot fail)
+func (s *Subnets) seeds(self Self) []string {
 	var out []string
-	for _, n := range all {
-		if n.Name == s.cfg.NodeName {
+	for _, n := range s.all() {
+		if n.Metadata.Name == s.cfg.NodeName {
 			continue
 		}
-		if a, err := netip.ParseAddrPort(n.Annotations[AnnotationGossip]); err == nil && a != self.Gossip {
+		if a, err := netip.ParseAddrPort(n.Metadata.Annotations[AnnotationGossip]); err == nil && a != self.Gossip {
 			out = append(out, a.String())
 		}
 	}
@@ -497,7 +489,7 @@ func (s *Subnets) seeds(nodes listers.NodeLister, self Self) []string {
 // podCIDR returns n's IPv4 pod CIDR (spec.podCIDRs, else spec.podCIDR),
 // invalid when it has none; an error when it has a bad one or one outside
 // network.
-func podCIDR(n *corev1.Node, network netip.Prefix) (netip.Prefix, error) {
+func podCIDR(n *node, network netip.Prefix) (netip.Prefix, error) {
 	cidrs := n.Spec.PodCIDRs
 	if len(cidrs) == 0 && n.Spec.PodCIDR != "" {
 		cidrs = []string{n.Spec.PodCIDR}
@@ -505,13 +497,13 @@ func podCIDR(n *corev1.Node, network netip.Prefix) (netip.Prefix, error) {
 	for _, c := range cidrs {
 		p, err := netip.ParsePrefix(c)
 		if err != nil {
-			return netip.Prefix{}, fmt.Errorf("Node %q has a bad podCIDR %q", n.Name, c)
+			return netip.Prefix{}, fmt.Errorf("Node %q has a bad podCIDR %q", n.Metadata.Name, c)
 		}
 		if !p.Addr().Is4() {
 			continue // routed mode is IPv4-only
 		}
 		if p != p.Masked() || p.Bits() > 30 || p.Bits() <= network.Bits() || !network.Contains(p.Addr()) {
-			return netip.Prefix{}, fmt.Errorf("Node %q's podCIDR %s is outside --network %s (or not a subnet of it of /30 or shorter)", n.Name, p, network)
+			return netip.Prefix{}, fmt.Errorf("Node %q's podCIDR %s is outside --network %s (or not a subnet of it of /30 or shorter)", n.Metadata.Name, p, network)
 		}
 		return p, nil
 	}
@@ -527,21 +519,18 @@ func (s *Subnets) WaitLease(ctx context.Context) (lease.Lease, error) {
 	defer tick.Stop()
 	for {
 		woken := s.wait()
-		if nodes := s.nodes(); nodes != nil {
-			n, err := nodes.Get(s.cfg.NodeName)
+		if n, listed := s.get(s.cfg.NodeName); listed {
 			switch {
-			case apierrors.IsNotFound(err):
+			case n == nil:
 				s.logOnce(slog.LevelInfo, "lease", "waiting for this node's Node to be registered", "node", s.cfg.NodeName)
-			case err != nil:
-				return lease.Lease{}, fmt.Errorf("kube: %w", err)
 			default:
 				p, err := podCIDR(n, s.cfg.Network)
 				if err != nil {
 					return lease.Lease{}, fmt.Errorf("kube: %w", err)
 				}
 				if p.IsValid() {
-					s.log.Info("this node's subnet is its Node's podCIDR", "node", n.Name, "subnet", p)
-					return lease.Lease{Subnet: p, Node: n.Name, State: lease.Alive, Self: true}, nil
+					s.log.Info("this node's subnet is its Node's podCIDR", "node", n.Metadata.Name, "subnet", p)
+					return lease.Lease{Subnet: p, Node: n.Metadata.Name, State: lease.Alive, Self: true}, nil
 				}
 				s.logOnce(slog.LevelInfo, "lease", "waiting for this node's Node to get a spec.podCIDR (kube-controller-manager --allocate-node-cidrs assigns them)", "node", s.cfg.NodeName)
 			}
@@ -564,25 +553,20 @@ func (s *Subnets) Changes() <-chan struct{} { return s.changes }
 // Leases returns a live lease for every Node with a podCIDR inside
 // --network and uvxlan's annotations (VTEP and MAC), ours included.
 func (s *Subnets) Leases() []lease.Lease {
-	nodes := s.nodes()
-	if nodes == nil {
-		return nil
-	}
-	all, _ := nodes.List(labels.Everything()) // (a cache: cannot fail)
 	var out []lease.Lease
-	for _, n := range all {
+	for _, n := range s.all() {
 		p, err := podCIDR(n, s.cfg.Network)
 		if err != nil {
-			s.logOnce(slog.LevelWarn, "node/"+n.Name, "ignoring a Node", "err", err)
+			s.logOnce(slog.LevelWarn, "node/"+n.Metadata.Name, "ignoring a Node", "err", err)
 			continue
 		}
-		vtep, verr := netip.ParseAddrPort(n.Annotations[AnnotationVTEP])
-		mac, merr := fdb.ParseMAC(n.Annotations[AnnotationMAC])
+		vtep, verr := netip.ParseAddrPort(n.Metadata.Annotations[AnnotationVTEP])
+		mac, merr := fdb.ParseMAC(n.Metadata.Annotations[AnnotationMAC])
 		if !p.IsValid() || verr != nil || merr != nil {
 			continue // not (yet) a uvxlan node
 		}
-		out = append(out, lease.Lease{Subnet: p, Node: n.Name, VTEP: vtep, MAC: mac,
-			State: lease.Alive, Self: n.Name == s.cfg.NodeName, Claimed: n.CreationTimestamp.Time})
+		out = append(out, lease.Lease{Subnet: p, Node: n.Metadata.Name, VTEP: vtep, MAC: mac,
+			State: lease.Alive, Self: n.Metadata.Name == s.cfg.NodeName, Claimed: n.Metadata.CreationTimestamp})
 	}
 	return out
 }
