@@ -6,9 +6,12 @@
 //
 // What it does with the API server, as flannel's kube subnet manager does:
 //
-//   - it watches every Node (an informer: one list, then a watch, resumed
-//     with backoff after any failure; the cache stays as it was meanwhile,
-//     so the API server going away changes nothing on the data path);
+//   - it watches every Node (one list, then watches from its resource
+//     version; after a failure it lists again, after 1 s doubling to 10 s;
+//     the cache stays as it was meanwhile, so the API server going away
+//     changes nothing on the data path), through a small client of its own
+//     (client.go: kubeconfig with a token or client certificate, or a pod's
+//     service account);
 //   - it waits, logging what it waits for, until its own Node exists and
 //     has a spec.podCIDR (spec.podCIDRs: the IPv4 one; routed mode is
 //     IPv4-only), which must lie inside --network;
