@@ -198,6 +198,8 @@ type Node struct {
 	meta  []byte         // self, encoded: NodeMeta; guarded by metaMu once memberlist runs
 	addr  netip.AddrPort // gossip address actually bound
 	clock clock
+	// found are the seeds found at run time (SetSeeds); guarded by mu.
+	found []string
 	ml    *memberlist.Memberlist
 	queue *memberlist.TransmitLimitedQueue
 	stats counters
@@ -636,7 +638,7 @@ func (n *Node) rejoin() {
 		}
 	}
 	var targets []string
-	for _, s := range n.cfg.Seeds {
+	for _, s := range slices.Concat(n.cfg.Seeds, n.found) {
 		if !alive[s] && s != n.addr.String() {
 			targets = append(targets, s)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"sync"
@@ -112,6 +113,19 @@ func (a *agentRun) start() {
 		rc := routed.Config{Network: cfg.Leases.Network, VNI: seg.VNI, Dev: seg.Dev, MTU: seg.MTU,
 			SubnetFile: cfg.SubnetFile, IPMasq: cfg.IPMasq, Logger: cfg.Logger.With("subsystem", "routed")}
 		a.spawn(func() error { return routed.Run(a.ctx, rc, w, a.n) })
+	}
+	if k := a.cfg.Kube; k != nil { // routed mode with the API server's subnets
+		cfg, seg := a.cfg, a.n.Status().Segments[0]
+		rc := routed.Config{Network: k.Network(), VNI: seg.VNI, Dev: seg.Dev, MTU: seg.MTU,
+			SubnetFile: cfg.SubnetFile, IPMasq: cfg.IPMasq, Logger: cfg.Logger.With("subsystem", "routed"),
+			Forwarding: func(subnet netip.Prefix) {
+				if err := a.n.PinSubnet(subnet); err != nil {
+					cfg.Logger.Warn("could not pin the subnet's addresses", "subnet", subnet, "err", err)
+				}
+				k.Forwarding()
+			}}
+		a.spawn(func() error { return k.Run(a.ctx, kubeSelf(a.n), a.n) })
+		a.spawn(func() error { return routed.Run(a.ctx, rc, k, a.n) })
 	}
 	a.spawn(a.serve(func() error { return a.ctl.Serve(a.n) }))
 	if a.metrics != nil {

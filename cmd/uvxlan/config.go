@@ -18,6 +18,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"github.com/vishvananda/netlink"
 
+	"github.com/uvxlan/uvxlan/cmd/uvxlan/kube"
 	"github.com/uvxlan/uvxlan/cmd/uvxlan/node"
 	"github.com/uvxlan/uvxlan/encap"
 	"github.com/uvxlan/uvxlan/encap/esp"
@@ -34,6 +35,9 @@ type runConfig struct {
 	// Takeover takes the TAPs, sockets and tables over from the agent
 	// serving Control (--takeover).
 	Takeover bool
+	// Kube takes routed mode's subnets from the API server
+	// (--kube-subnet-mgr; Leases is nil then); nil otherwise.
+	Kube *kube.Subnets
 }
 
 // defaultStateDir is --state-dir with --network when none is given: leases
@@ -149,6 +153,9 @@ func configFromCLI(c *cli.Context, log *slog.Logger) (runConfig, error) {
 		return cfg, err
 	}
 	if err := bgpConfig(c, &cfg.Config); err != nil {
+		return cfg, err
+	}
+	if err := kubeConfig(c, &cfg); err != nil {
 		return cfg, err
 	}
 	if cfg.Name == "" {

@@ -184,7 +184,7 @@ containers use (Docker: --bip=$FLANNEL_SUBNET --mtu=$FLANNEL_MTU).
 
 // runFlags are the flags of `uvxlan run`, each also UVXLAN_<FLAG>.
 func runFlags() []cli.Flag {
-	return append(baseRunFlags(), bgpFlags()...)
+	return append(append(baseRunFlags(), bgpFlags()...), kubeFlags()...)
 }
 
 func baseRunFlags() []cli.Flag {

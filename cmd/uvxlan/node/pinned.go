@@ -32,13 +32,21 @@ func (n *Node) pinLease(ctx context.Context) {
 	if err != nil {
 		return // routed.Run reports it
 	}
-	vni := n.segs[0].cfg.VNI
-	addrs := append(n.pinnedAddrs(),
-		gossip.PinnedAddr{VNI: vni, Addr: own.Subnet.Addr()},
-		gossip.PinnedAddr{VNI: vni, Addr: own.Subnet.Addr().Next()})
-	if err := n.gossip.SetPinnedAddrs(addrs); err != nil && ctx.Err() == nil {
+	if err := n.PinSubnet(own.Subnet); err != nil && ctx.Err() == nil {
 		n.log.Warn("could not pin the lease's addresses", "subnet", own.Subnet, "err", err)
 	}
+}
+
+// PinSubnet pins, in routed mode, the addresses of the node's subnet: the
+// TAP's /32 (the subnet's network address) and the gateway (the bridge
+// address, the subnet's first host address), in the only segment's VNI.
+// pinLease calls it for a gossip lease; the command line for a subnet from
+// elsewhere (--kube-subnet-mgr).
+func (n *Node) PinSubnet(subnet netip.Prefix) error {
+	vni := n.segs[0].cfg.VNI
+	return n.gossip.SetPinnedAddrs(append(n.pinnedAddrs(),
+		gossip.PinnedAddr{VNI: vni, Addr: subnet.Addr()},
+		gossip.PinnedAddr{VNI: vni, Addr: subnet.Addr().Next()}))
 }
 
 // maxAddressesPerSegment bounds each segment's TAP addresses: they are

@@ -66,6 +66,10 @@ type Config struct {
 	SubnetFile string       // --subnet-file
 	IPMasq     bool         // --ip-masq
 	Logger     *slog.Logger
+	// Forwarding, when set, is called with the node's subnet once the host
+	// is configured for the lease, forwards and has its first routes
+	// (--kube-subnet-mgr pins the subnet's addresses, marks the Node ready).
+	Forwarding func(subnet netip.Prefix)
 }
 
 // Leases is what the routed overlay reads of the cluster's subnet leases.
@@ -136,6 +140,10 @@ func Run(ctx context.Context, cfg Config, leases Leases, answers Answers) error 
 	r := &router{cfg: &cfg, log: log, leases: leases, answers: answers, link: link, routes: map[netip.Prefix]netip.Addr{}}
 	for {
 		r.sync()
+		if cfg.Forwarding != nil { // once, after the first routes
+			cfg.Forwarding(own.Subnet)
+			cfg.Forwarding = nil
+		}
 		select {
 		case <-ctx.Done():
 			return nil

@@ -1,0 +1,35 @@
+// Package kube is routed mode's subnet manager for Kubernetes
+// (--kube-subnet-mgr, flannel's name for the same thing): the node's subnet
+// is its Node's spec.podCIDR instead of a lease handed out through gossip,
+// and the other nodes' subnets, VTEPs and TAP MACs are read from their
+// Nodes through a watch of the API server.
+//
+// What it does with the API server, as flannel's kube subnet manager does:
+//
+//   - it watches every Node (one list, then watches from its resource
+//     version; after a failure it lists again, after 1 s doubling to 10 s;
+//     the cache stays as it was meanwhile, so the API server going away
+//     changes nothing on the data path), through a small client of its own
+//     (client.go: kubeconfig with a token or client certificate, or a pod's
+//     service account);
+//   - it waits, logging what it waits for, until its own Node exists and
+//     has a spec.podCIDR (spec.podCIDRs: the IPv4 one; routed mode is
+//     IPv4-only), which must lie inside --network;
+//   - it annotates its Node with its VTEP, gossip address, VNI and TAP MAC
+//     (uvxlan.io/*), and flannel's flannel.alpha.coreos.com/backend-type
+//     ("vxlan"), backend-data ({"VNI":..,"VtepMAC":..}), public-ip and
+//     kube-subnet-manager, whose meaning is the same; once the host
+//     forwards (Subnets.Forwarding) it adds uvxlan.io/ready and sets the
+//     Node's NetworkUnavailable condition to False;
+//   - every other Node with a podCIDR and uvxlan's annotations is a live
+//     subnet (routed.Leases); a Node deleted from the API is gone at once
+//     (its route and ARP answers are removed), and the agent whose own Node
+//     is deleted stops (Run returns an error), leaving the gossip cluster so
+//     that its entries are withdrawn everywhere, as a dead member's are;
+//   - the gossip addresses annotated on the other Nodes are the gossip
+//     seeds (Seeder), so no --join is needed.
+//
+// Gossip still carries the FDB and neighbour entries and the authority
+// rules; only the subnets come from the API server. Subnets' methods are
+// safe for concurrent use.
+package kube
