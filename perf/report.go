@@ -572,7 +572,7 @@ func (r *Report) computeRatios() {
 		for _, p := range rounds {
 			kv, uv := f.get(p.k), f.get(p.u)
 			rr := RatioRound{Kernel: kv, UVXLAN: uv}
-			if kv > 0 {
+			if kv > 0 && !f.unmeasured(p.u) { // an unmeasured uvxlan figure is no ratio of 0
 				rr.Ratio = uv / kv
 				ratios = append(ratios, rr.Ratio)
 			}

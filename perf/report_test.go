@@ -528,6 +528,27 @@ func TestRounds(t *testing.T) {
 	}
 }
 
+// A uvxlan whole-machine CPU figure that cannot be told from the idle rate
+// (a machine kept busy by other work) gives no ratio, with the reason, and
+// is not missing; it was a ratio of 0, missing, and failed the bench test
+// of a loaded suite.
+func TestMachineCPUUnmeasuredUVXLAN(t *testing.T) {
+	r := sampleReport()
+	u := &r.PerRound[0][r.index(UVXLAN)]
+	u.CPU.BusySeconds = 0
+	u.setCPUFigures()
+	r.summarize()
+	r.Overlays[r.index(UVXLAN)].Agents = &AgentUsage{CPUSeconds: 12, WallSeconds: 20, CPUPercent: 60, PeakRSSBytes: 20 << 20}
+	r.computeRatios()
+	rt := r.Ratios[slices.IndexFunc(r.Ratios, func(rt Ratio) bool { return rt.Figure == "machine_cpu_s_per_gb" })]
+	if rt.Ratio != 0 || !strings.HasPrefix(rt.Note, "no ratio: uvxlan") {
+		t.Errorf("machine cpu ratio: want none, with the reason, got %v %q", rt.Ratio, rt.Note)
+	}
+	if m := r.Missing(); len(m) != 0 {
+		t.Errorf("Missing() = %v: an unmeasured figure with its reason is not missing", m)
+	}
+}
+
 // A kernel CPU figure that cannot be told from the idle rate is left out,
 // with the reason in the figure, the ratio's note and the table, and is not
 // missing; uvxlan's figure stays.
