@@ -67,6 +67,14 @@ func TestLeaseReservation(t *testing.T) {
 		t.Errorf("after a restart the hub leases %s claimed %v; want %s claimed %v", l.Subnet, l.Claimed, hubSubnet, lh.Claimed)
 	}
 	hub.stop(t)
+	// a has seen it leave: a node of the same name while the old one is
+	// still alive at a is refused as a name conflict (a loaded CI run).
+	eventually(t, 10*time.Second, "a shows the hub's lease down again", func() error {
+		if l, ok := leaseOf(a.ls, hubSubnet); !ok || l.State != Down {
+			return fmt.Errorf("a sees %+v", l)
+		}
+		return nil
+	})
 	hub = startNode(t, 1, reserve(nil), a.Addr().String()) // its state directory lost
 	if l := hub.wait(t); l.Subnet != hubSubnet {
 		t.Errorf("after a restart without its saved lease the hub leases %s, want %s", l.Subnet, hubSubnet)
@@ -79,6 +87,12 @@ func TestLeaseReservation(t *testing.T) {
 	n := startLease(t, 4, 1, 200, 0, nil, a.Addr().String())
 	old := n.wait(t)
 	n.stop(t)
+	eventually(t, 10*time.Second, "a shows n04's lease down", func() error {
+		if l, ok := leaseOf(a.ls, old.Subnet); !ok || l.State != Down {
+			return fmt.Errorf("a sees %+v", l)
+		}
+		return nil
+	})
 	lc.Prior = &old
 	n = startNode(t, 4, lc, a.Addr().String())
 	if l := n.wait(t); l.Subnet != lc.Subnet {
@@ -189,6 +203,14 @@ func TestRoutes(t *testing.T) {
 		return nil
 	})
 	hub.stop(t)
+	// b saw it leave before its successor of the same name comes (see
+	// TestLeaseReservation).
+	eventually(t, 10*time.Second, "b shows the hub's lease down", func() error {
+		if l, ok := leaseOf(b.ls, lh.Subnet); !ok || l.State != Down {
+			return fmt.Errorf("b sees %+v", l)
+		}
+		return nil
+	})
 	hub = startNode(t, 0, withRoutes(&lh, hubIP), b.Addr().String())
 	hub.wait(t)
 	routeIs(t, b, "n00", hubIP, Alive, "")
