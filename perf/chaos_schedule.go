@@ -145,8 +145,8 @@ type ScheduleConfig struct {
 
 // Schedule draws the faults of a run from cfg.Seed: the same
 // configuration gives the same schedule. The kinds are drawn from a bag
-// holding each once, refilled when empty, so every kind comes before any
-// comes twice; a fault starts 1 to 5 s after the previous one, or later
+// holding each once, refilled (and shuffled) when empty, so every kind
+// comes before any comes twice, the first time longest first; a fault starts 1 to 5 s after the previous one, or later
 // when the hosts it needs are busy; no host has two faults at once
 // (Fault.busy); a kind that no longer fits in the duration is dropped. Kinds
 // the testbed cannot hold (a partition needs 3 hosts, so that a minority
@@ -172,7 +172,16 @@ func Schedule(cfg ScheduleConfig) ([]Fault, error) {
 		}
 		live[k] = true
 	}
+	// The first bag holds the kinds longest first, so that a short run
+	// has room for each; later bags are shuffled.
+	hold := map[FaultKind]time.Duration{FaultLoss: LossHold, FaultPartition: PartitionHold, FaultVanish: cfg.VanishHold, FaultMove: time.Nanosecond}
 	var bag []FaultKind
+	for _, k := range cfg.Kinds {
+		if live[k] {
+			bag = append(bag, k)
+		}
+	}
+	slices.SortStableFunc(bag, func(a, b FaultKind) int { return int(hold[b] - hold[a]) })
 	var faults []Fault
 	t := time.Duration(0)
 	for len(live) > 0 {
@@ -184,16 +193,31 @@ func Schedule(cfg ScheduleConfig) ([]Fault, error) {
 			}
 			rng.Shuffle(len(bag), func(i, j int) { bag[i], bag[j] = bag[j], bag[i] })
 		}
-		kind := bag[0]
-		bag = bag[1:]
-		if !live[kind] {
+		// Of the kinds in the bag, the one that can start first (the
+		// first in the bag among equals): a kind waiting for busy hosts
+		// does not hold up the others.
+		best, bestF := -1, Fault{}
+		for i, kind := range bag {
+			if !live[kind] {
+				continue
+			}
+			// Each try draws from its own stream, so that the draws do
+			// not depend on how many kinds were tried.
+			f, ok := placeFault(rand.New(rand.NewPCG(rng.Uint64(), uint64(i))), cfg, kind, t, busyUntil, loc)
+			if !ok {
+				delete(live, kind) // it fits no more: later starts fit less
+				continue
+			}
+			if best < 0 || f.At < bestF.At {
+				best, bestF = i, f
+			}
+		}
+		if best < 0 {
+			bag = nil
 			continue
 		}
-		f, ok := placeFault(rng, cfg, kind, t, busyUntil, loc)
-		if !ok {
-			delete(live, kind) // it fits no more: later starts fit less
-			continue
-		}
+		bag = slices.Delete(bag, best, best+1)
+		f := bestF
 		for _, h := range f.Hosts {
 			busyUntil[h] = f.At + f.busy()
 		}
