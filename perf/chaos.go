@@ -61,6 +61,7 @@ const (
 	// still its own: their losses are the fault's, not untouched ones.
 	chaosGrace          = 10 * time.Second
 	chaosPartitionGrace = 35 * time.Second // gossip rejoins its seeds every 30 s
+	chaosWarmup         = 10 * time.Second
 	chaosBridge         = "brc"
 	chaosTAP            = "uvx0"
 	chaosSetupTimeout   = 90 * time.Second
@@ -103,6 +104,8 @@ type chaosRun struct {
 
 	mu  sync.Mutex
 	loc []int // endpoint id → host (0: away); guarded by mu
+	// cut[h]: host h is in a partition's minority now; guarded by mu.
+	cut []bool
 	// hostMu[h] is held by the fault that holds host h.
 	hostMu []sync.Mutex
 	done   []faultRun
@@ -229,6 +232,7 @@ func (r *chaosRun) setup(runCtx context.Context) error {
 		seeds = append(seeds, r.tb.Host(i).Underlay.String())
 	}
 	r.loc = make([]int, r.cfg.Hosts*ChaosEndpoints+1)
+	r.cut = make([]bool, r.cfg.Hosts+1)
 	for _, h := range r.tb.Hosts() {
 		if err := noIPv6(ctx, h); err != nil {
 			return err
@@ -369,6 +373,10 @@ func (r *chaosRun) run(ctx context.Context, sched []Fault) (*ChaosReport, error)
 	rep := &ChaosReport{Seed: r.cfg.Seed, Hosts: r.cfg.Hosts, Endpoints: len(r.eps), DurationSeconds: r.cfg.Duration.Seconds(),
 		MeshIntervalMS: ms(MeshInterval), MeshHotIntervalMS: ms(MeshHotInterval),
 		ProbeInterval: ChaosProbeInterval.String(), ProbeRetries: ChaosProbeRetries, Schedule: sched, Delay: chaosDelayNote}
+	// The agents' memory at the start is read after a warm-up under the
+	// mesh's traffic: their heaps have grown to what traffic needs.
+	r.say("warming up for %v under the mesh's traffic", chaosWarmup)
+	sleepCtx(ctx, chaosWarmup)
 	startMem := r.memory(ctx)
 	phase := r.mesh.now()
 	r.say("fault phase: %d faults over %v", len(sched), r.cfg.Duration)
@@ -554,9 +562,12 @@ func (r *chaosRun) partition(ctx context.Context, f Fault) error {
 		}
 		return errors.Join(errs...)
 	}
+	r.setCut(f.Hosts, true)
 	err := route("add")
 	sleepCtx(ctx, f.Hold)
-	return errors.Join(err, route("del"))
+	err = errors.Join(err, route("del"))
+	r.setCut(f.Hosts, false)
+	return err
 }
 
 // loss drops 10 % of the host's underlay packets each way for f.Hold
@@ -611,8 +622,9 @@ func (r *chaosRun) vanish(ctx context.Context, fr *faultRun) error {
 	}
 	gone := time.Now()
 	back := gone.Add(fr.Hold)
+	var held []string
 	for time.Now().Before(back) && ctx.Err() == nil {
-		if r.nobodyHolds(ctx, e) {
+		if held = r.holders(ctx, e); len(held) == 0 {
 			fr.withdrawn = time.Since(gone)
 			break
 		}
@@ -624,30 +636,44 @@ func (r *chaosRun) vanish(ctx context.Context, fr *faultRun) error {
 	}
 	r.setLoc(e.id, h.Index)
 	if fr.withdrawn < 0 {
-		return fmt.Errorf("endpoint %d (%s, %s) still held %v after it vanished", e.id, e.addr, e.mac, fr.Hold)
+		return fmt.Errorf("endpoint %d (%s, %s) still held by %v %v after it vanished", e.id, e.addr, e.mac, held, fr.Hold)
 	}
 	return nil
 }
 
-// nobodyHolds reports whether no agent's tables hold e's MAC or address.
-func (r *chaosRun) nobodyHolds(ctx context.Context, e *chaosEndpoint) bool {
+// holders returns the agents whose tables hold e's MAC or address,
+// leaving out those a partition cuts off (from e's host, since a vanish
+// and a partition never share a host): they cannot hear of the
+// withdrawal until it heals. An agent that does not answer counts as a
+// holder.
+func (r *chaosRun) holders(ctx context.Context, e *chaosEndpoint) []string {
+	var held []string
 	for _, a := range r.agents {
+		r.mu.Lock()
+		cut := r.cut[a.host.Index]
+		r.mu.Unlock()
+		if cut {
+			continue
+		}
 		f, n, err := a.tables(ctx)
 		if err != nil {
-			return false
+			held = append(held, a.host.Name+" (unreadable)")
+			continue
 		}
-		for _, row := range f {
-			if row.MAC == fdb.MAC(e.mac) {
-				return false
-			}
-		}
-		for _, row := range n {
-			if row.IP == e.addr {
-				return false
-			}
+		if slices.ContainsFunc(f, func(row fdbRow) bool { return row.MAC == fdb.MAC(e.mac) }) ||
+			slices.ContainsFunc(n, func(row neighRow) bool { return row.IP == e.addr }) {
+			held = append(held, a.host.Name)
 		}
 	}
-	return true
+	return held
+}
+
+func (r *chaosRun) setCut(hosts []int, cut bool) {
+	r.mu.Lock()
+	for _, h := range hosts {
+		r.cut[h] = cut
+	}
+	r.mu.Unlock()
 }
 
 func (r *chaosRun) setLoc(id, host int) {
