@@ -80,8 +80,11 @@ type ChaosConfig struct {
 	Progress io.Writer
 }
 
-// chaosDelayNote says what the loss fault does about delay.
-const chaosDelayNote = "10% of the host's underlay packets dropped each way (nftables numgen); no 50 ms delay: this kernel has no sch_netem"
+// What the loss fault did: ChaosReport.Delay.
+const (
+	chaosDelayApplied    = "10% of the host's underlay packets dropped and the rest delayed 50 ms, each way (iptables NFQUEUE to the bench: this kernel has no sch_netem)"
+	chaosDelayNotApplied = "10% of the host's underlay packets dropped each way (nftables numgen); no 50 ms delay"
+)
 
 // chaosEndpoint is one endpoint: its namespace and socket stay while its
 // link moves between hosts.
@@ -106,6 +109,8 @@ type chaosRun struct {
 	loc []int // endpoint id → host (0: away); guarded by mu
 	// cut[h]: host h is in a partition's minority now; guarded by mu.
 	cut []bool
+	// delay says how the loss faults were made; guarded by mu.
+	delay string
 	// hostMu[h] is held by the fault that holds host h.
 	hostMu []sync.Mutex
 	done   []faultRun
@@ -234,7 +239,7 @@ func (r *chaosRun) setup(runCtx context.Context) error {
 	r.loc = make([]int, r.cfg.Hosts*ChaosEndpoints+1)
 	r.cut = make([]bool, r.cfg.Hosts+1)
 	for _, h := range r.tb.Hosts() {
-		if err := noIPv6(ctx, h); err != nil {
+		if err := noIPv6(h); err != nil {
 			return err
 		}
 		if _, err := h.Run(ctx, "ip", "link", "add", chaosBridge, "type", "bridge"); err != nil {
@@ -272,7 +277,7 @@ func (r *chaosRun) setup(runCtx context.Context) error {
 			if err != nil {
 				return err
 			}
-			if err := noIPv6(ctx, ns); err != nil {
+			if err := noIPv6(ns); err != nil {
 				return err
 			}
 			mac, err := ns.MAC(ctx, testenv.EndpointIface)
@@ -328,10 +333,18 @@ func first[T any](s []T) any {
 	return s[0]
 }
 
-// noIPv6 turns IPv6 off in h's namespace, for its links now and to come.
-func noIPv6(ctx context.Context, h *testenv.Host) error {
-	_, err := h.Run(ctx, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1")
-	return err
+// noIPv6 turns IPv6 off in h's namespace, for its links now and to come
+// (written to /proc/sys from inside the namespace: no sysctl program
+// needed).
+func noIPv6(h *testenv.Host) error {
+	return h.Do(func() error {
+		for _, conf := range []string{"all", "default"} {
+			if err := os.WriteFile("/proc/sys/net/ipv6/conf/"+conf+"/disable_ipv6", []byte("1\n"), 0o644); err != nil {
+				return fmt.Errorf("perf: chaos: %s: turning IPv6 off: %w", h.Name, err)
+			}
+		}
+		return nil
+	})
 }
 
 // truth returns what every table should hold now.
@@ -372,7 +385,7 @@ func (r *chaosRun) diff(ctx context.Context) tableDiff {
 func (r *chaosRun) run(ctx context.Context, sched []Fault) (*ChaosReport, error) {
 	rep := &ChaosReport{Seed: r.cfg.Seed, Hosts: r.cfg.Hosts, Endpoints: len(r.eps), DurationSeconds: r.cfg.Duration.Seconds(),
 		MeshIntervalMS: ms(MeshInterval), MeshHotIntervalMS: ms(MeshHotInterval),
-		ProbeInterval: ChaosProbeInterval.String(), ProbeRetries: ChaosProbeRetries, Schedule: sched, Delay: chaosDelayNote}
+		ProbeInterval: ChaosProbeInterval.String(), ProbeRetries: ChaosProbeRetries, Schedule: sched}
 	// The agents' memory at the start is read after a warm-up under the
 	// mesh's traffic: their heaps have grown to what traffic needs.
 	r.say("warming up for %v under the mesh's traffic", chaosWarmup)
@@ -426,6 +439,12 @@ func (r *chaosRun) run(ctx context.Context, sched []Fault) (*ChaosReport, error)
 	endMem := r.memory(ctx)
 	rep.Stale, rep.Missing, rep.WrongVTEP = diff.Stale, diff.Missing, diff.Wrong
 	r.scoreAgents(ctx, rep, startMem, endMem)
+	r.mu.Lock()
+	rep.Delay = r.delay
+	r.mu.Unlock()
+	if rep.Delay == "" {
+		rep.Delay = "no loss fault ran"
+	}
 	r.score(rep, results, phase, end)
 	return rep, nil
 }
@@ -570,10 +589,20 @@ func (r *chaosRun) partition(ctx context.Context, f Fault) error {
 	return err
 }
 
-// loss drops 10 % of the host's underlay packets each way for f.Hold
-// (nftables numgen in its namespace).
+// loss makes the host's underlay lossy and slow for f.Hold: 10 % of its
+// packets dropped and the rest delayed 50 ms, each way, through a
+// netfilter queue of this process (chaos_nfqueue.go); where the kernel
+// cannot queue, 10 % dropped each way by nftables (numgen) and no delay.
+// The report says which (ChaosReport.Delay).
 func (r *chaosRun) loss(ctx context.Context, f Fault) error {
 	h := r.tb.Host(f.Hosts[0])
+	undo, qerr := lossyUnderlay(ctx, h, r.cfg.Seed+uint64(f.At))
+	if qerr == nil {
+		r.noteDelay(chaosDelayApplied)
+		sleepCtx(ctx, f.Hold)
+		return undo()
+	}
+	r.noteDelay(fmt.Sprintf("%s (the netfilter queue failed: %v)", chaosDelayNotApplied, qerr))
 	const table = "uvxchaos"
 	steps := []string{
 		"add table inet " + table,
@@ -593,6 +622,15 @@ func (r *chaosRun) loss(ctx context.Context, f Fault) error {
 	}
 	_, derr := h.Run(context.WithoutCancel(ctx), "nft", "delete table inet "+table)
 	return errors.Join(err, derr)
+}
+
+// noteDelay records how the loss faults were made; a fallback outranks.
+func (r *chaosRun) noteDelay(note string) {
+	r.mu.Lock()
+	if r.delay == "" || note != chaosDelayApplied {
+		r.delay = note
+	}
+	r.mu.Unlock()
 }
 
 // move takes the endpoint's link from its host to the other, keeping its

@@ -42,8 +42,9 @@ seed gives the same schedule), never two on one host at once:
    takeover   a new agent with --takeover beside the running one
    sighup     SIGHUP: the agent starts its own successor, which takes over
    partition  a minority of the hosts cut from the rest for %v (blackhole routes)
-   loss       10%% of one host's underlay packets dropped each way for %v
-              (nftables; the 50 ms delay is not applied: this kernel has no netem)
+   loss       10%% of one host's underlay packets dropped each way for %v,
+              and the rest delayed 50 ms (held in this process: iptables NFQUEUE, as
+              this kernel has no netem; without NFQUEUE, loss only, by nftables)
    move       an endpoint moved, MAC and address kept, to another host's
               bridge, where it sends a gratuitous ARP
    vanish     an endpoint's link removed without a word; back after %v
