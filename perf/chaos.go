@@ -109,6 +109,9 @@ type chaosRun struct {
 	loc []int // endpoint id → host (0: away); guarded by mu
 	// cut[h]: host h is in a partition's minority now; guarded by mu.
 	cut []bool
+	// routes counts the partitions that cut host [0] from host [1] now;
+	// guarded by mu.
+	routes map[[2]int]int
 	// delay says how the loss faults were made; guarded by mu.
 	delay string
 	// hostMu[h] is held by the fault that holds host h.
@@ -238,6 +241,7 @@ func (r *chaosRun) setup(runCtx context.Context) error {
 	}
 	r.loc = make([]int, r.cfg.Hosts*ChaosEndpoints+1)
 	r.cut = make([]bool, r.cfg.Hosts+1)
+	r.routes = map[[2]int]int{}
 	for _, h := range r.tb.Hosts() {
 		if err := noIPv6(h); err != nil {
 			return err
@@ -572,9 +576,23 @@ func (r *chaosRun) partition(ctx context.Context, f Fault) error {
 			pairs = append(pairs, [2]*testenv.Host{h, r.tb.Host(m)}, [2]*testenv.Host{r.tb.Host(m), h})
 		}
 	}
+	// Two partitions may cut the same two hosts apart at once: a route
+	// is added by the first and deleted by the last.
 	route := func(op string) error {
 		var errs []error
 		for _, p := range pairs {
+			key := [2]int{p[0].Index, p[1].Index}
+			r.mu.Lock()
+			n := r.routes[key]
+			if op == "add" {
+				r.routes[key] = n + 1
+			} else {
+				r.routes[key] = n - 1
+			}
+			r.mu.Unlock()
+			if op == "add" && n > 0 || op == "del" && n > 1 {
+				continue
+			}
 			if _, err := p[0].Run(context.WithoutCancel(ctx), "ip", "route", op, "blackhole", netip.PrefixFrom(p[1].Underlay, 32).String()); err != nil {
 				errs = append(errs, err)
 			}
