@@ -108,7 +108,8 @@ type chaosRun struct {
 	mu  sync.Mutex
 	loc []int // endpoint id → host (0: away); guarded by mu
 	// cut[h]: host h is in a partition's minority now; guarded by mu.
-	cut []bool
+	cut    []bool
+	locLog []locChange // guarded by mu
 	// routes counts the partitions that cut host [0] from host [1] now;
 	// guarded by mu.
 	routes map[[2]int]int
@@ -735,7 +736,30 @@ func (r *chaosRun) setCut(hosts []int, cut bool) {
 func (r *chaosRun) setLoc(id, host int) {
 	r.mu.Lock()
 	r.loc[id] = host
+	r.locLog = append(r.locLog, locChange{at: r.mesh.now(), id: id, host: host})
 	r.mu.Unlock()
+}
+
+// locChange is an endpoint's move (host 0: away) at a time of the mesh.
+type locChange struct {
+	at       time.Duration
+	id, host int
+}
+
+// locAt returns the host endpoint id was on at the time at.
+func (r *chaosRun) locAt(id int, at time.Duration) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	h := (id-1)/ChaosEndpoints + 1
+	for _, c := range r.locLog {
+		if c.at > at {
+			break
+		}
+		if c.id == id {
+			h = c.host
+		}
+	}
+	return h
 }
 
 // sleepCtx sleeps for d or until ctx is done.

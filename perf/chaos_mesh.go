@@ -229,16 +229,16 @@ func (m *mesh) received(s, d, seq int) bool {
 }
 
 // longestGap is the longest time between two consecutive arrivals (or
-// between the last arrival and end) that overlaps [from, to].
-func longestGap(arrivals []time.Duration, from, to, end time.Duration) time.Duration {
-	var gap time.Duration
+// between the last arrival and end, or from the window's start to the
+// first arrival) that overlaps [from, to], and when it began.
+func longestGap(arrivals []time.Duration, from, to, end time.Duration) (gap, at time.Duration) {
 	for i, a := range arrivals {
 		next := end
 		if i+1 < len(arrivals) {
 			next = arrivals[i+1]
 		}
-		if a <= to && next >= from {
-			gap = max(gap, next-a)
+		if a <= to && next >= from && next-a > gap {
+			gap, at = next-a, a
 		}
 	}
 	if len(arrivals) == 0 || arrivals[0] > from {
@@ -247,9 +247,11 @@ func longestGap(arrivals []time.Duration, from, to, end time.Duration) time.Dura
 		if len(arrivals) > 0 {
 			first = arrivals[0]
 		}
-		gap = max(gap, first-from)
+		if first-from > gap {
+			gap, at = first-from, from
+		}
 	}
-	return gap
+	return gap, at
 }
 
 // recentlyAll reports whether every directed pair got a probe within the

@@ -6,6 +6,7 @@
 package perf
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -71,9 +72,22 @@ type FaultSummary struct {
 	// PromiseMS is what the project promises for the kind; null: none.
 	PromiseMS *float64 `json:"promise_ms"`
 	Met       *bool    `json:"met"`
+	// Worst are its longest gaps, with the fault and the pair.
+	Worst []GapDetail `json:"worst"`
 	// Lost is how many probes those pairs lost while it touched them,
 	// from a second before its action to its grace after.
 	Lost int `json:"lost"`
+}
+
+// GapDetail is one pair's gap under one fault.
+type GapDetail struct {
+	Fault string `json:"fault"`
+	// Pair is "eS(hA)->eD(hB)": the endpoints and where they were when
+	// the fault started.
+	Pair  string  `json:"pair,omitempty"`
+	GapMS float64 `json:"gap_ms"`
+	// AfterStartMS is when the gap began, from the fault's start.
+	AfterStartMS float64 `json:"after_start_ms"`
 }
 
 // Quantiles of a sample, in milliseconds.
@@ -200,6 +214,7 @@ func (r *chaosRun) score(rep *ChaosReport, runs []faultRun, phase, end time.Dura
 	win := func(f *faultRun) window { return window{f.start - time.Second, f.end + f.grace()} }
 	byKind := map[FaultKind]*FaultSummary{}
 	gaps := map[FaultKind][]time.Duration{}
+	worst := map[FaultKind][]GapDetail{}
 	for _, k := range r.cfg.Kinds {
 		byKind[k] = &FaultSummary{Kind: k}
 	}
@@ -215,11 +230,12 @@ func (r *chaosRun) score(rep *ChaosReport, runs []faultRun, phase, end time.Dura
 			rep.Failures = append(rep.Failures, fmt.Sprintf("%s: %v", f.Fault, f.err))
 		}
 		if f.Kind == FaultVanish {
-			if f.withdrawn >= 0 {
-				gaps[f.Kind] = append(gaps[f.Kind], f.withdrawn)
-			} else {
-				gaps[f.Kind] = append(gaps[f.Kind], f.Hold)
+			took := f.withdrawn
+			if took < 0 {
+				took = f.Hold // not withdrawn while it was away
 			}
+			gaps[f.Kind] = append(gaps[f.Kind], took)
+			worst[f.Kind] = append(worst[f.Kind], GapDetail{Fault: strings.TrimSpace(f.Fault.String()), GapMS: ms(took)})
 		}
 		w := win(f)
 		for s := range n {
@@ -246,7 +262,10 @@ func (r *chaosRun) score(rep *ChaosReport, runs []faultRun, phase, end time.Dura
 					}
 				}
 				if f.Kind != FaultVanish {
-					gaps[f.Kind] = append(gaps[f.Kind], longestGap(m.arrivals(s, d), f.start, f.end+f.grace(), end))
+					g, at := longestGap(m.arrivals(s, d), f.start, f.end+f.grace(), end)
+					gaps[f.Kind] = append(gaps[f.Kind], g)
+					worst[f.Kind] = append(worst[f.Kind], GapDetail{Fault: strings.TrimSpace(f.Fault.String()),
+						Pair: r.pairName(s, d, f.start), GapMS: ms(g), AfterStartMS: ms(at - f.start)})
 				}
 			}
 		}
@@ -255,6 +274,9 @@ func (r *chaosRun) score(rep *ChaosReport, runs []faultRun, phase, end time.Dura
 		fs := byKind[k]
 		g := gaps[k]
 		fs.GapMS = Quantiles{P50: ms(percentile(g, 0.5)), P99: ms(percentile(g, 0.99)), Max: ms(slices.Max(append(g, 0)))}
+		w := worst[k]
+		slices.SortStableFunc(w, func(a, b GapDetail) int { return cmp.Compare(b.GapMS, a.GapMS) })
+		fs.Worst = w[:min(len(w), 5)]
 		if p, ok := ChaosPromises[k]; ok {
 			v := ms(p)
 			fs.PromiseMS = &v
@@ -284,13 +306,19 @@ func (r *chaosRun) score(rep *ChaosReport, runs []faultRun, phase, end time.Dura
 				if !m.received(s, d, seq) {
 					rep.UntouchedLost++
 					if len(rep.UntouchedPairs) < 20 {
-						rep.UntouchedPairs = append(rep.UntouchedPairs, fmt.Sprintf("e%d->e%d at %.1fs", s+1, d+1, (at-phase).Seconds()))
+						rep.UntouchedPairs = append(rep.UntouchedPairs, fmt.Sprintf("%s at %.1fs", r.pairName(s, d, at), (at-phase).Seconds()))
 					}
 				}
 			}
 		}
 	}
 	rep.verdict()
+}
+
+// pairName names the directed pair (endpoint indexes) with the hosts its
+// endpoints were on at the time at: "e3(h2)->e7(h4)"; h0 is nowhere.
+func (r *chaosRun) pairName(s, d int, at time.Duration) string {
+	return fmt.Sprintf("e%d(h%d)->e%d(h%d)", s+1, r.locAt(s+1, at), d+1, r.locAt(d+1, at))
 }
 
 // verdict writes the acceptance checks.
@@ -342,6 +370,14 @@ func (rep *ChaosReport) WriteTable(w io.Writer) error {
 			f.GapMS.P50, f.GapMS.P99, f.GapMS.Max, promise, met, f.Lost)
 	}
 	tw.Flush()
+	for _, f := range rep.Faults {
+		for i, g := range f.Worst {
+			if i == 2 {
+				break
+			}
+			fmt.Fprintf(w, "  longest %s gap: %.0f ms, %s, %.0f ms after the start of %s\n", f.Kind, g.GapMS, g.Pair, g.AfterStartMS, g.Fault)
+		}
+	}
 	fmt.Fprintf(w, "\nuntouched pairs: %d of %d probes lost %s\n", rep.UntouchedLost, rep.UntouchedSent, strings.Join(rep.UntouchedPairs, ", "))
 	if rep.ConvergedSeconds != nil {
 		fmt.Fprintf(w, "tables: equal to the truth %.1f s after the last fault\n", *rep.ConvergedSeconds)

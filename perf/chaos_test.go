@@ -196,7 +196,7 @@ func TestLongestGap(t *testing.T) {
 		{nil, 100, 200, 300, 200},
 		{ms(150, 170), 100, 200, 300, 130}, // nothing before the window: from its start
 	} {
-		if got := longestGap(tt.arr, time.Duration(tt.from)*time.Millisecond, time.Duration(tt.to)*time.Millisecond, time.Duration(tt.end)*time.Millisecond); got != time.Duration(tt.want)*time.Millisecond {
+		if got, _ := longestGap(tt.arr, time.Duration(tt.from)*time.Millisecond, time.Duration(tt.to)*time.Millisecond, time.Duration(tt.end)*time.Millisecond); got != time.Duration(tt.want)*time.Millisecond {
 			t.Errorf("longestGap(%v, %d, %d, %d) = %v, want %d ms", tt.arr, tt.from, tt.to, tt.end, got, tt.want)
 		}
 	}
