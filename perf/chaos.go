@@ -141,6 +141,25 @@ func (f *faultRun) grace() time.Duration {
 	return chaosGrace
 }
 
+// gapWindow is how long after its action a fault's gaps may begin: the
+// recovery its promise allows, with room. A gap that begins later is
+// something else's (the cluster has other faults meanwhile).
+func (f *faultRun) gapWindow() time.Duration {
+	switch f.Kind {
+	case FaultKill, FaultTakeover, FaultReload, FaultLoss:
+		return 2 * time.Second
+	case FaultMove:
+		return 3 * time.Second
+	default: // sigterm: a leave and a join; partition: a heal by rejoin
+		return f.grace()
+	}
+}
+
+// chaosGapSlack is how long before a fault's start a gap may begin and
+// still be the fault's: the probes' interval near a fault is 20 ms, and
+// the machine may be late.
+const chaosGapSlack = 250 * time.Millisecond
+
 func (r *chaosRun) say(format string, args ...any) {
 	if r.out != nil {
 		fmt.Fprintf(r.out, "==> "+format+"\n", args...)

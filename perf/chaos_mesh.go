@@ -228,30 +228,32 @@ func (m *mesh) received(s, d, seq int) bool {
 	return seq < len(r) && r[seq] != 0
 }
 
-// longestGap is the longest time between two consecutive arrivals (or
-// between the last arrival and end, or from the window's start to the
-// first arrival) that overlaps [from, to], and when it began.
-func longestGap(arrivals []time.Duration, from, to, end time.Duration) (gap, at time.Duration) {
+// longestGap returns the longest time between two consecutive arrivals
+// (or from the last arrival to end) that began within [from-slack, to],
+// and when it began. clean is false when the pair was already down at
+// from: a gap that began before from-slack lasted past from+slack (or
+// nothing arrived before from), so what happened in the window is not the
+// window's to tell.
+func longestGap(arrivals []time.Duration, from, to, end, slack time.Duration) (gap, at time.Duration, clean bool) {
+	if len(arrivals) == 0 || arrivals[0] > from {
+		return 0, 0, false
+	}
+	clean = true
 	for i, a := range arrivals {
 		next := end
 		if i+1 < len(arrivals) {
 			next = arrivals[i+1]
 		}
-		if a <= to && next >= from && next-a > gap {
+		switch {
+		case a < from-slack:
+			if next > from+slack {
+				clean = false
+			}
+		case a <= to && next-a > gap:
 			gap, at = next-a, a
 		}
 	}
-	if len(arrivals) == 0 || arrivals[0] > from {
-		// Nothing arrived before the window: from its start.
-		first := end
-		if len(arrivals) > 0 {
-			first = arrivals[0]
-		}
-		if first-from > gap {
-			gap, at = first-from, from
-		}
-	}
-	return gap, at
+	return gap, at, clean
 }
 
 // recentlyAll reports whether every directed pair got a probe within the

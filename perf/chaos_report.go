@@ -63,12 +63,16 @@ type FaultSummary struct {
 	Count  int       `json:"count"`
 	Failed int       `json:"failed"`
 	// GapMS: the longest gap between two probes received by each pair the
-	// fault touched alone, from its start to chaosGrace after its end (for
-	// vanish: the time until no agent held the endpoint).
+	// fault touched alone that began from its start (less chaosGapSlack)
+	// to gapWindow after its end (for vanish: the time until no agent held
+	// the endpoint).
 	GapMS Quantiles `json:"gap_ms"`
 	// Pairs counts the directed pairs it touched alone, summed over its
-	// runs: those scored.
+	// runs: those scored, but for Down.
 	Pairs int `json:"pairs"`
+	// Down counts those of them already down when it began (since
+	// before it, by something else): their gaps are not its.
+	Down int `json:"down"`
 	// PromiseMS is what the project promises for the kind; null: none.
 	PromiseMS *float64 `json:"promise_ms"`
 	Met       *bool    `json:"met"`
@@ -262,7 +266,11 @@ func (r *chaosRun) score(rep *ChaosReport, runs []faultRun, phase, end time.Dura
 					}
 				}
 				if f.Kind != FaultVanish {
-					g, at := longestGap(m.arrivals(s, d), f.start, f.end+f.grace(), end)
+					g, at, clean := longestGap(m.arrivals(s, d), f.start, f.end+f.gapWindow(), end, chaosGapSlack)
+					if !clean {
+						fs.Down++
+						continue
+					}
 					gaps[f.Kind] = append(gaps[f.Kind], g)
 					worst[f.Kind] = append(worst[f.Kind], GapDetail{Fault: strings.TrimSpace(f.Fault.String()),
 						Pair: r.pairName(s, d, f.start), GapMS: ms(g), AfterStartMS: ms(at - f.start)})
@@ -359,14 +367,14 @@ func (rep *ChaosReport) WriteTable(w io.Writer) error {
 		rep.Seed, rep.Hosts, rep.Endpoints, rep.DurationSeconds, rep.MeshIntervalMS, rep.MeshHotIntervalMS, rep.ProbeInterval, rep.ProbeRetries)
 	fmt.Fprintf(w, "loss fault: %s\n\n", rep.Delay)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "FAULT\tCOUNT\tFAILED\tPAIRS\tGAP p50\tp99\tmax\tPROMISE\tMET\tLOST")
+	fmt.Fprintln(tw, "FAULT\tCOUNT\tFAILED\tPAIRS\tDOWN\tGAP p50\tp99\tmax\tPROMISE\tMET\tLOST")
 	for _, f := range rep.Faults {
 		promise, met := "none", "-"
 		if f.PromiseMS != nil {
 			promise = fmt.Sprintf("%.0f ms", *f.PromiseMS)
 			met = map[bool]string{true: "yes", false: "NO"}[*f.Met]
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.0f ms\t%.0f ms\t%.0f ms\t%s\t%s\t%d\n", f.Kind, f.Count, f.Failed, f.Pairs,
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%.0f ms\t%.0f ms\t%.0f ms\t%s\t%s\t%d\n", f.Kind, f.Count, f.Failed, f.Pairs, f.Down,
 			f.GapMS.P50, f.GapMS.P99, f.GapMS.Max, promise, met, f.Lost)
 	}
 	tw.Flush()

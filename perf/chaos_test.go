@@ -174,8 +174,9 @@ func TestTruthCompare(t *testing.T) {
 	}
 }
 
-// The longest gap that overlaps a window, between arrivals or from the
-// last one to the end.
+// The longest gap that began in a window (or just before it), between
+// arrivals or from the last one to the end; a pair already down when the
+// window opens is not clean.
 func TestLongestGap(t *testing.T) {
 	ms := func(v ...int) []time.Duration {
 		var d []time.Duration
@@ -188,16 +189,22 @@ func TestLongestGap(t *testing.T) {
 		arr           []time.Duration
 		from, to, end int
 		want          int
+		clean         bool
 	}{
-		{ms(0, 20, 40, 60, 80), 10, 70, 100, 20},
-		{ms(0, 20, 500, 520), 30, 40, 1000, 480},   // the outage spans the window
-		{ms(0, 20, 500, 520), 600, 700, 1000, 480}, // nothing after 520: until the end
-		{ms(0, 20, 40), 100, 200, 300, 260},
-		{nil, 100, 200, 300, 200},
-		{ms(150, 170), 100, 200, 300, 130}, // nothing before the window: from its start
+		{ms(0, 20, 40, 60, 80), 10, 70, 100, 20, true},
+		{ms(0, 20, 40, 500, 520), 30, 40, 1000, 460, true}, // the outage began in the window
+		{ms(0, 20, 500, 520), 30, 40, 1000, 480, true},     // ... or within the slack before it
+		{ms(0, 20, 40, 60), 100, 200, 300, 0, false},       // down since 60: not the window's
+		{ms(0, 20, 500, 520), 530, 700, 1000, 480, true},   // nothing after 520: until the end
+		{nil, 100, 200, 300, 0, false},                     // never up
+		{ms(150, 170), 100, 200, 300, 0, false},            // nothing before the window
+		{ms(0, 100, 120, 900), 110, 130, 1000, 780, true},  // the longest of those in the window
+		{ms(0, 100, 120, 900), 200, 300, 1000, 0, false},   // down at 200 since 120
 	} {
-		if got, _ := longestGap(tt.arr, time.Duration(tt.from)*time.Millisecond, time.Duration(tt.to)*time.Millisecond, time.Duration(tt.end)*time.Millisecond); got != time.Duration(tt.want)*time.Millisecond {
-			t.Errorf("longestGap(%v, %d, %d, %d) = %v, want %d ms", tt.arr, tt.from, tt.to, tt.end, got, tt.want)
+		ms := func(v int) time.Duration { return time.Duration(v) * time.Millisecond }
+		got, _, clean := longestGap(tt.arr, ms(tt.from), ms(tt.to), ms(tt.end), ms(30))
+		if got != ms(tt.want) || clean != tt.clean {
+			t.Errorf("longestGap(%v, %d, %d, %d) = %v, %v; want %d ms, %v", tt.arr, tt.from, tt.to, tt.end, got, clean, tt.want, tt.clean)
 		}
 	}
 }

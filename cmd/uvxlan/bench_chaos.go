@@ -50,9 +50,11 @@ seed gives the same schedule), never two on one host at once:
    vanish     an endpoint's link removed without a word; back after %v
 
 It reports per kind how many ran and failed, and the longest gap between
-two probes received by each pair the fault alone touched, from its start to
-10 s after its end (vanish: the time until no agent holds the endpoint),
-p50, p99 and max, beside the promise (takeover and sighup 50 ms, kill9
+two probes received by each pair the fault alone touched that began during
+it or soon after (2 s after kill9, takeover, sighup and loss, 3 s after a
+move, 10 s after sigterm, 35 s after a partition; a pair already down when
+the fault began is counted apart, as "down"; vanish: the time until no agent
+holds the endpoint), p50, p99 and max, beside the promise (takeover and sighup 50 ms, kill9
 500 ms, move 1 s, vanish the probe budget %v; sigterm, partition and loss
 none); the probes lost by pairs no fault touched (should be 0); after the
 last fault, how long until every agent's FDB and neighbour table equals
