@@ -34,9 +34,11 @@ type ChaosReport struct {
 	Failures []string `json:"failures"`
 	// UntouchedLost is how many probes were lost by pairs at times no
 	// fault touched them (of UntouchedSent).
-	UntouchedLost  int      `json:"untouched_lost"`
-	UntouchedSent  int      `json:"untouched_sent"`
-	UntouchedPairs []string `json:"untouched_lost_pairs,omitempty"` // the first few, "e3->e7 at 12.3s"
+	UntouchedLost int `json:"untouched_lost"`
+	UntouchedSent int `json:"untouched_sent"`
+	// UntouchedPairs are the pairs that lost the most of those (30 at
+	// most).
+	UntouchedPairs []UntouchedLoss `json:"untouched_lost_pairs,omitempty"`
 	// ConvergedSeconds is the time from the end of the last fault until
 	// every table equalled the truth; null when none did within the
 	// settle time.
@@ -81,6 +83,14 @@ type FaultSummary struct {
 	// Lost is how many probes those pairs lost while it touched them,
 	// from a second before its action to its grace after.
 	Lost int `json:"lost"`
+}
+
+// UntouchedLoss is what one directed pair lost while no fault touched it.
+type UntouchedLoss struct {
+	Pair         string  `json:"pair"` // as GapDetail's, where they were at the first loss
+	Lost         int     `json:"lost"`
+	FirstSeconds float64 `json:"first_seconds"` // from the start of the fault phase
+	LastSeconds  float64 `json:"last_seconds"`
 }
 
 // GapDetail is one pair's gap under one fault.
@@ -295,6 +305,7 @@ func (r *chaosRun) score(rep *ChaosReport, runs []faultRun, phase, end time.Dura
 	}
 	// Untouched: every probe of the fault phase sent outside the windows
 	// of the faults that touch its pair.
+	var lossy []UntouchedLoss
 	for s := range n {
 		for d := range n {
 			if s == d {
@@ -306,20 +317,29 @@ func (r *chaosRun) score(rep *ChaosReport, runs []faultRun, phase, end time.Dura
 					ws = append(ws, win(&runs[i]))
 				}
 			}
+			var ul UntouchedLoss
 			for seq, at := range m.sent[s][d] {
 				if at < phase || slices.ContainsFunc(ws, func(w window) bool { return at >= w.from && at <= w.to }) {
 					continue
 				}
 				rep.UntouchedSent++
-				if !m.received(s, d, seq) {
-					rep.UntouchedLost++
-					if len(rep.UntouchedPairs) < 20 {
-						rep.UntouchedPairs = append(rep.UntouchedPairs, fmt.Sprintf("%s at %.1fs", r.pairName(s, d, at), (at-phase).Seconds()))
-					}
+				if m.received(s, d, seq) {
+					continue
 				}
+				rep.UntouchedLost++
+				if ul.Lost == 0 {
+					ul.Pair, ul.FirstSeconds = r.pairName(s, d, at), (at - phase).Seconds()
+				}
+				ul.Lost++
+				ul.LastSeconds = (at - phase).Seconds()
+			}
+			if ul.Lost > 0 {
+				lossy = append(lossy, ul)
 			}
 		}
 	}
+	slices.SortStableFunc(lossy, func(a, b UntouchedLoss) int { return cmp.Compare(b.Lost, a.Lost) })
+	rep.UntouchedPairs = lossy[:min(len(lossy), 30)]
 	rep.verdict()
 }
 
@@ -386,7 +406,14 @@ func (rep *ChaosReport) WriteTable(w io.Writer) error {
 			fmt.Fprintf(w, "  longest %s gap: %.0f ms, %s, %.0f ms after the start of %s\n", f.Kind, g.GapMS, g.Pair, g.AfterStartMS, g.Fault)
 		}
 	}
-	fmt.Fprintf(w, "\nuntouched pairs: %d of %d probes lost %s\n", rep.UntouchedLost, rep.UntouchedSent, strings.Join(rep.UntouchedPairs, ", "))
+	fmt.Fprintf(w, "\nuntouched pairs: %d of %d probes lost\n", rep.UntouchedLost, rep.UntouchedSent)
+	for i, u := range rep.UntouchedPairs {
+		if i == 10 {
+			fmt.Fprintf(w, "  … %d more pairs\n", len(rep.UntouchedPairs)-10)
+			break
+		}
+		fmt.Fprintf(w, "  %s: %d lost from %.1f s to %.1f s\n", u.Pair, u.Lost, u.FirstSeconds, u.LastSeconds)
+	}
 	if rep.ConvergedSeconds != nil {
 		fmt.Fprintf(w, "tables: equal to the truth %.1f s after the last fault\n", *rep.ConvergedSeconds)
 	} else {
