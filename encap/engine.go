@@ -578,8 +578,9 @@ func (e *Engine) answer(f *txFrame, tb *txBatch) bool {
 		}
 		return true
 	}
+	// Neither answers for an endpoint behind this TAP (see localBinding).
 	if f.isARP && arp.op == arpRequest && e.cfg.Neigh != nil && !arp.announcement() {
-		if mac, ok := e.cfg.Neigh.Lookup(e.cfg.VNI, arp.targetIP); ok && len(tb.replies) < len(tb.replyBufs) {
+		if mac, ok := e.cfg.Neigh.Lookup(e.cfg.VNI, arp.targetIP); ok && !e.localBinding(arp.targetIP) && len(tb.replies) < len(tb.replyBufs) {
 			b := tb.replyBufs[len(tb.replies)]
 			tb.replies = append(tb.replies, b[:putARPReply(b, *arp, mac)])
 			e.c.add(ARPSuppressed, 1)
@@ -596,7 +597,7 @@ func (e *Engine) answer(f *txFrame, tb *txBatch) bool {
 	// driver's ND proxy does: the segment is one link, and the neighbour
 	// table is keyed by it (VNI, address).
 	if f.isND && nd.typ == ndSolicit && !nd.dad() && nd.dstIP.IsMulticast() && e.cfg.Neigh != nil {
-		if mac, ok := e.cfg.Neigh.Lookup(e.cfg.VNI, nd.target); ok && mac != f.src && len(tb.replies) < len(tb.replyBufs) {
+		if mac, ok := e.cfg.Neigh.Lookup(e.cfg.VNI, nd.target); ok && mac != f.src && !e.localBinding(nd.target) && len(tb.replies) < len(tb.replyBufs) {
 			b := tb.replyBufs[len(tb.replies)]
 			tb.replies = append(tb.replies, b[:putNA(b, *nd, mac)])
 			e.c.add(NDSuppressed, 1)
@@ -604,6 +605,18 @@ func (e *Engine) answer(f *txFrame, tb *txBatch) bool {
 		}
 	}
 	return false
+}
+
+// localBinding reports whether ip is bound to an endpoint behind this TAP
+// (origin local). A request for it from behind the TAP is on the
+// endpoint's own link, and the endpoint answers for itself; an answer from
+// the table would leave the TAP with the endpoint's MAC as its source, a
+// bridge holding the TAP would learn that MAC on the TAP's port and send
+// the endpoint's traffic into the TAP (and drop what comes out of it for
+// the endpoint) until the endpoint next speaks.
+func (e *Engine) localBinding(ip netip.Addr) bool {
+	_, origin, ok := e.cfg.Neigh.LookupOrigin(e.cfg.VNI, ip)
+	return ok && origin == fdb.OriginLocal
 }
 
 // forward puts the VXLAN header on the frame in pkt (its payload's rest

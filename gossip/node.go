@@ -206,6 +206,8 @@ type Node struct {
 	// streams is memberlist's transport: it bounds the inbound streams
 	// (stream.go).
 	streams *streamTransport
+	// joins are the joins of single seeds still under way (joinSeeds).
+	joins sync.WaitGroup
 
 	// tombstoneTTL is how long tombstones and departed members' records
 	// are kept (defaultTombstoneTTL; tests shorten it).
@@ -473,6 +475,7 @@ func (n *Node) Run(ctx context.Context) error {
 	stopExts()
 	n.Close()
 	<-done // a join in progress finishes within memberlist's TCPTimeout
+	n.joins.Wait()
 	exts.Wait()
 	return err
 }
@@ -587,6 +590,52 @@ func (n *Node) joinTargets() (seeds []string, founder bool) {
 	return seeds, founder
 }
 
+// joinSeeds pushes and pulls with every seed at once and returns as soon
+// as one answered (how many had, then), or when none did (with each one's
+// error). The others go on in the background; Run waits for them
+// (n.joins). memberlist's Join contacts its seeds one after another, so a
+// seed that accepts and does not answer, or a lossy path to one (a TCP
+// retransmit: 1 s), held up the join, and with it a restarted agent's
+// tables, by memberlist's TCP timeout.
+func (n *Node) joinSeeds(seeds []string) (int, error) {
+	type result struct {
+		cnt int
+		err error
+	}
+	results := make(chan result, len(seeds))
+	for _, s := range seeds {
+		n.joins.Add(1)
+		go func() {
+			defer n.joins.Done()
+			cnt, err := n.ml.Join([]string{s})
+			results <- result{cnt, err}
+		}()
+	}
+	var errs joinErrors
+	for range seeds {
+		r := <-results
+		if r.cnt > 0 {
+			return r.cnt, nil
+		}
+		if m, ok := r.err.(interface{ WrappedErrors() []error }); ok {
+			errs = append(errs, m.WrappedErrors()...)
+		} else if r.err != nil {
+			errs = append(errs, r.err)
+		}
+	}
+	if len(errs) == 0 {
+		return 0, nil
+	}
+	return 0, errs
+}
+
+// joinErrors are the seeds' errors of a failed join, each as memberlist
+// gave it (see keyMismatch).
+type joinErrors []error
+
+func (e joinErrors) Error() string          { return errors.Join(e...).Error() }
+func (e joinErrors) WrappedErrors() []error { return e }
+
 // joinOutcome is what an attempt to join came to.
 type joinOutcome int
 
@@ -600,7 +649,7 @@ const (
 // tryJoin joins seeds once; backoff is the wait before the next try, for
 // the log.
 func (n *Node) tryJoin(seeds []string, founder bool, backoff time.Duration) joinOutcome {
-	cnt, err := n.ml.Join(seeds)
+	cnt, err := n.joinSeeds(seeds)
 	select {
 	case <-n.failed: // refused while joining (ErrNameTaken): Run returns why
 		return joinStop

@@ -4,11 +4,14 @@ package testenv
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"net"
 	"net/netip"
 	"strconv"
+
+	"golang.org/x/sys/unix"
 )
 
 // EndpointIface is the endpoint's interface inside its namespace.
@@ -49,18 +52,48 @@ func (h *Host) AddEndpoint(ctx context.Context, name, bridge string, addr netip.
 	if err := h.tb.addNetns(ctx, ep.Netns); err != nil {
 		return nil, fmt.Errorf("testenv: %s: endpoint %s: %w", h.Name, name, err)
 	}
+	if err := h.AttachEndpoint(ctx, ep, name, bridge, nil); err != nil {
+		return nil, err
+	}
+	return ep, nil
+}
+
+// AttachEndpoint links the endpoint namespace of ep (made by AddEndpoint
+// behind this or another host, and detached since, or to be moved) to
+// bridge of h, as AddEndpoint does: a veth named name in h, a port of
+// bridge, and eth0 in the endpoint with ep.Prefix, up. mac, when not nil,
+// is eth0's hardware address (an endpoint that moves keeps its MAC);
+// otherwise the kernel picks one. The endpoint's namespace, and the sockets
+// opened in it, stay what they were: only its link changes. eth0 must not
+// exist (DetachEndpoint first).
+func (h *Host) AttachEndpoint(ctx context.Context, ep *Host, name, bridge string, mac net.HardwareAddr) error {
 	mtu := strconv.Itoa(ep.MTU)
+	add := []string{"-n", h.Netns, "link", "add", name, "mtu", mtu, "type", "veth", "peer", "name", ep.Iface, "mtu", mtu}
+	if mac != nil {
+		add = append(add, "address", mac.String())
+	}
 	steps := [][]string{
-		{"-n", h.Netns, "link", "add", name, "mtu", mtu, "type", "veth", "peer", "name", ep.Iface, "mtu", mtu, "netns", ep.Netns},
+		append(add, "netns", ep.Netns),
 		{"-n", h.Netns, "link", "set", name, "master", bridge, "up"},
 		{"-n", ep.Netns, "link", "set", "lo", "up"},
-		{"-n", ep.Netns, "addr", "add", addr.String(), "dev", ep.Iface},
+		{"-n", ep.Netns, "addr", "add", ep.Prefix.String(), "dev", ep.Iface},
 		{"-n", ep.Netns, "link", "set", ep.Iface, "up"},
 	}
 	if err := runIPs(ctx, steps); err != nil {
-		return nil, fmt.Errorf("testenv: %s: endpoint %s: %w", h.Name, name, err)
+		return fmt.Errorf("testenv: %s: endpoint %s: %w", h.Name, ep.Name, err)
 	}
-	return ep, nil
+	return nil
+}
+
+// DetachEndpoint removes the veth named name from h, and with it the eth0
+// of the endpoint at its other end: the endpoint vanishes from h's bridge
+// without a word, as a container killed with its network would, while its
+// namespace and sockets stay for AttachEndpoint.
+func (h *Host) DetachEndpoint(ctx context.Context, name string) error {
+	if err := h.ip(ctx, "link", "del", name); err != nil {
+		return fmt.Errorf("testenv: %s: detach endpoint %s: %w", h.Name, name, err)
+	}
+	return nil
 }
 
 // MAC returns the hardware address of dev in the host.
@@ -142,4 +175,44 @@ func parseFDB(b []byte) ([]FDBEntry, error) {
 		entries = append(entries, FDBEntry{MAC: mac, Dst: dst, VNI: r.VNI, Master: r.Master, Flags: r.Flags, State: r.State})
 	}
 	return entries, nil
+}
+
+// GratuitousARP sends one gratuitous ARP from interface iface of the
+// namespace netns (an endpoint's eth0, say), to broadcast: a request (op 1,
+// as arping -U and most kernels send them) or a reply (op 2) whose sender
+// and target address are both ip, from mac, as a moved or new endpoint
+// announces itself.
+func GratuitousARP(netns, iface string, op uint16, ip netip.Addr, mac net.HardwareAddr) error {
+	if !ip.Is4() || len(mac) != 6 || (op != 1 && op != 2) {
+		return fmt.Errorf("testenv: %s: gratuitous ARP: want an IPv4 address, a 6-byte MAC and op 1 or 2, got %s %s %d", netns, ip, mac, op)
+	}
+	return InNetns(netns, func() error {
+		ifi, err := net.InterfaceByName(iface)
+		if err != nil {
+			return fmt.Errorf("testenv: %s: gratuitous ARP: %w", netns, err)
+		}
+		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, 0)
+		if err != nil {
+			return fmt.Errorf("testenv: %s: gratuitous ARP: %w", netns, err)
+		}
+		defer unix.Close(fd)
+		bcast := []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+		ip4 := ip.As4()
+		f := make([]byte, 0, 42)
+		f = append(f, bcast...)
+		f = append(f, mac...)
+		f = binary.BigEndian.AppendUint16(f, unix.ETH_P_ARP)
+		f = append(f, 0, 1, 8, 0, 6, 4) // Ethernet, IPv4
+		f = binary.BigEndian.AppendUint16(f, op)
+		f = append(f, mac...)
+		f = append(f, ip4[:]...)
+		f = append(f, bcast...)
+		f = append(f, ip4[:]...)
+		sa := &unix.SockaddrLinklayer{Ifindex: ifi.Index, Halen: 6, Protocol: 0x0608} // ETH_P_ARP in network byte order
+		copy(sa.Addr[:], bcast)
+		if err := unix.Sendto(fd, f, 0, sa); err != nil {
+			return fmt.Errorf("testenv: %s: gratuitous ARP: %w", netns, err)
+		}
+		return nil
+	})
 }

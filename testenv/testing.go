@@ -101,6 +101,11 @@ func NewForTest(t T, cfg Config) *Testbed {
 		cfg.LogDir = t.TempDir() // before Cleanup(Down): removed after Down runs
 	}
 	reapOnce.Do(func() { reapLeftovers(t) })
+	if cfg.Prefix == "" {
+		// Random, and in use by no namespace or claim: tests of other
+		// packages (other processes) build testbeds at the same time.
+		cfg.Prefix = freePrefix(t)
+	}
 	tb, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -138,14 +143,7 @@ func PrefixForTest(t T) string {
 	// One no namespace or claim holds: the CLI's `testbed up` first
 	// removes the namespaces of its prefix, and other testbeds (other
 	// tests, other people) must be left alone.
-	existing, err := listNetns(context.Background())
-	if err != nil {
-		t.Fatalf("testenv: %v", err)
-	}
-	prefix := RandomPrefix()
-	for i := 0; i < 100 && (existing[prefix+"-ul"] || existing[prefix+"-h1"] || claimed(prefix)); i++ {
-		prefix = RandomPrefix()
-	}
+	prefix := freePrefix(t)
 	release, err := claim(prefix)
 	if err != nil {
 		t.Fatalf("testenv: claiming the testbed prefix %s: %v", prefix, err)
@@ -157,6 +155,21 @@ func PrefixForTest(t T) string {
 			release()
 		}
 	})
+	return prefix
+}
+
+// freePrefix returns a random testbed prefix that no namespace and no
+// claim uses now.
+func freePrefix(t T) string {
+	t.Helper()
+	existing, err := listNetns(context.Background())
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	prefix := RandomPrefix()
+	for i := 0; i < 100 && (existing[prefix+"-ul"] || existing[prefix+"-h1"] || claimed(prefix)); i++ {
+		prefix = RandomPrefix()
+	}
 	return prefix
 }
 

@@ -78,7 +78,8 @@ least 1 s); the testbed is removed at the end, on failure and on Ctrl-C.
    uvxlan bench --duration 10s --overlays kernel,uvxlan --svg ratios.svg
    uvxlan bench --rounds 3 --duration 3m --overlays kernel,uvxlan
    uvxlan bench --overlays all --install --rounds 3 --duration 10m
-   uvxlan bench gossip --nodes 100`,
+   uvxlan bench gossip --nodes 100
+   uvxlan bench chaos --hosts 12 --duration 10m`,
 		Flags: []cli.Flag{
 			&cli.DurationFlag{Name: "duration", Value: perf.DefaultDuration, Usage: "measuring time of the whole run, split across the rounds and tests"},
 			&cli.IntFlag{Name: "rounds", Value: 1, Usage: fmt.Sprintf("run every test `N` times (1 to %d) and report medians and the ratios' range", perf.MaxRounds)},
@@ -138,13 +139,13 @@ is raised to N for the run.
 				&cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"},
 			},
 			Action: benchGossipAction,
-		}},
+		}, benchChaosCommand()},
 	}
 }
 
 func benchAction(c *cli.Context) error {
 	if c.Args().Present() {
-		return usageError{fmt.Errorf("bench takes no arguments (but the subcommand gossip), got %q", c.Args().Slice())}
+		return usageError{fmt.Errorf("bench takes no arguments (but the subcommands gossip and chaos), got %q", c.Args().Slice())}
 	}
 	cfg := perf.Config{Duration: c.Duration("duration"), Rounds: c.Int("rounds"), Prefix: c.String("prefix"), Binary: c.String("bin"),
 		Install: c.Bool("install"), Progress: c.App.ErrWriter}

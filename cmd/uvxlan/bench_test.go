@@ -527,6 +527,13 @@ func TestBenchBadFlags(t *testing.T) {
 		{[]string{"bench", "gossip", "--announces", "0"}, "--announces"},
 		{[]string{"bench", "gossip", "--endpoints", "-1"}, "--endpoints"},
 		{[]string{"bench", "gossip", "--endpoints", "32001"}, "--endpoints"},
+		{[]string{"bench", "chaos", "--faults", "kill9,teleport"}, "--faults"},
+		{[]string{"bench", "chaos", "--hosts", "1"}, "--hosts"},
+		{[]string{"bench", "chaos", "--hosts", "41"}, "--hosts"},
+		{[]string{"bench", "chaos", "--duration", "5s"}, "--duration"},
+		{[]string{"bench", "chaos", "--seed", "-1"}, "--seed"},
+		{[]string{"bench", "chaos", "--prefix", "bad-prefix"}, "--prefix"},
+		{[]string{"bench", "chaos", "--bin", "/nonexistent/uvxlan"}, "--bin"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args[1:], " "), func(t *testing.T) {

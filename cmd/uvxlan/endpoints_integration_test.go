@@ -314,3 +314,71 @@ func waitReach(t *testing.T, h *testenv.Host, ip netip.Addr) {
 		return err == nil
 	})
 }
+
+// Two endpoints on one bridge with h1's TAP: when one ARPs for the other,
+// the other answers for itself on the bridge, and the agent must not
+// answer too. Its answer would leave the TAP with the other endpoint's
+// MAC as source, the bridge would learn that MAC on the TAP's port, and
+// send the endpoint's traffic (from its neighbours on the bridge, and from
+// the overlay, which the bridge will not send back out of the port it came
+// in by) into the TAP until the endpoint next speaks: `bench chaos` lost
+// probes between endpoints no fault touched, whenever an endpoint moved
+// onto their host and ARPed for its new neighbours. An ARP for a remote
+// endpoint is still answered from the table.
+func TestNoARPAnswerForLocalEndpoint(t *testing.T) {
+	t.Parallel()
+	tb := testenv.NewForTest(t, testenv.Config{Hosts: 2})
+	agents := startGossipCluster(t, tb)
+	a1 := agents[0]
+	h1 := tb.Host(1)
+	if err := waitForMembers(context.Background(), a1.control, 2, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, args := range [][]string{{"link", "add", "brx", "type", "bridge"}, {"link", "set", "uvx0", "master", "brx"}, {"link", "set", "brx", "up"}} {
+		if out, err := h1.Run(ctx, "ip", args...); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+	}
+	ipA, ipB := overlayAddr(71), overlayAddr(72)
+	epA, err := h1.AddEndpoint(ctx, "epa", "brx", netip.PrefixFrom(ipA, 24))
+	if err != nil {
+		t.Fatal(err)
+	}
+	epB, err := h1.AddEndpoint(ctx, "epb", "brx", netip.PrefixFrom(ipB, 24))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// B speaks (an ARP for h2's address, so its binding is snooped):
+	// h1's agent binds it, as its own.
+	waitReach(t, epB, agents[1].overlay)
+	eventuallyT(t, 10*time.Second, "h1's agent binds B's address (local)", func() bool {
+		_, origin := neighOf(t, a1, ipB)
+		return origin == "local"
+	})
+	waitReach(t, epA, agents[1].overlay)
+	suppressed := a1.stats(t).Get(encap.ARPSuppressed)
+
+	// A forgets B and asks for it: a broadcast ARP request on the bridge.
+	if out, err := epA.Run(ctx, "ip", "neigh", "flush", "dev", "eth0"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if r, err := epA.Ping(ctx, ipB, 3); err != nil || r.Received == 0 {
+		t.Fatalf("A → B on the bridge: %+v, %v", r, err)
+	}
+	local := a1.stats(t).Get(encap.ARPSuppressed) - suppressed
+	// And asks for h2's TAP address, bound behind h2: that one the agent
+	// answers.
+	if out, err := epA.Run(ctx, "ip", "neigh", "flush", "dev", "eth0"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	waitReach(t, epA, agents[1].overlay)
+	remote := a1.stats(t).Get(encap.ARPSuppressed) - suppressed - local
+	t.Logf("h1's agent answered %d ARP requests for B (behind its own TAP) and %d for h2's address", local, remote)
+	if local != 0 {
+		t.Errorf("h1's agent answered %d ARP requests for an endpoint on the asker's own bridge", local)
+	}
+	if remote == 0 {
+		t.Errorf("h1's agent answered no ARP request for h2's address: suppression is off")
+	}
+}

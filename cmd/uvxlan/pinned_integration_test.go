@@ -2,17 +2,13 @@ package main
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/uvxlan/uvxlan/encap"
 	"github.com/uvxlan/uvxlan/fdb"
@@ -75,31 +71,7 @@ func sendGARP(ns, dev string, ip netip.Addr, mac fdb.MAC) error {
 // ARP packet to broadcast, a request (op 1, as arping -U and most kernels
 // send them) or a reply (op 2), sender and target ip, sender MAC mac.
 func sendGratuitous(ns, dev string, op byte, ip netip.Addr, mac fdb.MAC) error {
-	return testenv.InNetns(ns, func() error {
-		ifi, err := net.InterfaceByName(dev)
-		if err != nil {
-			return err
-		}
-		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, 0)
-		if err != nil {
-			return err
-		}
-		defer unix.Close(fd)
-		bcast := [6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
-		f := make([]byte, 0, 42)
-		f = append(f, bcast[:]...)
-		f = append(f, mac[:]...)
-		f = binary.BigEndian.AppendUint16(f, unix.ETH_P_ARP)
-		f = append(f, 0, 1, 8, 0, 6, 4, 0, op) // Ethernet, IPv4, request or reply
-		ip4 := ip.As4()
-		f = append(f, mac[:]...)
-		f = append(f, ip4[:]...)
-		f = append(f, bcast[:]...)
-		f = append(f, ip4[:]...)
-		sa := &unix.SockaddrLinklayer{Ifindex: ifi.Index, Halen: 6, Protocol: htons(unix.ETH_P_ARP)}
-		copy(sa.Addr[:], bcast[:])
-		return unix.Sendto(fd, f, 0, sa)
-	})
+	return testenv.GratuitousARP(ns, dev, uint16(op), ip, mac[:])
 }
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }

@@ -1,0 +1,142 @@
+package main
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/uvxlan/uvxlan/perf"
+	"github.com/uvxlan/uvxlan/testenv"
+)
+
+func benchChaosCommand() *cli.Command {
+	var kinds []string
+	for _, k := range perf.FaultKinds {
+		kinds = append(kinds, string(k))
+	}
+	return &cli.Command{
+		Name:  "chaos",
+		Usage: "many real agents under a mesh of probes, faults on a schedule drawn from a seed, every table entry accounted for (needs root)",
+		Description: fmt.Sprintf(`Builds a testbed of --hosts hosts (198.18.0.0/24), each with a bridge holding
+its agent's TAP (--keep-tap, keyed gossip, --probe-interval %v --probe-retries %d)
+and %d endpoint namespaces (10.42.0.E/24; IPv6 off, ARP through the overlay).
+This process opens a UDP socket in each endpoint and sends a numbered probe
+from every endpoint to every other every %v (every %v to and from the
+endpoints a short fault touches, from a second before it), and records when
+each arrives.
+
+Then it runs --duration of faults drawn from --seed (printed first; the same
+seed gives the same schedule), never two on one host at once:
+
+   kill9      kill -9 of an agent, and a new agent started at once
+   sigterm    SIGTERM (a clean stop: it leaves the cluster), then a new agent
+   takeover   a new agent with --takeover beside the running one
+   sighup     SIGHUP: the agent starts its own successor, which takes over
+   partition  a minority of the hosts cut from the rest for %v (blackhole routes)
+   loss       10%% of one host's underlay packets dropped each way for %v,
+              and the rest delayed 50 ms (held in this process: iptables NFQUEUE, as
+              this kernel has no netem; without NFQUEUE, loss only, by nftables)
+   move       an endpoint moved, MAC and address kept, to another host's
+              bridge, where it sends a gratuitous ARP
+   vanish     an endpoint's link removed without a word; back after %v
+
+It reports per kind how many ran and failed, and the longest gap between
+two probes received by each pair the fault alone touched that began during
+it or soon after (2 s after kill9, takeover, sighup and loss, 3 s after a
+move, 10 s after sigterm, 35 s after a partition; a pair already down when
+the fault began is counted apart, as "down"; vanish: the time until no agent
+holds the endpoint), p50, p99 and max, beside the promise (takeover and sighup 50 ms, kill9
+500 ms, move 1 s, vanish the probe budget %v; sigterm, partition and loss
+none); the probes lost by pairs no fault touched (should be 0); after the
+last fault, how long until every agent's FDB and neighbour table equals
+the truth (the stale, missing and wrong-VTEP entries listed otherwise);
+per agent its RSS and goroutines at the start and the end, and the
+counters no fault explains (drop reasons of malformed or forged traffic,
+gossip decode errors and rejections, conflicts). A verdict line per check
+ends the table; --json prints it all as an object.
+
+Exit status 0 when the run completed, whatever the verdict (read
+promises_met in the JSON); 1 when it could not run. The testbed is removed
+at the end, on failure and on Ctrl-C; the agents' logs are kept when a
+promise was not met.
+
+   uvxlan bench chaos --hosts 4 --duration 60s --seed 1
+   uvxlan bench chaos --hosts 12 --duration 10m --json
+   uvxlan bench chaos --faults kill9,takeover,move`, perf.ChaosProbeInterval, perf.ChaosProbeRetries, perf.ChaosEndpoints,
+			perf.MeshInterval, perf.MeshHotInterval, perf.PartitionHold, perf.LossHold, perf.ChaosProbeBudget+4*time.Second, perf.ChaosProbeBudget),
+		Flags: []cli.Flag{
+			&cli.IntFlag{Name: "hosts", Value: perf.DefaultChaosHosts, Usage: fmt.Sprintf("hosts, 2 to %d, each with %d endpoints", perf.MaxChaosHosts, perf.ChaosEndpoints)},
+			&cli.DurationFlag{Name: "duration", Value: perf.DefaultChaosDuration, Usage: "length of the fault phase (setup and settling come on top)"},
+			&cli.StringFlag{Name: "seed", Usage: "`N` to draw the schedule from (default: random, printed)"},
+			&cli.StringFlag{Name: "faults", Value: "all", Usage: "comma-separated `KINDS` of faults to run (" + strings.Join(kinds, ", ") + "), or all"},
+			&cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"},
+			&cli.StringFlag{Name: "prefix", Usage: "name `PREFIX` of the testbed's namespaces (default: random)"},
+			&cli.StringFlag{Name: "bin", Usage: "uvxlan `BINARY` to run as the agents (default: this executable)"},
+		},
+		Action: benchChaosAction,
+	}
+}
+
+func benchChaosAction(c *cli.Context) error {
+	if c.Args().Present() {
+		return usageError{fmt.Errorf("bench chaos takes no arguments, got %q", c.Args().Slice())}
+	}
+	cfg := perf.ChaosConfig{Hosts: c.Int("hosts"), Duration: c.Duration("duration"), Prefix: c.String("prefix"), Binary: c.String("bin"), Progress: c.App.ErrWriter}
+	if n := cfg.Hosts; n < 2 || n > perf.MaxChaosHosts {
+		return badFlag("hosts", strconv.Itoa(n), "must be 2 to %d", perf.MaxChaosHosts)
+	}
+	if d := cfg.Duration; d < 10*time.Second || d > maxBenchDuration {
+		return badFlag("duration", d.String(), "must be 10s to %v", maxBenchDuration)
+	}
+	if s := c.String("seed"); s != "" {
+		seed, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return badFlag("seed", s, "must be a non-negative integer")
+		}
+		cfg.Seed = seed
+	} else {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		cfg.Seed = binary.BigEndian.Uint64(b[:]) >> 16 // short enough to type
+	}
+	kinds, err := perf.ParseFaultKinds(c.String("faults"))
+	if err != nil {
+		return badFlag("faults", c.String("faults"), "%v", err)
+	}
+	cfg.Kinds = kinds
+	if cfg.Prefix != "" {
+		if _, err := testenv.New(testenv.Config{Prefix: cfg.Prefix, Hosts: 2}); err != nil { // creates nothing
+			return badFlag("prefix", cfg.Prefix, "must be 1 to 12 ASCII letters or digits")
+		}
+	}
+	if cfg.Binary == "" {
+		if cfg.Binary, err = os.Executable(); err != nil {
+			return fmt.Errorf("bench chaos: finding this executable (give --bin): %w", err)
+		}
+	} else if fi, err := os.Stat(cfg.Binary); err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+		return badFlag("bin", cfg.Binary, "not an executable file")
+	}
+	signal.Ignore(syscall.SIGPIPE)
+	ctx, stop := testenv.SignalContext(c.Context)
+	defer stop()
+	rep, err := perf.RunChaos(ctx, cfg)
+	if err != nil {
+		if ctx.Err() != nil {
+			return errors.New("bench chaos: interrupted; the testbed is removed")
+		}
+		return err
+	}
+	if c.Bool("json") {
+		return printBenchJSON(c.App.Writer, rep)
+	}
+	return rep.WriteTable(c.App.Writer)
+}

@@ -1,0 +1,88 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/uvxlan/uvxlan/perf"
+	"github.com/uvxlan/uvxlan/testenv"
+)
+
+// chaosSeed is the short run's seed: its schedule holds every fault kind
+// on 4 hosts in 60 s (TestScheduleInvariants checks that every seed's
+// does).
+const chaosSeed = "20261125"
+
+// `uvxlan bench chaos` on 4 hosts for 60 s, every fault kind: the run
+// completes, every scheduled fault ran and its actions worked, no agent
+// died, and at the end every agent's FDB and neighbour table equals the
+// truth (nothing stale, missing or behind the wrong VTEP), with the
+// counters reconciled. The gaps and the other figures depend on the
+// machine's load: they are logged, not asserted.
+func TestBenchChaos(t *testing.T) {
+	t.Parallel()
+	testenv.Require(t)
+	requireTool(t, "nft")
+	prefix := testenv.PrefixForTest(t)
+	stdout, stderr, code := runBench(t, 8*time.Minute, "bench", "chaos", "--hosts", "4", "--duration", "60s",
+		"--seed", chaosSeed, "--prefix", prefix, "--json")
+	if code != 0 {
+		t.Fatalf("exit status %d\nstderr:\n%s", code, stderr)
+	}
+	var rep perf.ChaosReport
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatalf("--json output: %v\n%s", err, stdout)
+	}
+	t.Logf("uvxlan bench chaos --hosts 4 --duration 60s --seed %s:\n%s", chaosSeed, strings.Join(rep.Verdict, "\n"))
+	for _, f := range rep.Faults {
+		t.Logf("%-9s %d run, %d pairs alone, gap p50 %.0f p99 %.0f max %.0f ms, %d probes lost", f.Kind, f.Count, f.Pairs, f.GapMS.P50, f.GapMS.P99, f.GapMS.Max, f.Lost)
+	}
+	if !strings.Contains(stderr, "seed "+chaosSeed) {
+		t.Errorf("the schedule and its seed are not printed first:\n%s", stderr)
+	}
+	ran := map[perf.FaultKind]int{}
+	for _, f := range rep.Faults {
+		ran[f.Kind] = f.Count
+	}
+	for _, k := range perf.FaultKinds {
+		if ran[k] == 0 {
+			t.Errorf("no %s fault ran", k)
+		}
+	}
+	if n := len(rep.Schedule); n != faultsRun(ran) {
+		t.Errorf("%d faults scheduled, %d ran", n, faultsRun(ran))
+	}
+	if len(rep.Failures) > 0 {
+		t.Errorf("faults failed:\n%s", strings.Join(rep.Failures, "\n"))
+	}
+	if len(rep.AgentDeaths) > 0 {
+		t.Errorf("agents died:\n%s", strings.Join(rep.AgentDeaths, "\n"))
+	}
+	if rep.ConvergedSeconds == nil || len(rep.Stale)+len(rep.Missing)+len(rep.WrongVTEP) > 0 {
+		t.Errorf("the tables do not equal the truth at the end: stale %v, missing %v, wrong VTEP %v", rep.Stale, rep.Missing, rep.WrongVTEP)
+	} else {
+		t.Logf("tables equal to the truth %.1f s after the last fault", *rep.ConvergedSeconds)
+	}
+	if !rep.CountersReconcile {
+		for _, a := range rep.Agents {
+			if len(a.Unexpected) > 0 {
+				t.Errorf("%s counted what no fault explains: %v", a.Host, a.Unexpected)
+			}
+		}
+	}
+	t.Logf("untouched pairs lost %d of %d probes %v; RSS growth at most %.1f%%, goroutines +%d",
+		rep.UntouchedLost, rep.UntouchedSent, rep.UntouchedPairs, rep.RSSGrowthPercentMax, rep.GoroutineGrowthMax)
+	if ns := namespacesOf(t, prefix); len(ns) > 0 {
+		t.Errorf("namespaces left behind: %v", ns)
+	}
+}
+
+func faultsRun(m map[perf.FaultKind]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}

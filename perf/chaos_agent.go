@@ -1,0 +1,380 @@
+// The chaos bench's agents: starting, stopping, killing, taking over and
+// reloading the uvxlan agent of a host, and reading its tables, counters,
+// memory and goroutines through its control socket and metrics.
+
+package perf
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/uvxlan/uvxlan/fdb"
+	"github.com/uvxlan/uvxlan/testenv"
+)
+
+// chaosMetricsAddr is where every agent serves its metrics, inside its
+// host's namespace.
+const chaosMetricsAddr = "127.0.0.1:9464"
+
+// agentStartWait bounds the wait for a new agent's control socket, and for
+// an old one's exit.
+const agentStartWait = 30 * time.Second
+
+// chaosAgent is the agent of one host, whichever process it is now: the
+// one the bench started, a --takeover successor it started, or the
+// successor a SIGHUP made (the old agent's sibling, so also a child of
+// the bench: it is reaped by pid).
+type chaosAgent struct {
+	host    *testenv.Host
+	bin     string
+	args    []string // of `uvxlan run`, without --takeover
+	control string
+	mac     fdb.MAC
+
+	mu   sync.Mutex
+	pid  int           // the current agent process
+	proc *testenv.Proc // its Proc, when the bench started it; nil for a SIGHUP successor
+	// expectedExit: pids the bench stopped or saw hand over, which may
+	// exit without it being a death.
+	restarts int
+	counters counterSums // of the processes before the current one
+}
+
+// start starts a new agent process with args (plus extra) and waits
+// until its control socket answers with its pid.
+func (a *chaosAgent) start(ctx context.Context, extra ...string) error {
+	p, err := a.host.Start(ctx, "", a.bin, append(slices.Clone(a.args), extra...)...)
+	if err != nil {
+		return err
+	}
+	if err := a.waitPID(ctx, p.Pid(), p); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	a.pid, a.proc = p.Pid(), p
+	a.mu.Unlock()
+	return nil
+}
+
+// waitPID waits until the agent answering the control socket is pid. A
+// process that exits meanwhile (p, when known) is an error with its log.
+func (a *chaosAgent) waitPID(ctx context.Context, pid int, p *testenv.Proc) error {
+	ctx, cancel := context.WithTimeout(ctx, agentStartWait)
+	defer cancel()
+	for {
+		st, err := a.status(ctx)
+		if err == nil && st.PID == pid {
+			return nil
+		}
+		if p != nil && p.Exited() {
+			return fmt.Errorf("%s: the agent exited: %v\n%s", a.host.Name, p.Wait(), tail(p.Log(), 2000))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: agent %d does not answer on %s after %v (last: %v)", a.host.Name, pid, a.control, agentStartWait, err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// current returns the current agent's pid and Proc (nil for a SIGHUP
+// successor).
+func (a *chaosAgent) current() (int, *testenv.Proc) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.pid, a.proc
+}
+
+// waitExit waits until the process pid (p, when the bench started it)
+// has exited, and reaps it.
+func waitExit(ctx context.Context, pid int, p *testenv.Proc) error {
+	ctx, cancel := context.WithTimeout(ctx, agentStartWait)
+	defer cancel()
+	if p != nil {
+		select {
+		case <-p.Done():
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("process %d still runs after %v", pid, agentStartWait)
+		}
+	}
+	for {
+		var ws unix.WaitStatus
+		got, err := unix.Wait4(pid, &ws, unix.WNOHANG, nil)
+		if got == pid || errors.Is(err, unix.ECHILD) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("process %d still runs after %v", pid, agentStartWait)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// alive reports whether the current agent process runs.
+func (a *chaosAgent) alive() bool {
+	pid, p := a.current()
+	if p != nil {
+		return !p.Exited()
+	}
+	var ws unix.WaitStatus
+	got, err := unix.Wait4(pid, &ws, unix.WNOHANG, nil)
+	return got == 0 && err == nil
+}
+
+// signal sends sig to the current agent and waits for it to exit, after
+// saving its counters.
+func (a *chaosAgent) stop(ctx context.Context, sig syscall.Signal) error {
+	a.saveCounters(ctx)
+	pid, p := a.current()
+	if err := syscall.Kill(pid, sig); err != nil {
+		return fmt.Errorf("%s: kill -%d %d: %w", a.host.Name, sig, pid, err)
+	}
+	if err := waitExit(ctx, pid, p); err != nil {
+		return fmt.Errorf("%s: %w", a.host.Name, err)
+	}
+	return nil
+}
+
+// restart is kill9 and sigterm: stop with sig, start anew.
+func (a *chaosAgent) restart(ctx context.Context, sig syscall.Signal) error {
+	if err := a.stop(ctx, sig); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	a.restarts++
+	a.mu.Unlock()
+	return a.start(ctx)
+}
+
+// takeover starts a successor with --takeover and waits for the old agent
+// to exit.
+func (a *chaosAgent) takeover(ctx context.Context) error {
+	a.saveCounters(ctx)
+	pid, p := a.current()
+	if err := a.start(ctx, "--takeover"); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	a.restarts++
+	a.mu.Unlock()
+	if err := waitExit(ctx, pid, p); err != nil {
+		return fmt.Errorf("%s: the agent taken over: %w", a.host.Name, err)
+	}
+	if p != nil {
+		if err := p.Wait(); err != nil {
+			return fmt.Errorf("%s: the agent taken over: %w", a.host.Name, err)
+		}
+	}
+	return nil
+}
+
+// reload sends SIGHUP and waits for the successor the agent starts to
+// answer, and for the old agent to exit.
+func (a *chaosAgent) reload(ctx context.Context) error {
+	a.saveCounters(ctx)
+	pid, p := a.current()
+	if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
+		return fmt.Errorf("%s: kill -HUP %d: %w", a.host.Name, pid, err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, agentStartWait)
+	defer cancel()
+	var succ int
+	for {
+		st, err := a.status(wctx)
+		if err == nil && st.PID != pid {
+			succ = st.PID
+			break
+		}
+		select {
+		case <-wctx.Done():
+			return fmt.Errorf("%s: no successor answers %v after SIGHUP (last: %v)", a.host.Name, agentStartWait, err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	a.mu.Lock()
+	a.pid, a.proc = succ, nil
+	a.restarts++
+	a.mu.Unlock()
+	if err := waitExit(ctx, pid, p); err != nil {
+		return fmt.Errorf("%s: the agent reloaded: %w", a.host.Name, err)
+	}
+	return nil
+}
+
+// agentStatus is what the bench reads of GET /v1/status.
+type agentStatus struct {
+	PID          int `json:"pid"`
+	MembersAlive int `json:"members_alive"`
+}
+
+// agentStats is what the bench reads of GET /v1/stats.
+type agentStats struct {
+	Drops  map[string]uint64 `json:"drops"`
+	Gossip map[string]uint64 `json:"gossip"`
+	Node   map[string]uint64 `json:"node"`
+}
+
+type fdbRow struct {
+	MAC    fdb.MAC    `json:"mac"`
+	VTEP   netip.Addr `json:"vtep"`
+	Origin fdb.Origin `json:"origin"`
+}
+
+type neighRow struct {
+	IP     netip.Addr `json:"ip"`
+	MAC    fdb.MAC    `json:"mac"`
+	Origin fdb.Origin `json:"origin"`
+}
+
+func (a *chaosAgent) status(ctx context.Context) (agentStatus, error) {
+	var st agentStatus
+	return st, a.get(ctx, "status", &st)
+}
+
+func (a *chaosAgent) tables(ctx context.Context) ([]fdbRow, []neighRow, error) {
+	var f []fdbRow
+	var n []neighRow
+	if err := a.get(ctx, "fdb", &f); err != nil {
+		return nil, nil, err
+	}
+	if err := a.get(ctx, "neigh", &n); err != nil {
+		return nil, nil, err
+	}
+	return f, n, nil
+}
+
+// get reads GET /v1/<what> of the control socket (HTTP over a unix
+// socket; see cmd/uvxlan/control.go) into v.
+func (a *chaosAgent) get(ctx context.Context, what string, v any) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	c := http.Client{Transport: &http.Transport{DisableKeepAlives: true, DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", a.control)
+	}}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://uvxlan/v1/"+what, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: GET /v1/%s: %s: %s", a.host.Name, what, resp.Status, strings.TrimSpace(string(b)))
+	}
+	return json.Unmarshal(b, v)
+}
+
+// goroutines scrapes go_goroutines from the agent's metrics, dialled from
+// inside its host's namespace.
+func (a *chaosAgent) goroutines(ctx context.Context) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var conn net.Conn
+	if err := a.host.Do(func() error {
+		var err error
+		var d net.Dialer
+		conn, err = d.DialContext(ctx, "tcp", chaosMetricsAddr)
+		return err
+	}); err != nil {
+		return 0, fmt.Errorf("%s: metrics: %w", a.host.Name, err)
+	}
+	defer conn.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		conn.SetDeadline(dl)
+	}
+	fmt.Fprintf(conn, "GET /metrics HTTP/1.0\r\nHost: %s\r\n\r\n", chaosMetricsAddr)
+	sc := bufio.NewScanner(conn)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "go_goroutines "); ok {
+			n, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return int(n), err
+		}
+	}
+	return 0, fmt.Errorf("%s: no go_goroutines in the metrics (%v)", a.host.Name, sc.Err())
+}
+
+// rss returns the current agent's resident set (VmRSS) in bytes.
+func (a *chaosAgent) rss() int64 {
+	pid, _ := a.current()
+	return procBytes(filepath.Join("/proc", strconv.Itoa(pid), "status"), "VmRSS")[0]
+}
+
+// counterSums adds up the counters of an agent's successive processes.
+type counterSums map[string]uint64
+
+func (c counterSums) add(st agentStats) {
+	for group, m := range map[string]map[string]uint64{"drops": st.Drops, "gossip": st.Gossip, "node": st.Node} {
+		for k, v := range m {
+			c[group+"."+k] += v
+		}
+	}
+}
+
+// saveCounters adds the current process's counters to those of its
+// predecessors, before it goes.
+func (a *chaosAgent) saveCounters(ctx context.Context) {
+	var st agentStats
+	if a.get(ctx, "stats", &st) != nil {
+		return // what it counted since the last read is lost; unexpected counts are rare
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.counters == nil {
+		a.counters = counterSums{}
+	}
+	a.counters.add(st)
+}
+
+// allCounters returns the counters of every process of this agent so far.
+func (a *chaosAgent) allCounters(ctx context.Context) (counterSums, error) {
+	var st agentStats
+	if err := a.get(ctx, "stats", &st); err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	sum := counterSums{}
+	for k, v := range a.counters {
+		sum[k] = v
+	}
+	sum.add(st)
+	return sum, nil
+}
+
+// writeKeyFile writes a random gossip key (base64, as `uvxlan keygen`) to path.
+func writeKeyFile(path string) error {
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(base64.StdEncoding.EncodeToString(key)+"\n"), 0o600)
+}

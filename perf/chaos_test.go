@@ -1,0 +1,210 @@
+package perf
+
+import (
+	"net/netip"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/uvxlan/uvxlan/fdb"
+)
+
+func scheduleFor(t *testing.T, seed uint64, hosts int, d time.Duration, kinds []FaultKind) []Fault {
+	t.Helper()
+	s, err := Schedule(ScheduleConfig{Seed: seed, Hosts: hosts, Endpoints: ChaosEndpoints, Duration: d, Kinds: kinds, VanishHold: 12 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// The same seed gives the same schedule; another seed another one.
+func TestScheduleReproducible(t *testing.T) {
+	a := scheduleFor(t, 42, 12, 10*time.Minute, FaultKinds)
+	b := scheduleFor(t, 42, 12, 10*time.Minute, FaultKinds)
+	c := scheduleFor(t, 43, 12, 10*time.Minute, FaultKinds)
+	if !reflect.DeepEqual(a, b) {
+		t.Errorf("seed 42 drew two schedules:\n%v\n%v", a, b)
+	}
+	if reflect.DeepEqual(a, c) {
+		t.Errorf("seeds 42 and 43 drew the same schedule")
+	}
+	t.Logf("seed 42: %d faults, first %v", len(a), a[0])
+}
+
+// No host has two faults at once (a fault holds its hosts for its hold,
+// the action time and the settle time), every fault ends within the
+// duration, every kind asked for comes (when the testbed holds it), an
+// endpoint moves from where it is to another host, and a partition is a
+// minority.
+func TestScheduleInvariants(t *testing.T) {
+	for _, tt := range []struct {
+		hosts int
+		d     time.Duration
+	}{{12, 10 * time.Minute}, {4, 60 * time.Second}, {3, 2 * time.Minute}, {2, time.Minute}} {
+		for seed := uint64(0); seed < 50; seed++ {
+			s := scheduleFor(t, seed, tt.hosts, tt.d, FaultKinds)
+			busy := map[int][]Fault{}
+			loc := map[int]int{}
+			kinds := map[FaultKind]int{}
+			for _, f := range s {
+				kinds[f.Kind]++
+				if f.At+f.busy() > tt.d {
+					t.Errorf("%d hosts, seed %d: %v ends after %v", tt.hosts, seed, f, tt.d)
+				}
+				for _, h := range f.Hosts {
+					if h < 1 || h > tt.hosts {
+						t.Fatalf("%d hosts, seed %d: %v: no host %d", tt.hosts, seed, f, h)
+					}
+					for _, o := range busy[h] {
+						if f.At < o.At+o.busy() {
+							t.Errorf("%d hosts, seed %d: h%d has %v and %v at once", tt.hosts, seed, h, o, f)
+						}
+					}
+					busy[h] = append(busy[h], f)
+				}
+				if f.Endpoint != 0 {
+					at, ok := loc[f.Endpoint]
+					if !ok {
+						at = (f.Endpoint-1)/ChaosEndpoints + 1
+					}
+					if f.Hosts[0] != at {
+						t.Errorf("%d hosts, seed %d: %v: endpoint %d is on h%d", tt.hosts, seed, f, f.Endpoint, at)
+					}
+					if f.Kind == FaultMove {
+						if f.Hosts[1] == at {
+							t.Errorf("%d hosts, seed %d: %v moves to where it is", tt.hosts, seed, f)
+						}
+						loc[f.Endpoint] = f.Hosts[1]
+					}
+				}
+				if f.Kind == FaultPartition && 2*len(f.Hosts) >= tt.hosts {
+					t.Errorf("%d hosts, seed %d: %v is no minority", tt.hosts, seed, f)
+				}
+			}
+			for _, k := range FaultKinds {
+				if kinds[k] == 0 && !(k == FaultPartition && tt.hosts < 3) && tt.hosts >= 4 {
+					t.Errorf("%d hosts over %v, seed %d: no %s in %v", tt.hosts, tt.d, seed, k, s)
+				}
+			}
+			if tt.hosts < 3 && kinds[FaultPartition] > 0 {
+				t.Errorf("2 hosts, seed %d: a partition, with no minority to cut", seed)
+			}
+		}
+	}
+}
+
+// --faults chooses the kinds; a bad one is an error naming it.
+func TestParseFaultKinds(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		want []FaultKind
+		err  string
+	}{
+		{"", FaultKinds, ""},
+		{"all", FaultKinds, ""},
+		{"move,kill9, move", []FaultKind{FaultKill, FaultMove}, ""},
+		{"kill9,teleport", nil, `unknown fault kind "teleport"`},
+	} {
+		got, err := ParseFaultKinds(tt.in)
+		if tt.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("%q: error %v, want %q", tt.in, err, tt.err)
+			}
+			continue
+		}
+		if err != nil || !slices.Equal(got, tt.want) {
+			t.Errorf("%q: %v, %v; want %v", tt.in, got, err, tt.want)
+		}
+	}
+	s := scheduleFor(t, 7, 12, 5*time.Minute, []FaultKind{FaultMove, FaultTakeover})
+	for _, f := range s {
+		if f.Kind != FaultMove && f.Kind != FaultTakeover {
+			t.Errorf("--faults move,takeover drew %v", f)
+		}
+	}
+	if len(s) == 0 {
+		t.Error("--faults move,takeover drew nothing")
+	}
+}
+
+// The tables of an agent against the truth: an entry of its own must be
+// local, another's must name its VTEP, an entry nobody has is stale, one
+// missing is missing, and flood-list entries are not addresses.
+func TestTruthCompare(t *testing.T) {
+	self, other := netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("198.18.0.2")
+	tap1, tap2 := fdb.MAC{2, 0x42, 0, 0, 0, 1}, fdb.MAC{2, 0x42, 0, 0, 0, 2}
+	ep1, ep2, gone := fdb.MAC{2, 0xee, 0, 0, 0, 1}, fdb.MAC{2, 0xee, 0, 0, 0, 2}, fdb.MAC{2, 0xee, 0, 0, 0, 9}
+	ip1, ip2, ipGone := netip.MustParseAddr("10.42.0.1"), netip.MustParseAddr("10.42.0.2"), netip.MustParseAddr("10.42.0.9")
+	tr := truth{
+		vtep:  map[fdb.MAC]netip.Addr{tap1: self, tap2: other, ep1: self, ep2: other},
+		neigh: map[netip.Addr]fdb.MAC{ip1: ep1, ip2: ep2},
+	}
+	good := []fdbRow{{MAC: tap1, Origin: fdb.OriginLocal}, {MAC: tap2, VTEP: other, Origin: fdb.OriginGossip},
+		{MAC: ep1, Origin: fdb.OriginLocal}, {MAC: ep2, VTEP: other, Origin: fdb.OriginGossip}, {VTEP: other, Origin: fdb.OriginGossip}}
+	goodN := []neighRow{{IP: ip1, MAC: ep1, Origin: fdb.OriginLocal}, {IP: ip2, MAC: ep2, Origin: fdb.OriginGossip}}
+	if d := tr.compare("h1", self, good, goodN); !d.empty() {
+		t.Errorf("equal tables differ: %+v", d)
+	}
+	bad := []fdbRow{
+		{MAC: tap1, Origin: fdb.OriginLocal},
+		{MAC: ep1, VTEP: other, Origin: fdb.OriginGossip},  // ours, but another's say
+		{MAC: ep2, VTEP: self, Origin: fdb.OriginGossip},   // wrong VTEP
+		{MAC: gone, VTEP: other, Origin: fdb.OriginGossip}, // nobody's
+	} // tap2 missing
+	badN := []neighRow{{IP: ip1, MAC: ep2, Origin: fdb.OriginGossip}, {IP: ipGone, MAC: gone, Origin: fdb.OriginGossip}} // ip2 missing
+	d := tr.compare("h1", self, bad, badN)
+	keys := func(ms []Mismatch) []string {
+		var k []string
+		for _, m := range ms {
+			k = append(k, m.Table+" "+m.Key)
+		}
+		return k
+	}
+	if got, want := keys(d.Missing), []string{"fdb " + tap2.String(), "neigh " + ip2.String()}; !slices.Equal(got, want) {
+		t.Errorf("missing %v, want %v", got, want)
+	}
+	if got, want := keys(d.Stale), []string{"fdb " + gone.String(), "neigh " + ipGone.String()}; !slices.Equal(got, want) {
+		t.Errorf("stale %v, want %v", got, want)
+	}
+	if got, want := keys(d.Wrong), []string{"fdb " + ep1.String(), "fdb " + ep2.String(), "neigh " + ip1.String()}; !slices.Equal(got, want) {
+		t.Errorf("wrong %v, want %v", got, want)
+	}
+}
+
+// The longest gap that began in a window (or just before it), between
+// arrivals or from the last one to the end; a pair already down when the
+// window opens is not clean.
+func TestLongestGap(t *testing.T) {
+	ms := func(v ...int) []time.Duration {
+		var d []time.Duration
+		for _, x := range v {
+			d = append(d, time.Duration(x)*time.Millisecond)
+		}
+		return d
+	}
+	for _, tt := range []struct {
+		arr           []time.Duration
+		from, to, end int
+		want          int
+		clean         bool
+	}{
+		{ms(0, 20, 40, 60, 80), 10, 70, 100, 20, true},
+		{ms(0, 20, 40, 500, 520), 30, 40, 1000, 460, true}, // the outage began in the window
+		{ms(0, 20, 500, 520), 30, 40, 1000, 480, true},     // ... or within the slack before it
+		{ms(0, 20, 40, 60), 100, 200, 300, 0, false},       // down since 60: not the window's
+		{ms(0, 20, 500, 520), 530, 700, 1000, 480, true},   // nothing after 520: until the end
+		{nil, 100, 200, 300, 0, false},                     // never up
+		{ms(150, 170), 100, 200, 300, 0, false},            // nothing before the window
+		{ms(0, 100, 120, 900), 110, 130, 1000, 780, true},  // the longest of those in the window
+		{ms(0, 100, 120, 900), 200, 300, 1000, 0, false},   // down at 200 since 120
+	} {
+		ms := func(v int) time.Duration { return time.Duration(v) * time.Millisecond }
+		got, _, clean := longestGap(tt.arr, ms(tt.from), ms(tt.to), ms(tt.end), ms(30))
+		if got != ms(tt.want) || clean != tt.clean {
+			t.Errorf("longestGap(%v, %d, %d, %d) = %v, %v; want %d ms, %v", tt.arr, tt.from, tt.to, tt.end, got, clean, tt.want, tt.clean)
+		}
+	}
+}
