@@ -78,9 +78,12 @@ package gossip
 // announcement back is answered by the owner (authority, above).
 //
 // Departed members. When memberlist declares a member dead or left, its
-// records stop counting: every entry it won is withdrawn from the tables at
-// once (unless another alive owner claims the key, which then wins) and its
-// VTEP leaves the flood lists. Its records are kept, dormant, for ten
+// records stop counting: every entry it won is withdrawn from the tables
+// (unless another alive owner claims the key, which then wins) and its
+// VTEP leaves the flood lists; at once when it told us it is leaving,
+// deadGrace (3 s) later when it failed and has not come back alive
+// meanwhile: a dead claim may come from a node healing from a partition,
+// about a healthy member that refutes it (see deadGrace in delegate.go). Its records are kept, dormant, for ten
 // minutes: if it comes back (a refuted suspicion, a healed partition) its
 // entries return at once without being announced again. A member restarted
 // under the same name carries a new boot time in its metadata: its records
