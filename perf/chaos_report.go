@@ -149,8 +149,8 @@ const (
 // member that left or is not yet known (unknown_vtep, src_port after a
 // restart's new sockets), frames with nowhere to go or to a TAP whose
 // agent is away, frames from a moved endpoint arriving before its move is
-// known (foreign_mac), records of owners not yet seen alive, members declared dead that refuted
-// within the grace (deaths_refuted), pulls of
+// known (foreign_mac), records of owners not yet seen alive, members
+// declared dead that refuted within the grace (deaths_refuted), pulls of
 // records missed while away (refused when the puller is not yet alive to
 // the pulled). Any other
 // drop reason, gossip rejection or node counter is unexpected: decode
