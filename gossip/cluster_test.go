@@ -618,6 +618,7 @@ func TestDeadThenAlive(t *testing.T) {
 	})
 	node := &memberlist.Node{Name: b.name, Addr: b.Addr().Addr().AsSlice(), Port: b.Addr().Port(), Meta: b.meta}
 	d := &delegate{a.Node}
+	a.deadGrace = 0 // withdrawn at once (TestDeadGrace: after the grace)
 	d.NotifyLeave(node)
 	if err := noVTEP([]*testNode{a}, "", testVTEP(1))(); err != nil {
 		t.Errorf("after NotifyLeave: %v", err)
@@ -634,6 +635,58 @@ func TestDeadThenAlive(t *testing.T) {
 	}
 	if !slices.Contains(a.fdb.Flood(testVNI), testVTEP(1)) {
 		t.Error("after NotifyJoin: b is not in a's flood list")
+	}
+}
+
+// A member declared dead keeps its entries and its flood-list place for
+// the grace (deadGrace): back alive within it (a dead claim it refuted, the
+// claim of a node healing from a partition), nothing was withdrawn and a
+// refuted death is counted; still dead after it, it is withdrawn.
+func TestDeadGrace(t *testing.T) {
+	nodes := startCluster(t, 2, nil)
+	waitMembers(t, nodes)
+	a, b := nodes[0], nodes[1]
+	ip := netip.MustParseAddr("10.100.0.1")
+	if err := b.AnnounceNeigh(testVNI, ip, testMAC(1)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, converge, "b's entries on a", func() error {
+		return neighOn([]*testNode{a}, "", testVNI, ip, testMAC(1))()
+	})
+	b.metaMu.Lock()
+	node := &memberlist.Node{Name: b.name, Addr: b.Addr().Addr().AsSlice(), Port: b.Addr().Port(), Meta: slices.Clone(b.meta)}
+	b.metaMu.Unlock()
+	d := &delegate{a.Node}
+	a.deadGrace = 300 * time.Millisecond
+	kept := func(when string) {
+		t.Helper()
+		if err := fdbOn([]*testNode{a}, "", testVNI, testMAC(1), testVTEP(1))(); err != nil {
+			t.Errorf("%s: %v", when, err)
+		}
+		if _, ok := a.neigh.Lookup(testVNI, ip); !ok {
+			t.Errorf("%s: b's binding is gone", when)
+		}
+		if !slices.Contains(a.fdb.Flood(testVNI), testVTEP(1)) {
+			t.Errorf("%s: b is not in a's flood list", when)
+		}
+	}
+	d.NotifyLeave(node)
+	kept("declared dead, within the grace")
+	d.NotifyJoin(node)
+	time.Sleep(2 * a.deadGrace)
+	kept("back alive within the grace, after it")
+	if got := a.Stats().DeathsRefuted; got != 1 {
+		t.Errorf("deaths refuted: %d, want 1", got)
+	}
+	d.NotifyLeave(node)
+	eventually(t, converge, "b withdrawn after the grace", func() error {
+		if _, ok := a.neigh.Lookup(testVNI, ip); ok {
+			return fmt.Errorf("b's binding is still there")
+		}
+		return noVTEP([]*testNode{a}, "", testVTEP(1))()
+	})
+	if got := a.Stats().DeathsRefuted; got != 1 {
+		t.Errorf("deaths refuted: %d, want 1", got)
 	}
 }
 

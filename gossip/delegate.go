@@ -146,19 +146,85 @@ func (d *delegate) memberUp(node *memberlist.Node) {
 }
 
 // NotifyLeave: memberlist declared a member dead or left; its entries are
-// withdrawn from the tables and its VTEP from the flood lists.
+// withdrawn from the tables and its VTEP from the flood lists: at once when
+// it told us it is leaving (its leave intent, msgLeave), otherwise after
+// deadGrace, unless it comes back alive meanwhile (see deadGrace).
+// memberlist's node.State does not tell a failure from a leave here (it
+// holds the state of the last alive message).
 func (d *delegate) NotifyLeave(node *memberlist.Node) {
-	d.n.mu.Lock()
-	down := d.n.memberDownLocked(node.Name)
-	if down {
-		d.n.chooseVersionLocked()
+	if d.n.deferDown(node.Name) {
+		return
 	}
-	d.n.mu.Unlock()
-	d.n.publishPins()
-	d.n.publishSources()
+	d.n.memberDown(node.Name)
+}
+
+// memberDown withdraws a member that memberlist declared dead or left.
+func (n *Node) memberDown(name string) {
+	n.mu.Lock()
+	down := n.memberDownLocked(name)
+	left := false
 	if down {
-		d.n.notifyMember(node.Name, false)
+		left = n.members[name].left
+		n.chooseVersionLocked()
 	}
+	n.mu.Unlock()
+	n.publishPins()
+	n.publishSources()
+	if down {
+		n.log.Info("member down: its entries withdrawn", "member", name, "left", left)
+		n.notifyMember(name, false)
+	}
+}
+
+// deadGrace is how long a member memberlist declared dead (failed, not
+// left) keeps its entries, its flood-list place and its VTEP in the
+// underlay filter before they are withdrawn, unless it comes back alive
+// meanwhile. memberlist takes a dead claim at the member's incarnation
+// from anyone: a node cut off by a partition declares the members it could
+// not reach dead, and when the partition heals its claims (its suspicion
+// timers firing late, its queued broadcasts) reach the other side, whose
+// nodes take them about healthy members, until those refute (a round of
+// gossip at best, 2-2.6 s with 12 agents under load in `uvxlan bench
+// chaos`: every pair to the member lost its probes meanwhile). A member
+// that truly failed is withdrawn deadGrace after memberlist declares it
+// dead: its suspicion timeout (seconds) plus deadGrace.
+const deadGrace = 3 * time.Second
+
+// deferDown schedules the withdrawal of a member declared dead after
+// n.deadGrace, and reports whether it did (false: withdraw it now).
+func (n *Node) deferDown(name string) bool {
+	if n.deadGrace <= 0 {
+		return false
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	m := n.members[name]
+	if m == nil || !m.alive || m.leaving || name == n.name {
+		return false
+	}
+	n.downSeq++
+	seq := n.downSeq
+	m.downSeq = seq
+	time.AfterFunc(n.deadGrace, func() {
+		select {
+		case <-n.closed:
+			return
+		default:
+		}
+		n.mu.Lock()
+		still := n.members[name] == m && m.downSeq == seq
+		back := m.downSeq == 0
+		if still {
+			m.downSeq = 0
+		}
+		n.mu.Unlock()
+		if still {
+			n.memberDown(name)
+		} else if back {
+			n.stats.deathsRefuted.Add(1)
+		}
+	})
+	return true
 }
 
 // NotifyAlive refuses a node whose metadata we cannot use (a protocol

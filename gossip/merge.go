@@ -285,6 +285,9 @@ func (n *Node) memberUpLocked(node *memberlist.Node) bool {
 	}
 	now := time.Now()
 	m := n.members[node.Name]
+	if m != nil {
+		m.downSeq = 0 // back alive: a deferred withdrawal is off
+	}
 	core := node.Meta
 	if md.hasDigest {
 		core = core[:len(core)-digestLen]

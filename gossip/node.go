@@ -78,9 +78,12 @@ package gossip
 // announcement back is answered by the owner (authority, above).
 //
 // Departed members. When memberlist declares a member dead or left, its
-// records stop counting: every entry it won is withdrawn from the tables at
-// once (unless another alive owner claims the key, which then wins) and its
-// VTEP leaves the flood lists. Its records are kept, dormant, for ten
+// records stop counting: every entry it won is withdrawn from the tables
+// (unless another alive owner claims the key, which then wins) and its
+// VTEP leaves the flood lists; at once when it told us it is leaving,
+// deadGrace (3 s) later when it failed and has not come back alive
+// meanwhile: a dead claim may come from a node healing from a partition,
+// about a healthy member that refutes it (see deadGrace in delegate.go). Its records are kept, dormant, for ten
 // minutes: if it comes back (a refuted suspicion, a healed partition) its
 // entries return at once without being announced again. A member restarted
 // under the same name carries a new boot time in its metadata: its records
@@ -212,6 +215,10 @@ type Node struct {
 	// tombstoneTTL is how long tombstones and departed members' records
 	// are kept (defaultTombstoneTTL; tests shorten it).
 	tombstoneTTL time.Duration
+	// deadGrace is how long a member declared dead keeps its entries
+	// (deadGrace; tests set 0); downSeq numbers the deferrals (n.mu).
+	deadGrace time.Duration
+	downSeq   uint64
 	// settleDelay is how long after joining the node syncs with a few
 	// random members (settlePeers): 20 gossip intervals, time for the
 	// broadcasts of the join to have gone around.
@@ -285,6 +292,9 @@ type member struct {
 	leaving bool   // it told us it is leaving (msgLeave)
 	left    bool   // when not alive: it left (rather than failed)
 	since   time.Time
+	// downSeq, when not 0, names the withdrawal deferred since memberlist
+	// declared it dead (deferDown); its coming back alive clears it.
+	downSeq uint64
 	// dmax is the highest metadata version it reads (memberlist's DMax;
 	// 0 for releases before version 5, which read version 4 only).
 	dmax uint8
@@ -309,6 +319,7 @@ func New(cfg Config) (*Node, error) {
 		log:          cfg.Logger.With("subsystem", "gossip"),
 		name:         cfg.Name,
 		tombstoneTTL: defaultTombstoneTTL,
+		deadGrace:    deadGrace,
 		store:        newStore(),
 		pending:      map[pendingKey]*stored{},
 		pendingBy:    map[string]int{},

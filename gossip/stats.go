@@ -55,6 +55,10 @@ type Stats struct {
 	// Reannounced counts our own records published again because a peer held
 	// a newer one in our name.
 	Reannounced uint64 `json:"reannounced"`
+	// DeathsRefuted counts members memberlist declared dead that came back
+	// alive within the grace before their withdrawal (deadGrace), so their
+	// entries were kept.
+	DeathsRefuted uint64 `json:"deaths_refuted"`
 	// RefusedNodes counts refusals of nodes with incompatible or bad
 	// metadata (alive messages and joins).
 	RefusedNodes uint64 `json:"refused_nodes"`
@@ -103,7 +107,7 @@ type Stats struct {
 
 type counters struct {
 	received, applied, stale, duplicate, foreignVTEP, unknownOwner, decodeErrors,
-	withdrawn, outranked, tableErrors, reannounced, refused, unknownExtension, quota atomic.Uint64
+	withdrawn, outranked, tableErrors, reannounced, deathsRefuted, refused, unknownExtension, quota atomic.Uint64
 	rejectedPinned, refusedPinned  atomic.Uint64 // see pinned.go
 	refusedStreams, cutStreams     atomic.Uint64 // see stream.go
 	pulls, answers, pullsRefused   atomic.Uint64 // see pull.go
@@ -129,6 +133,7 @@ func (n *Node) Stats() Stats {
 		Outranked:            n.stats.outranked.Load(),
 		TableErrors:          n.stats.tableErrors.Load(),
 		Reannounced:          n.stats.reannounced.Load(),
+		DeathsRefuted:        n.stats.deathsRefuted.Load(),
 		RefusedNodes:         n.stats.refused.Load(),
 		RefusedVTEP:          n.stats.refusedVTEP.Load(),
 		ThrottledUpdates:     n.stats.throttled.Load(),

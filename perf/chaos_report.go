@@ -149,7 +149,8 @@ const (
 // member that left or is not yet known (unknown_vtep, src_port after a
 // restart's new sockets), frames with nowhere to go or to a TAP whose
 // agent is away, frames from a moved endpoint arriving before its move is
-// known (foreign_mac), records of owners not yet seen alive, pulls of
+// known (foreign_mac), records of owners not yet seen alive, members
+// declared dead that refuted within the grace (deaths_refuted), pulls of
 // records missed while away (refused when the puller is not yet alive to
 // the pulled). Any other
 // drop reason, gossip rejection or node counter is unexpected: decode
@@ -160,7 +161,7 @@ var expectedCounters = map[string]bool{
 	"drops.tap_write_error": true, "drops.tap_queue_full": true, "drops.bum_rate_limited": true,
 	"drops.foreign_mac": true, "drops.too_big": true,
 	"gossip.received": true, "gossip.applied": true, "gossip.stale": true, "gossip.duplicate": true,
-	"gossip.withdrawn": true, "gossip.outranked": true, "gossip.reannounced": true,
+	"gossip.withdrawn": true, "gossip.outranked": true, "gossip.reannounced": true, "gossip.deaths_refuted": true,
 	"gossip.rejected_unknown_owner": true, "gossip.throttled_meta_updates": true,
 	"gossip.pulls": true, "gossip.pull_answers": true, "gossip.refused_pulls": true,
 	"node.probe_withdrawn": true, "node.pmtu_probes_refused": true,

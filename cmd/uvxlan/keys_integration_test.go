@@ -19,8 +19,9 @@ import (
 
 // Gossip encrypted by default, attacked from a namespace: forged
 // memberlist "dead" messages from a host on the underlay that is no member,
-// against a cluster without a key (the attack works: members flip, entries
-// are withdrawn) and against the default, keyed cluster (nothing happens).
+// against a cluster without a key (the attack works: memberlist takes the
+// claims, members flip or only the grace before a withdrawal, deadGrace,
+// keeps their entries) and against the default, keyed cluster (nothing happens).
 // And nodes whose key does not match exit, saying so.
 
 // deadMsg is memberlist's message type of a "dead" message (net.go:
@@ -44,9 +45,11 @@ func forgeDead(node, from string, inc uint32) []byte {
 // forgedDeadAttack sends, from h4 (no member), forged "dead h2" messages to
 // h1's and h3's gossip ports for d, 20 a second with rising incarnations,
 // while h1's view of h2 is polled every 50 ms. It returns how many polls saw
-// h2 not alive, how many entries h1 withdrew meanwhile, and the loss of a
-// ping h1 → h2 during the attack.
-func forgedDeadAttack(t *testing.T, tb *testenv.Testbed, agents []*agent, d time.Duration) (notAlive int, withdrawn uint64, loss float64) {
+// h2 not alive, how many entries h1 withdrew meanwhile, how many deaths of
+// h2 it took and saw refuted within the grace (gossip.deaths_refuted: h2
+// refutes each forged claim, which the grace before a withdrawal outlasts),
+// and the loss of a ping h1 → h2 during the attack.
+func forgedDeadAttack(t *testing.T, tb *testenv.Testbed, agents []*agent, d time.Duration) (notAlive int, withdrawn, refuted uint64, loss float64) {
 	t.Helper()
 	a1, a2 := agents[0], agents[1]
 	_, g0 := counters(t, a1)
@@ -108,12 +111,13 @@ func forgedDeadAttack(t *testing.T, tb *testenv.Testbed, agents []*agent, d time
 	loss = <-pingDone
 	_, g1 := counters(t, a1)
 	withdrawn = g1["withdrawn"] - g0["withdrawn"]
-	t.Logf("%d forged dead messages in %v: h1 saw h2 not alive in %d of %d polls, withdrew %d entries; ping h1 → h2 loss %.0f%%",
-		sent.Load(), d, notAlive, polls, withdrawn, loss)
+	refuted = g1["deaths_refuted"] - g0["deaths_refuted"]
+	t.Logf("%d forged dead messages in %v: h1 saw h2 not alive in %d of %d polls, withdrew %d entries, took %d deaths refuted within the grace; ping h1 → h2 loss %.0f%%",
+		sent.Load(), d, notAlive, polls, withdrawn, refuted, loss)
 	if sent.Load() == 0 {
 		t.Fatal("the attacker sent nothing")
 	}
-	return notAlive, withdrawn, loss
+	return notAlive, withdrawn, refuted, loss
 }
 
 // A cluster gossiping without a key (--insecure-gossip) is at the mercy of
@@ -154,18 +158,18 @@ func TestForgedDeadMessages(t *testing.T) {
 			if rows := agents[0].members(t); len(rows) == 0 || rows[0].Encrypted != (tc.name == "keyed") {
 				t.Errorf("members: %+v, want encrypted %v", rows, tc.name == "keyed")
 			}
-			notAlive, withdrawn, loss := forgedDeadAttack(t, tb, agents, 6*time.Second)
+			notAlive, withdrawn, refuted, loss := forgedDeadAttack(t, tb, agents, 6*time.Second)
 			switch tc.name {
 			case "insecure":
-				if notAlive == 0 && withdrawn == 0 {
+				if notAlive == 0 && withdrawn == 0 && refuted == 0 {
 					t.Errorf("without a key the forged messages did nothing: the attack is not reproduced")
 				}
 				if log := agents[0].proc.Log(); !strings.Contains(log, "level=WARN") || !strings.Contains(log, "not encrypted") {
 					t.Errorf("an insecure agent did not warn at start:\n%s", log)
 				}
 			case "keyed":
-				if notAlive != 0 || withdrawn != 0 || loss != 0 {
-					t.Errorf("keyed cluster: h2 not alive in %d polls, %d entries withdrawn, %.0f%% loss; want none", notAlive, withdrawn, loss)
+				if notAlive != 0 || withdrawn != 0 || refuted != 0 || loss != 0 {
+					t.Errorf("keyed cluster: h2 not alive in %d polls, %d entries withdrawn, %d deaths refuted, %.0f%% loss; want none", notAlive, withdrawn, refuted, loss)
 				}
 			}
 		})
