@@ -132,8 +132,8 @@ type TAP struct {
 	partials atomic.Uint64
 	// leave: reads leave the checksums the kernel left for us partial
 	// (LeavePartial).
-	leave bool
-	kdrops0  uint64 // the kernel's tx_dropped of the device when opened
+	leave   bool
+	kdrops0 uint64 // the kernel's tx_dropped of the device when opened
 }
 
 var (
