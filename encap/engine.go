@@ -31,7 +31,10 @@ package encap
 //     its VTEP; broadcast, multicast and unknown unicast take a token from
 //     the segment's storm-control bucket (or are dropped) and are
 //     replicated to every VTEP of the VNI's flood list (head-end
-//     replication);
+//     replication); with EngineConfig.Partial, an inner TCP or UDP
+//     checksum the TAP left partial stays so for a VTEP that takes it and
+//     is completed for any other, and for every flooded frame
+//     (partial.go);
 //  8. pick the sending socket from a hash of the inner flow, so the outer
 //     UDP source port spreads flows over the underlay's ECMP paths;
 //  9. one WriteBatch (sendmmsg) per socket; the datagrams the socket

@@ -67,7 +67,7 @@ type Config struct {
 	// encap/partial.go). Off: every checksum is finished by the sender,
 	// and the node says nothing, as releases before.
 	PartialCsum bool
-	Queues   int  // TAP queues per segment and UDP sockets, each with its loops
+	Queues      int // TAP queues per segment and UDP sockets, each with its loops
 	// BusyPoll: the forwarding loops spin for up to this long on an empty
 	// TAP or socket before they park (--busy-poll; 0: off). At most
 	// MaxBusyPoll.

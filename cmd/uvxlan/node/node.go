@@ -69,7 +69,7 @@ type Node struct {
 	// partial are the VTEPs of the alive members that take partial inner
 	// checksums (Config.PartialCsum), which the engines read.
 	partial encap.PartialPeers
-	pmtu     *pmtuProber
+	pmtu    *pmtuProber
 
 	mu      sync.Mutex
 	running bool
