@@ -31,7 +31,10 @@ package encap
 //     its VTEP; broadcast, multicast and unknown unicast take a token from
 //     the segment's storm-control bucket (or are dropped) and are
 //     replicated to every VTEP of the VNI's flood list (head-end
-//     replication);
+//     replication); with EngineConfig.Partial, an inner TCP or UDP
+//     checksum the TAP left partial stays so for a VTEP that takes it and
+//     is completed for any other, and for every flooded frame
+//     (partial.go);
 //  8. pick the sending socket from a hash of the inner flow, so the outer
 //     UDP source port spreads flows over the underlay's ECMP paths;
 //  9. one WriteBatch (sendmmsg) per socket; the datagrams the socket
@@ -153,6 +156,13 @@ type EngineConfig struct {
 	// for up to this long after it finds it empty, before it parks (the
 	// receiving sockets have their own setting: UDPConn.SetBusyPoll).
 	BusyPoll time.Duration
+	// Partial, when set, holds the VTEPs that take frames whose inner TCP
+	// or UDP checksum is left partial (see partial.go): the engine then
+	// has its TAP leave those checksums partial (tap.PartialReader), sends
+	// such frames as they are to a VTEP of the set (counter
+	// TxPartialCsum) and completes them for any other destination, and
+	// for every flooded frame.
+	Partial *PartialPeers
 	// ESP, when set, holds the SAs of the members that encrypt
 	// (--encrypt; package esp): a datagram to one of them is sealed in
 	// its SA, or dropped (esp_no_key) while none is agreed, never sent
@@ -204,6 +214,8 @@ type Engine struct {
 	// transmit loop's scratch.
 	poller tap.Poller
 	tx     *txState
+	// partial: the TAP leaves checksums partial (EngineConfig.Partial).
+	partial bool
 }
 
 // NewEngine builds an engine. senders send to the underlay, the sender for
@@ -241,6 +253,9 @@ func NewEngine(cfg EngineConfig, dev tap.Device, rx Transport, senders []Transpo
 		e.own = newDemux(rx, []*Engine{e})
 	}
 	e.poller, _ = dev.(tap.Poller)
+	if pr, ok := dev.(tap.PartialReader); ok && cfg.Partial != nil {
+		e.partial = pr.LeavePartial()
+	}
 	e.tx = e.newTxState()
 	return e, nil
 }
@@ -340,6 +355,11 @@ type txBatch struct {
 	nseal   int
 	sealCap int
 	sc      esp.Scratch
+	// partVTEP takes partial checksums when partHas: the last VTEP looked
+	// up in EngineConfig.Partial in this batch (partOK), which the
+	// segments of a super-frame share.
+	partVTEP        netip.AddrPort
+	partHas, partOK bool
 }
 
 func (e *Engine) newTxBatch(batch int) *txBatch {
@@ -358,7 +378,7 @@ func (b *txBatch) reset() {
 		b.out[i] = b.out[i][:0]
 	}
 	b.replies = b.replies[:0]
-	b.seenOK, b.nowOK, b.tooBigNowOK = false, false, false
+	b.seenOK, b.nowOK, b.tooBigNowOK, b.partOK = false, false, false, false
 	b.nseal = 0
 }
 
@@ -649,6 +669,9 @@ func (e *Engine) forward(pkt, tail []byte, f *txFrame, tb *txBatch) {
 					e.answerTooBig(frame, lim-ethHeaderLen, tb)
 					return
 				}
+				if e.partial {
+					e.finish(frame, tail, vtep, tb)
+				}
 				e.queue(tb, s, pkt, tail, vtep)
 			}
 			return
@@ -668,6 +691,9 @@ func (e *Engine) forward(pkt, tail []byte, f *txFrame, tb *txBatch) {
 			return
 		}
 	}
+	if e.partial { // several destinations: keep it simple
+		tap.CompletePartial(frame, tail)
+	}
 	sent := false
 	for _, vtep := range flood {
 		if vtep.Addr() == e.cfg.Local {
@@ -683,6 +709,20 @@ func (e *Engine) forward(pkt, tail []byte, f *txFrame, tb *txBatch) {
 	e.c.add(Floods, 1)
 	if f.isARP && f.arp.op == arpRequest && e.cfg.Neigh != nil && f.dst.IsMulticast() {
 		e.c.add(ARPFlooded, 1)
+	}
+}
+
+// finish settles the inner checksum of a frame (frame, followed by tail)
+// for vtep when the TAP leaves checksums partial: one left partial goes so
+// to a VTEP that takes it, and is completed for any other.
+func (e *Engine) finish(frame, tail []byte, vtep netip.AddrPort, tb *txBatch) {
+	if !tb.partOK || tb.partVTEP != vtep {
+		tb.partVTEP, tb.partHas, tb.partOK = vtep, e.cfg.Partial.Has(vtep), true
+	}
+	if !tb.partHas {
+		tap.CompletePartial(frame, tail)
+	} else if tap.IsPartial(frame, tail) {
+		e.c.add(TxPartialCsum, 1)
 	}
 }
 

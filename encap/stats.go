@@ -39,6 +39,9 @@ const (
 	// UDP checksum the sender left partial; the TAP counts them, the node
 	// adds them to its segment's snapshot.
 	RxPartialCsum
+	// TxPartialCsum counts frames sent with their inner TCP or UDP
+	// checksum left partial, to members that take them (see partial.go).
+	TxPartialCsum
 
 	NumCounters
 )
@@ -68,7 +71,8 @@ var counterDescs = [NumCounters]Desc{
 	TooBig:            {"too_big", "ICMP errors (IPv4 fragmentation needed, IPv6 packet too big) written into the TAP to senders of frames too big for the underlay path (see drops too_big)."},
 	PMTUProbes:        {"pmtu_probes", "Path MTU probes received from members (answered by the agent, never written to the TAP)."},
 	PMTUAcks:          {"pmtu_acks", "Acks to this agent's path MTU probes received from members."},
-	RxPartialCsum:     {"rx_partial_checksums", "Frames from the underlay whose inner TCP or UDP checksum the sender left partial for a NIC to finish (a kernel VXLAN device with checksum offload, behind a veth): completed, or handed to the TAP as needing one, instead of written broken."},
+	RxPartialCsum:     {"rx_partial_checksums", "Frames from the underlay whose inner TCP or UDP checksum the sender left partial for a NIC to finish (a kernel VXLAN device with checksum offload, behind a veth, or an agent that leaves them so for members that take them): completed, or handed to the TAP as needing one, instead of written broken."},
+	TxPartialCsum:     {"tx_partial_checksums", "Frames sent with their inner TCP or UDP checksum left partial (the pseudo-header sum, as the host's kernel left it for the TAP to finish), to a member that takes them (--partial-checksums): its TAP finishes it only if the frame leaves its host."},
 }
 
 // Desc returns the counter's declaration.

@@ -170,7 +170,7 @@ func sampleMeta() meta {
 func TestMetaRoundTrip(t *testing.T) {
 	m := sampleMeta()
 	b := m.encode()
-	if want := 1 + 8 + 1 + 4 + 2 + 6 + 1 + 3*4 + 1 + 1 + 1 + srcPortsLen + digestLen; len(b) != want {
+	if want := 1 + 8 + 1 + 4 + 2 + 6 + 1 + 3*4 + 1 + 1 + 1 + srcPortsLen + featuresLen + digestLen; len(b) != want {
 		t.Errorf("encoded length %d, want %d", len(b), want)
 	}
 	got, err := decodeMeta(b)
@@ -211,7 +211,7 @@ func TestMetaSourcePorts(t *testing.T) {
 	v5 := m
 	v5.version = 5
 	b := v5.encode()
-	if want := len(m.encode()) - srcPortsLen; len(b) != want {
+	if want := len(m.encode()) - srcPortsLen - featuresLen; len(b) != want { // nor features
 		t.Errorf("v5 metadata is %d bytes, want %d", len(b), want)
 	}
 	if got, err := decodeMeta(b); err != nil || got.hasPorts || got.sourcePorts() != nil || !got.hasDigest {
@@ -228,6 +228,32 @@ func TestMetaSourcePorts(t *testing.T) {
 	ok.ports = SourcePorts{First: 65472, Mask: 1 << 63} // the last port is 65535
 	if _, err := decodeMeta(ok.encode()); err != nil {
 		t.Errorf("decodeMeta(ports up to 65535) = %v", err)
+	}
+}
+
+// Version 7 carries the features, bits a reader does not know included
+// (they round-trip and mean nothing to it); version 6 decodes without any,
+// so its nodes get full checksums.
+func TestMetaFeatures(t *testing.T) {
+	m := sampleMeta()
+	m.features = FeaturePartialCsum | 0x80
+	b := m.encode()
+	got, err := decodeMeta(b)
+	if err != nil || got.features != m.features {
+		t.Fatalf("decodeMeta(v7 features %#x) = %+v, %v", m.features, got, err)
+	}
+	// The features byte sits between the ports and the digest.
+	if f := b[len(b)-digestLen-1]; f != m.features {
+		t.Errorf("features byte %#x, want %#x", f, m.features)
+	}
+	v6 := m
+	v6.version = 6
+	b6 := v6.encode()
+	if len(b6) != len(b)-featuresLen {
+		t.Errorf("v6 metadata is %d bytes, want %d (no features)", len(b6), len(b)-featuresLen)
+	}
+	if got, err := decodeMeta(b6); err != nil || got.features != 0 || !got.hasPorts || !got.hasDigest {
+		t.Errorf("decodeMeta(v6) = %+v, %v; want ports, a digest and no features", got, err)
 	}
 }
 
@@ -345,6 +371,9 @@ func FuzzDecodeMeta(f *testing.F) {
 	v4 := withPins
 	v4.version = 4 // before the digest
 	f.Add(v4.encode())
+	withFeatures := withDigest
+	withFeatures.features = FeaturePartialCsum
+	f.Add(withFeatures.encode())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := decodeMeta(b)
 		if err != nil {
@@ -356,7 +385,8 @@ func FuzzDecodeMeta(f *testing.F) {
 		}
 		if again.boot != m.boot || again.vtep != m.vtep || again.mac != m.mac || !slices.Equal(again.vnis, m.vnis) ||
 			!reflect.DeepEqual(again.ext, m.ext) || !slices.Equal(again.macs, m.macs) || !slices.Equal(again.addrs, m.addrs) ||
-			again.digest != m.digest || again.hasDigest != m.hasDigest || again.version != m.version {
+			again.digest != m.digest || again.hasDigest != m.hasDigest || again.version != m.version ||
+			again.features != m.features {
 			t.Fatalf("round trip changed the metadata: got %+v, want %+v", again, m)
 		}
 		if !bytes.Equal(m.encode(), b) {

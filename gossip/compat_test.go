@@ -19,13 +19,14 @@ func TestSpokenVersion(t *testing.T) {
 		want uint8
 	}{
 		{"alone", nil, protoVersion},
-		{"all current", []uint8{6, 6, 6}, 6},
-		{"one release of version 5", []uint8{6, 5, 6}, 5},
-		{"one release before version 5", []uint8{6, 0, 5}, 4},
+		{"all current", []uint8{7, 7, 7}, 7},
+		{"one release of version 6", []uint8{7, 6, 7}, 6},
+		{"one release of version 5", []uint8{7, 5, 6}, 5},
+		{"one release before version 5", []uint8{7, 0, 5}, 4},
 		{"only old ones", []uint8{0, 0}, 4},
-		{"a later release", []uint8{6, 7}, protoVersion},
-		{"an odd range below 4", []uint8{2, 6}, minProtoVersion},
-		{"version 4 advertised", []uint8{4, 6}, 4},
+		{"a later release", []uint8{7, 8}, protoVersion},
+		{"an odd range below 4", []uint8{2, 7}, minProtoVersion},
+		{"version 4 advertised", []uint8{4, 7}, 4},
 	} {
 		if got := spokenVersion(protoVersion, tc.dmax); got != tc.want {
 			t.Errorf("%s: spokenVersion(%v) = %d, want %d", tc.desc, tc.dmax, got, tc.want)
@@ -323,4 +324,77 @@ func TestRollingUpgradeFromV5(t *testing.T) {
 		return nil
 	})
 	announceEach(t, news, 2)
+}
+
+// partialOf returns what n's Sources says of each member: whether it takes
+// partial inner checksums.
+func partialOf(n *testNode) map[string]bool {
+	out := map[string]bool{}
+	for _, s := range n.Sources() {
+		out[s.Name] = s.PartialCsum
+	}
+	return out
+}
+
+// A rolling upgrade from releases of version 6 (before the features): a
+// node of this release that takes partial checksums joins one of them and
+// speaks version 6, so nobody announces the feature and every node sends
+// full checksums to every member (Sources says false). When the old node
+// is gone, the new ones speak version 7 and know each other's features;
+// a new node with the feature off is told apart.
+func TestRollingUpgradeFromV6(t *testing.T) {
+	cfg := testConfig(0, 0, nil)
+	cfg.v6 = true
+	old := start(t, cfg)
+	t.Cleanup(func() { old.stop() })
+	if v := old.ml.LocalNode().DMax; v != 6 {
+		t.Fatalf("a version 6 node advertises DMax %d, want 6", v)
+	}
+	newCfg := func(i int, partial bool) Config {
+		cfg := testConfig(i, 0, nil)
+		cfg.Seeds = []string{old.Addr().String()}
+		cfg.PartialCsum = partial
+		return cfg
+	}
+	var last atomic.Pointer[[]Source]
+	cfg1 := newCfg(1, true)
+	cfg1.SourcesChanged = func(s []Source) { last.Store(&s) }
+	n1, n2, n3 := start(t, cfg1), start(t, newCfg(2, true)), start(t, newCfg(3, false))
+	news := []*testNode{n1, n2, n3}
+	t.Cleanup(func() { stopAll(news) })
+	all := []*testNode{old, n1, n2, n3}
+	eventually(t, converge, "the new nodes members everywhere, speaking version 6", protocolsAre(all, 6))
+	for _, n := range all {
+		for name, p := range partialOf(n) {
+			if p {
+				t.Errorf("%s: %s takes partial checksums while a version 6 node is alive", n.name, name)
+			}
+		}
+	}
+
+	old.stop()
+	eventually(t, 20*time.Second, "version 7 and features when the old node has left", func() error {
+		if err := protocolsAre(news, protoVersion)(); err != nil {
+			return err
+		}
+		for _, n := range news {
+			got := partialOf(n)
+			if len(got) != 3 || !got[n1.name] || !got[n2.name] || got[n3.name] {
+				return fmt.Errorf("%s: partial checksums %v, want %s and %s only", n.name, got, n1.name, n2.name)
+			}
+		}
+		return nil
+	})
+	eventually(t, converge, "SourcesChanged told of the features", func() error {
+		s := last.Load()
+		if s == nil || len(*s) != 3 || !(*s)[0].PartialCsum || !(*s)[1].PartialCsum || (*s)[2].PartialCsum {
+			return fmt.Errorf("last SourcesChanged: %+v", s)
+		}
+		return nil
+	})
+	for _, m := range n1.Members() {
+		if want := m.Name != n3.name && m.Name != old.name; m.PartialCsum != want {
+			t.Errorf("Members: %s partial_checksums %v, want %v", m.Name, m.PartialCsum, want)
+		}
+	}
 }

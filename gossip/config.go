@@ -50,6 +50,10 @@ type Config struct {
 	// socket), announced in the metadata from version 6 on: the others
 	// accept our datagrams from these ports only.
 	SourcePorts SourcePorts
+	// PartialCsum announces (metadata version 7 on) that this node's
+	// VTEP accepts frames whose inner TCP or UDP checksum is left
+	// partial (FeaturePartialCsum); Source.PartialCsum tells the others'.
+	PartialCsum bool
 	// SourcesChanged, when set, is called with the VTEPs of the alive
 	// members (this node's included) and their source ports (as Sources
 	// returns them) whenever they change. It is called from memberlist's
@@ -154,6 +158,18 @@ type Config struct {
 	// v5 emulates a release of version 5: it reads and speaks versions 4
 	// and 5 and advertises DMax 5, as those releases did.
 	v5 bool
+	// v6 emulates a release of version 6: it reads and speaks versions 4
+	// to 6 and advertises DMax 6, as those releases did.
+	v6 bool
+}
+
+// features are the Feature bits the node announces.
+func (c *Config) features() uint8 {
+	var f uint8
+	if c.PartialCsum {
+		f |= FeaturePartialCsum
+	}
+	return f
 }
 
 // check validates c and fills in defaults and normal forms.

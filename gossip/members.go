@@ -27,21 +27,27 @@ type Member struct {
 	// Entries counts the live entries it owns that we hold.
 	Entries int  `json:"entries"`
 	Self    bool `json:"self"`
-	// Protocol is the version of the metadata it speaks now: 6, or 5 or
-	// 4 for a node built before version 6 or 5 and for every node of a
-	// cluster that has one (see "Mixed clusters" in meta.go).
+	// Protocol is the version of the metadata it speaks now: 7, or 6, 5
+	// or 4 for a node built before version 7, 6 or 5 and for every node of
+	// a cluster that has one (see "Mixed clusters" in meta.go).
 	Protocol uint8 `json:"protocol"`
 	// SourcePorts are the UDP ports it sends VXLAN from besides its VTEP
 	// port; nil when it does not say (Protocol before 6).
 	SourcePorts *SourcePorts `json:"source_ports,omitempty"`
+	// PartialCsum: its VTEP takes frames whose inner TCP or UDP
+	// checksum is left partial (FeaturePartialCsum; Protocol 7 on).
+	PartialCsum bool `json:"partial_checksums,omitempty"`
 }
 
 // Source is an alive member's VTEP and the source ports of its VXLAN
-// (Ports nil: it does not say, any port is its).
+// (Ports nil: it does not say, any port is its), and whether its VTEP
+// takes frames whose inner TCP or UDP checksum is left partial
+// (FeaturePartialCsum).
 type Source struct {
-	Name  string
-	VTEP  netip.AddrPort
-	Ports *SourcePorts
+	Name        string
+	VTEP        netip.AddrPort
+	Ports       *SourcePorts
+	PartialCsum bool
 }
 
 // LocalNode returns this node's name.
@@ -79,6 +85,7 @@ func (n *Node) Members() []Member {
 			MAC: m.meta.mac, State: state, Entries: entries, Self: m.name == n.name,
 			PinnedMACs: slices.Clone(m.meta.macs), PinnedAddrs: slices.Clone(m.meta.addrs),
 			Protocol: m.meta.version, SourcePorts: m.meta.sourcePorts(),
+			PartialCsum: m.meta.features&FeaturePartialCsum != 0,
 		})
 	}
 	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })

@@ -22,6 +22,7 @@ import (
 //	| pinned address count (1) | (VNI (4) | address length (1) = 4 or 16 | address) × count
 //	| section count (1) | (extension type (1) | length (1) | data) × count
 //	| source ports: extra (2) | first (2) | mask (8)             (version 6 on)
+//	| features (1)                                              (version 7 on)
 //	| digest: live record count (4) | record hash sum (8)       (version 5 on)
 //
 // version is the version the node speaks now (see protoVersion); a node
@@ -45,6 +46,13 @@ import (
 // 4 or 5: a release before version 6, or a node of this release speaking
 // an older version to one) is accepted from any source port, as before.
 //
+// The features (version 7) are what the node's agent can do that older
+// ones cannot, one bit each; a reader ignores the bits it does not know, so
+// later features need no new version. FeaturePartialCsum: its VTEP accepts
+// frames whose inner TCP or UDP checksum is left partial (see the feature).
+// A node whose metadata has none (before version 7: a release of version 6
+// or older, or any node while one is in the cluster) gets full checksums.
+//
 // The digest (version 5) summarizes the records the node owns: how many are
 // live, and the sum (mod 2^64) of their hashes (recordHash). A node that
 // holds another digest for that owner lacks something, or holds what the
@@ -59,28 +67,40 @@ import (
 // 4: pinned keys in the metadata. Version 5: the digest in the metadata,
 // and the pull messages (pull.go); the entry and state formats are version
 // 4's. Version 6: the source ports in the metadata; nothing else changes.
+// Version 7: the features in the metadata; nothing else changes.
 //
 // Mixed clusters (a rolling upgrade, a rollback). Releases before version 5
 // refuse any metadata but version 4's, releases of version 5 any but 4's
-// and 5's, while we read all three. So a node advertises the highest
+// and 5's, releases of version 6 any later one, while we read them all. So a node advertises the highest
 // version it reads in memberlist's alive messages (the delegate protocol
-// maximum, DMax: protoVersion here, 5 in version 5 releases, 0 in those
-// before, which leave it unset), and speaks the highest version that every
-// alive member reads: with a member of DMax 5 it speaks version 5, without
-// the source ports, with one of DMax 0 version 4, without the digest either
+// maximum, DMax: protoVersion here, 6 or 5 in releases of those versions,
+// 0 in those before, which leave it unset), and speaks the highest version
+// that every alive member reads: with a member of DMax 6 it speaks version
+// 6, without the features, with one of DMax 5 version 5, without the source
+// ports either, with one of DMax 0 version 4, without the digest either
 // (spokenVersion, chooseVersionLocked). memberlist only
 // checks the delegate versions in use, which are 0 everywhere, so the
 // maximum changes nothing else.
 const (
-	protoVersion    = 6
+	protoVersion    = 7
 	minProtoVersion = 4
 )
 
-// digestLen is the digest's size in the metadata, and srcPortsLen the
-// source ports'.
+// Features a node announces in its metadata (version 7 on), one bit each.
+const (
+	// FeaturePartialCsum: the node's VTEP accepts frames whose inner TCP
+	// or UDP checksum the sender left partial (the field holds the
+	// pseudo-header sum, as for a NIC to finish: CHECKSUM_PARTIAL), and
+	// completes them or hands them to its TAP as needing a checksum.
+	FeaturePartialCsum uint8 = 1 << 0
+)
+
+// digestLen is the digest's size in the metadata, srcPortsLen the source
+// ports' and featuresLen the features'.
 const (
 	digestLen   = 4 + 8
 	srcPortsLen = 2 + 2 + 8
+	featuresLen = 1
 )
 
 // SourcePorts are the UDP ports a node's agent sends VXLAN from besides its
@@ -123,6 +143,9 @@ type meta struct {
 	// false before version 6, which has none.
 	ports    SourcePorts
 	hasPorts bool
+	// features are the Feature bits the node announces; 0 before
+	// version 7, which has none.
+	features uint8
 	// digest of the node's own live records; hasDigest is false for
 	// version 4 metadata, which has none.
 	digest    digest
@@ -170,6 +193,9 @@ func (m meta) encode() []byte {
 		b = binary.BigEndian.AppendUint16(b, m.ports.Extra)
 		b = binary.BigEndian.AppendUint16(b, m.ports.First)
 		b = binary.BigEndian.AppendUint64(b, m.ports.Mask)
+	}
+	if m.version >= 7 {
+		b = append(b, m.features)
 	}
 	if m.version >= 5 {
 		b = binary.BigEndian.AppendUint32(b, m.digest.count)
@@ -226,6 +252,9 @@ func decodeMeta(b []byte) (meta, error) {
 	}
 	if m.version >= 6 {
 		m.ports, m.hasPorts = SourcePorts{Extra: r.U16(), First: r.U16(), Mask: r.U64()}, true
+	}
+	if m.version >= 7 {
+		m.features = r.U8()
 	}
 	if m.version >= 5 {
 		m.digest.count, m.digest.sum, m.hasDigest = r.U32(), r.U64(), true

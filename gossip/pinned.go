@@ -349,5 +349,5 @@ func MetaSize(vtep netip.Addr, vnis, macs int, addrs []netip.Addr, extensions in
 	for _, a := range addrs {
 		n += 4 + 1 + len(a.Unmap().AsSlice())
 	}
-	return n + 1 + extensions*(2+MaxExtensionMeta) + srcPortsLen + digestLen
+	return n + 1 + extensions*(2+MaxExtensionMeta) + srcPortsLen + featuresLen + digestLen
 }

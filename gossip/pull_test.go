@@ -62,7 +62,7 @@ func TestMetaDigest(t *testing.T) {
 	old := sampleMeta()
 	old.version = 4
 	b := old.encode()
-	if want := len(m.encode()) - digestLen - srcPortsLen; len(b) != want {
+	if want := len(m.encode()) - digestLen - srcPortsLen - featuresLen; len(b) != want {
 		t.Errorf("v4 metadata is %d bytes, want %d", len(b), want)
 	}
 	got, err = decodeMeta(b)

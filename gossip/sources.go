@@ -5,13 +5,13 @@ import (
 	"strings"
 )
 
-// Sources: who may send VXLAN as a member. Every member's metadata names its
+// Sources: who may send VXLAN as a member, and what each one takes. Every member's metadata names its
 // VTEP and, from version 6 on, the source ports its agent sends from; the
 // node's dataplane accepts a member's datagrams from those only, and learns
 // nothing from them (a member's MACs come from gossip). Config.SourcesChanged
 // hands the dataplane the alive members' VTEPs and ports whenever they
-// change: a member comes alive or goes, or its VTEP or ports change (a
-// restart, or a switch of the version it speaks).
+// change: a member comes alive or goes, or its VTEP, ports or features
+// change (a restart, or a switch of the version it speaks).
 
 // sourcePorts returns the member's source ports, or nil when its metadata
 // has none (before version 6).
@@ -26,18 +26,21 @@ func (m *meta) sourcePorts() *SourcePorts {
 // sourcesDiffer reports whether a member's metadata changed in what
 // Sources returns.
 func sourcesDiffer(a, b *meta) bool {
-	return a.vtep != b.vtep || a.hasPorts != b.hasPorts || (a.hasPorts && a.ports != b.ports)
+	return a.vtep != b.vtep || a.hasPorts != b.hasPorts || (a.hasPorts && a.ports != b.ports) ||
+		a.features != b.features
 }
 
-// Sources returns the alive members (this node included), their VTEPs and
-// the source ports of their VXLAN, sorted by name.
+// Sources returns the alive members (this node included), their VTEPs,
+// the source ports of their VXLAN and whether they take partial inner
+// checksums, sorted by name.
 func (n *Node) Sources() []Source {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	out := make([]Source, 0, len(n.members))
 	for _, m := range n.members {
 		if m.alive {
-			out = append(out, Source{Name: m.name, VTEP: m.meta.vtep, Ports: m.meta.sourcePorts()})
+			out = append(out, Source{Name: m.name, VTEP: m.meta.vtep, Ports: m.meta.sourcePorts(),
+				PartialCsum: m.meta.features&FeaturePartialCsum != 0})
 		}
 	}
 	slices.SortFunc(out, func(a, b Source) int { return strings.Compare(a.Name, b.Name) })

@@ -7,23 +7,29 @@ package gossip
 import "time"
 
 // encodeSelfLocked encodes our metadata, in the version we speak now, with
-// the digest of our records (from version 5 on) and our source ports (from
-// version 6 on).
+// the digest of our records (from version 5 on), our source ports (from
+// version 6 on) and our features (from version 7 on).
 func (n *Node) encodeSelfLocked() []byte {
 	n.self.digest, n.self.hasDigest = n.store.digest(n.name), n.self.version >= 5
 	n.self.hasPorts = n.self.version >= 6
+	n.self.features = 0
+	if n.self.version >= 7 {
+		n.self.features = n.cfg.features()
+	}
 	return n.self.encode()
 }
 
 // maxVersion is the highest metadata version this node speaks and reads:
-// protoVersion, or 4 or 5 when it emulates an older release (Config.v4,
-// Config.v5).
+// protoVersion, or 4, 5 or 6 when it emulates an older release (Config.v4,
+// Config.v5, Config.v6).
 func (n *Node) maxVersion() uint8 {
 	switch {
 	case n.cfg.v4:
 		return 4
 	case n.cfg.v5:
 		return 5
+	case n.cfg.v6:
+		return 6
 	}
 	return protoVersion
 }

@@ -15,18 +15,25 @@ import (
 )
 
 // uvxlanOverlay is a uvxlan agent in each host (uvx0, port 4789,
-// 10.42.0.i/24), the other as its static peer.
+// 10.42.0.i/24), members of one cluster (h2 joins h1), as agents run: the
+// data path between members is what is measured (such as the inner
+// checksums they leave partial to each other), not that towards a static
+// peer, which is a kernel or hardware VTEP's.
 type uvxlanOverlay struct{}
 
 func (uvxlanOverlay) Info() OverlayInfo {
-	return OverlayInfo{Name: UVXLAN, Desc: "uvxlan agents, static peers", Layer: "L2", Crypto: "none", Userspace: true}
+	return OverlayInfo{Name: UVXLAN, Desc: "uvxlan agents, gossip members", Layer: "L2", Crypto: "none", Userspace: true}
 }
 
 func (uvxlanOverlay) Setup(ctx context.Context, e *overlayEnv) (overlayUp, error) {
 	e.Say("uvxlan: an agent in each host (%s), port 4789, %s ↔ %s", e.Binary, uvxlanAddr(1), uvxlanAddr(2))
 	up := overlayUp{Dst: uvxlanAddr(2), MTU: e.H1.MTU - 50}
 	return up, startAgents(e, &up, "", func(h, peer *testenv.Host) []string {
-		return []string{"--address", netip.PrefixFrom(uvxlanAddr(h.Index), 24).String(), "--peer", peer.Underlay.String()}
+		args := []string{"--address", netip.PrefixFrom(uvxlanAddr(h.Index), 24).String()}
+		if h.Index == 2 {
+			args = append(args, "--join", peer.Underlay.String())
+		}
+		return args
 	})
 }
 

@@ -29,7 +29,7 @@ const (
 	Veth Overlay = "veth"
 	// Kernel is a Linux kernel VXLAN device in each host (port 8472).
 	Kernel Overlay = "kernel"
-	// UVXLAN is a uvxlan agent in each host (port 4789), static peers.
+	// UVXLAN is a uvxlan agent in each host (port 4789), gossip members.
 	UVXLAN Overlay = "uvxlan"
 	// UVXLANEncrypted is a second agent in each host with --encrypt
 	// (port 4790), gossip members.

@@ -69,3 +69,15 @@ type Poller interface {
 	// may wait.
 	WaitRead(try func() bool) error
 }
+
+// PartialReader is a Device that can leave partial the TCP and UDP
+// checksums of the frames it reads, as the host's kernel left them for the
+// device to finish (FlagNeedsCsum): the field holds the pseudo-header sum,
+// which the reader completes (CompletePartial) before the frame goes to
+// anyone who does not take partial checksums (see partial.go).
+type PartialReader interface {
+	// LeavePartial turns it on, and reports whether reads may now return
+	// partial checksums (false: the device finishes them all, as before).
+	// It must be called before the first read.
+	LeavePartial() bool
+}

@@ -11,5 +11,11 @@
 // scratch space (and whether UDP is coalesced) between batches, so one
 // GRO serves one writer at a time.
 //
+// Checksums left partial (partial.go): Write recognises a TCP or UDP
+// checksum its sender left partial and hands the frame to the kernel as
+// needing one; after LeavePartial, Read leaves partial those the kernel
+// left for the TAP to finish, and CompletePartial finishes one for a
+// receiver that does not take them.
+//
 // The engine sees only the Device interface, so it can be tested with a fake.
 package tap

@@ -16,7 +16,8 @@ import (
 //  2. Verify the IPv4 header and L4 checksums of each candidate. A frame with
 //     a bad checksum is passed through untouched so that the kernel drops it;
 //     one whose L4 checksum was left partial by its sender (partial.go), any
-//     TCP or UDP frame, is passed through or merged as needing a checksum.
+//     TCP or UDP frame, is passed through or merged as needing a checksum
+//     (that test comes first, and is cheap: see groCheck).
 //  3. Find the open frame of the same flow and append the payload to it if
 //     the segment continues it exactly; otherwise close that frame and open a
 //     new one. Other frames close the open frames of their address pair, so
@@ -160,16 +161,11 @@ func (g *GRO) Coalesce(frames [][]byte) []GROFrame {
 		g.next[i], g.skip[i] = -1, 0
 		p := groParse(f, g.udp)
 		it := groItem{buf: i, tail: i, size: len(f), kind: p.kind, v4: p.v4}
-		// A checksum is verified first; only a wrong one may be partial,
-		// so frames with right checksums pay nothing more.
 		var cs, co int
-		verified := p.mergeable && groVerify(f, &p)
+		verified := false
 		switch {
-		case verified:
 		case p.mergeable:
-			if groVerifyIPv4(f, &p) {
-				cs, co = groPartial(f, &p)
-			}
+			cs, co, verified = groCheck(f, &p)
 		case p.ip:
 			cs, _, co = partialCsum(f)
 		}
@@ -305,39 +301,40 @@ func groHash(f []byte, v4 bool, ports uint32, proto uint8) uint64 {
 	return (a ^ uint64(ports)<<8 ^ uint64(proto)) * 0x9e3779b97f4a7c15
 }
 
-// groVerify is stage 2 for a mergeable frame: the IPv4 header checksum and
-// the L4 checksum must be right.
-func groVerify(f []byte, p *groPkt) bool {
-	proto := uint8(protoTCP)
-	if p.kind == groUDP {
-		proto = protoUDP
-	}
+// groCheck is stage 2 for a mergeable frame: its IPv4 header checksum
+// must be right, and its L4 checksum either left partial by its sender
+// (start, off: where it lies, see partial.go) or right (verified).
+//
+// The partial test comes first: it compares the field with the
+// pseudo-header sum that verification needs anyway, so frames with full
+// checksums pay one comparison more, and the partial ones (from agents
+// that leave them so, and kernel peers with offloads) are not summed at
+// all. The order changes nothing of what is accepted: a frame passes if
+// its field holds the partial checksum or a right one, either way. (A
+// right checksum equal to the partial one is marked as needing a checksum:
+// finishing it gives the same value.) What the field cannot tell, the
+// outer UDP checksum covers on the wire: the kernel computes it on the
+// sender's socket and verifies it on ours.
+func groCheck(f []byte, p *groPkt) (start, off int, verified bool) {
 	if !groVerifyIPv4(f, p) {
-		return false
+		return 0, 0, false
+	}
+	proto, off := uint8(protoTCP), tcpCsumOffset
+	if p.kind == groUDP {
+		proto, off = protoUDP, udpCsumOffset
 	}
 	l4 := f[p.l4Off:]
-	return FoldChecksum(Checksum(l4, pseudoHeaderSum(f, p.v4, proto)+uint64(len(l4)))) == 0xffff
+	sum := pseudoHeaderSum(f, p.v4, proto) + uint64(len(l4))
+	if binary.BigEndian.Uint16(l4[off:]) == FoldChecksum(sum) {
+		return p.l4Off, off, false
+	}
+	return 0, 0, FoldChecksum(Checksum(l4, sum)) == 0xffff
 }
 
 // groVerifyIPv4 checks the IPv4 header checksum of a mergeable frame (true
 // for IPv6, which has none).
 func groVerifyIPv4(f []byte, p *groPkt) bool {
 	return !p.v4 || FoldChecksum(Checksum(f[ethHdrLen:p.l4Off], 0)) == 0xffff
-}
-
-// groPartial is partialCsum for a mergeable frame, parsed already: where
-// its L4 checksum is, when the field holds exactly the partial checksum;
-// start 0 otherwise.
-func groPartial(f []byte, p *groPkt) (start, off int) {
-	proto, off := uint8(protoTCP), tcpCsumOffset
-	if p.kind == groUDP {
-		proto, off = protoUDP, udpCsumOffset
-	}
-	l4 := f[p.l4Off:]
-	if binary.BigEndian.Uint16(l4[off:]) != FoldChecksum(pseudoHeaderSum(f, p.v4, proto)+uint64(len(l4))) {
-		return 0, 0
-	}
-	return p.l4Off, off
 }
 
 // groAddrs returns the source and destination addresses of an IP frame.

@@ -113,7 +113,7 @@ func CompleteChecksum(frame []byte, hdr VirtioNetHdr) error {
 // in and outs must not overlap. GSOSplit does not allocate and is safe for
 // concurrent use with distinct buffers.
 func GSOSplit(in []byte, hdr VirtioNetHdr, outs [][]byte, sizes []int, outOffset int) (int, error) {
-	return gsoSplit(in, hdr, outs, sizes, nil, outOffset)
+	return gsoSplit(in, hdr, outs, sizes, nil, outOffset, false)
 }
 
 // GSOSplitTails is GSOSplit without copying the payload of a GSO
@@ -127,10 +127,15 @@ func GSOSplitTails(in []byte, hdr VirtioNetHdr, outs [][]byte, sizes []int, tail
 	if len(tails) < len(outs) {
 		return 0, ErrTooManySegments
 	}
-	return gsoSplit(in, hdr, outs, sizes, tails, outOffset)
+	return gsoSplit(in, hdr, outs, sizes, tails, outOffset, false)
 }
 
-func gsoSplit(in []byte, hdr VirtioNetHdr, outs [][]byte, sizes []int, tails [][]byte, outOffset int) (int, error) {
+// gsoSplit is GSOSplit (tails nil) and GSOSplitTails. With partial, the
+// checksums the kernel left for us to finish are left partial where a
+// receiver can tell (see leavePartial and partial.go): each segment's L4
+// checksum field gets its pseudo-header sum, and a GSONone frame's is
+// left as it is.
+func gsoSplit(in []byte, hdr VirtioNetHdr, outs [][]byte, sizes []int, tails [][]byte, outOffset int, partial bool) (int, error) {
 	if outOffset < 0 {
 		return 0, io.ErrShortBuffer
 	}
@@ -138,7 +143,7 @@ func gsoSplit(in []byte, hdr VirtioNetHdr, outs [][]byte, sizes []int, tails [][
 		return 0, ErrGSOType
 	}
 	if hdr.GSOType == GSONone {
-		return copyWhole(in, hdr, outs, sizes, tails, outOffset)
+		return copyWhole(in, hdr, outs, sizes, tails, outOffset, partial)
 	}
 	l, err := parseGSO(in, hdr)
 	if err != nil {
@@ -173,15 +178,16 @@ func gsoSplit(in []byte, hdr VirtioNetHdr, outs [][]byte, sizes []int, tails [][
 			tails[i] = tail
 		}
 		copy(out, in[:l.hdrLen])
-		l.fixSegment(out, tail, f, i, nseg, gso, segLen)
+		l.fixSegment(out, tail, f, i, nseg, gso, segLen, partial)
 		sizes[i] = len(out)
 	}
 	return nseg, nil
 }
 
 // copyWhole is gsoSplit of a frame that is not a super-frame (GSONone):
-// one copy, its checksum completed.
-func copyWhole(in []byte, hdr VirtioNetHdr, outs [][]byte, sizes []int, tails [][]byte, outOffset int) (int, error) {
+// one copy, its checksum completed unless partial and leavePartial says
+// it may stay so.
+func copyWhole(in []byte, hdr VirtioNetHdr, outs [][]byte, sizes []int, tails [][]byte, outOffset int, partial bool) (int, error) {
 	if len(outs) < 1 || len(sizes) < 1 {
 		return 0, ErrTooManySegments
 	}
@@ -190,8 +196,10 @@ func copyWhole(in []byte, hdr VirtioNetHdr, outs [][]byte, sizes []int, tails []
 	}
 	f := outs[0][outOffset : outOffset+len(in)]
 	copy(f, in)
-	if err := CompleteChecksum(f, hdr); err != nil {
-		return 0, err
+	if !partial || !leavePartial(f, hdr) {
+		if err := CompleteChecksum(f, hdr); err != nil {
+			return 0, err
+		}
 	}
 	sizes[0] = len(in)
 	if tails != nil {
@@ -310,8 +318,9 @@ func (l *gsoLayout) firstSegment(in []byte) gsoFirst {
 // fixSegment makes out, the headers of segment i of nseg (copied from the
 // super-frame) followed by its segLen bytes of payload, or by tail when
 // the payload is not copied, a valid packet: lengths, IPv4 ID and header
-// checksum, TCP sequence number and flags, L4 checksum.
-func (l *gsoLayout) fixSegment(out, tail []byte, f gsoFirst, i, nseg, gso, segLen int) {
+// checksum, TCP sequence number and flags, L4 checksum (with partial, its
+// pseudo-header sum only, as the kernel leaves it for a NIC).
+func (l *gsoLayout) fixSegment(out, tail []byte, f gsoFirst, i, nseg, gso, segLen int, partial bool) {
 	const ip = ethHdrLen
 	l4Off, csumOff := l.l4Off, l.csumOff
 	l4Len := l.l4HL + segLen
@@ -335,6 +344,11 @@ func (l *gsoLayout) fixSegment(out, tail []byte, f gsoFirst, i, nseg, gso, segLe
 		out[l4Off+13] = fl
 	} else {
 		binary.BigEndian.PutUint16(out[l4Off+4:], uint16(l4Len))
+	}
+	if partial {
+		// Not 0 for UDP either: the sum holds the protocol number.
+		binary.BigEndian.PutUint16(out[l4Off+csumOff:], FoldChecksum(f.sum0+uint64(l4Len)))
+		return
 	}
 	out[l4Off+csumOff], out[l4Off+csumOff+1] = 0, 0
 	// The L4 header is of even length (TCP: a multiple of 4; UDP: 8), so

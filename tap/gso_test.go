@@ -523,6 +523,8 @@ func FuzzGSOSplit(f *testing.F) {
 	outs, sizes := gsoOuts(256, 66000)
 	heads, hsizes := gsoOuts(256, 200)
 	tails := make([][]byte, 256)
+	pouts, psizes := gsoOuts(256, 66000)
+	ptails := make([][]byte, 256)
 	const off = 50
 	f.Fuzz(func(t *testing.T, in []byte, flags, gsoType uint8, hdrLen, gsoSize, csumStart, csumOffset uint16) {
 		h := VirtioNetHdr{Flags: flags, GSOType: gsoType, HdrLen: hdrLen, GSOSize: gsoSize, CsumStart: csumStart, CsumOffset: csumOffset}
@@ -546,6 +548,26 @@ func FuzzGSOSplit(f *testing.F) {
 				if !bytes.Equal(got, outs[i][off:off+sizes[i]]) {
 					t.Fatalf("segment %d: headers and tail differ from GSOSplit's frame", i)
 				}
+			}
+		}
+		// Left partial (LeavePartial), a frame differs from GSOSplit's only
+		// in a checksum a receiver takes for partial, which CompletePartial
+		// turns into GSOSplit's.
+		pn, perr := gsoSplit(in, h, pouts, psizes, ptails, off, true)
+		if !bytes.Equal(in, orig) {
+			t.Fatal("gsoSplit(partial) modified its input")
+		}
+		if (perr == nil) != (err == nil) || pn != n {
+			t.Fatalf("gsoSplit(partial) = %d, %v; GSOSplit = %d, %v", pn, perr, n, err)
+		}
+		for i := range min(n, pn) {
+			head, tail := pouts[i][off:off+psizes[i]], ptails[i]
+			want := outs[i][off : off+sizes[i]]
+			if bytes.Equal(append(bytes.Clone(head), tail...), want) {
+				continue
+			}
+			if !IsPartial(head, tail) || !CompletePartial(head, tail) || !bytes.Equal(append(bytes.Clone(head), tail...), want) {
+				t.Fatalf("segment %d: left partial, not completed into GSOSplit's frame", i)
 			}
 		}
 		if err != nil {
@@ -617,4 +639,35 @@ func BenchmarkGSOSplitTCP4(b *testing.B) {
 		segs += n
 	}
 	b.ReportMetric(float64(segs)/b.Elapsed().Seconds(), "pkts/s")
+}
+
+// BenchmarkGSOSplitTailsTCP4 splits the same super-frame as the engine
+// reads it from the TAP (headers copied, payloads left as tails), with full
+// checksums and with the checksums left partial (LeavePartial).
+func BenchmarkGSOSplitTailsTCP4(b *testing.B) {
+	const mss = 1398
+	p := offPkt{flags: tACK, payload: payloadBytes(46*mss, 1)}
+	in := p.frame(b)
+	h := p.gsoHdr(mss)
+	partial(in, h)
+	outs, sizes := gsoOuts(64, 64+14+1450)
+	tails := make([][]byte, 64)
+	for _, c := range []struct {
+		name    string
+		partial bool
+	}{{"full", false}, {"partial", true}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(in)))
+			var segs int
+			for b.Loop() {
+				n, err := gsoSplit(in, h, outs, sizes, tails, 64, c.partial)
+				if err != nil {
+					b.Fatal(err)
+				}
+				segs += n
+			}
+			b.ReportMetric(float64(segs)/b.Elapsed().Seconds(), "pkts/s")
+		})
+	}
 }

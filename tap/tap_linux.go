@@ -130,12 +130,16 @@ type TAP struct {
 	// partials counts frames written with a checksum their sender left
 	// partial (partial.go).
 	partials atomic.Uint64
-	kdrops0  uint64 // the kernel's tx_dropped of the device when opened
+	// leave: reads leave the checksums the kernel left for us partial
+	// (LeavePartial).
+	leave   bool
+	kdrops0 uint64 // the kernel's tx_dropped of the device when opened
 }
 
 var (
-	_ Device = (*TAP)(nil)
-	_ Poller = (*TAP)(nil)
+	_ Device        = (*TAP)(nil)
+	_ Poller        = (*TAP)(nil)
+	_ PartialReader = (*TAP)(nil)
 )
 
 // Open creates (or attaches to) the TAP named cfg.Name, sets its MAC, MTU and
@@ -539,11 +543,11 @@ func (t *TAP) readVnet(fd uintptr) bool {
 			n   int
 			err error
 		)
+		var tails [][]byte
 		if t.rTails != nil {
-			n, err = GSOSplitTails(sbuf[VirtioNetHdrLen:t.pending], h, t.rBufs[t.rN:], t.rSize[t.rN:], t.rTails[t.rN:], t.rOff)
-		} else {
-			n, err = GSOSplit(sbuf[VirtioNetHdrLen:t.pending], h, t.rBufs[t.rN:], t.rSize[t.rN:], t.rOff)
+			tails = t.rTails[t.rN:]
 		}
+		n, err = gsoSplit(sbuf[VirtioNetHdrLen:t.pending], h, t.rBufs[t.rN:], t.rSize[t.rN:], tails, t.rOff, t.leave)
 		if errors.Is(err, ErrTooManySegments) && t.rN > 0 {
 			return true // the rest next time
 		}
@@ -558,6 +562,15 @@ func (t *TAP) readVnet(fd uintptr) bool {
 		t.rN += n
 	}
 	return true
+}
+
+// LeavePartial implements PartialReader: with offloads (Config.Offload),
+// reads leave the TCP and UDP checksums the kernel asks the TAP to finish
+// partial, where a receiver can tell (partial.go). Without offloads the
+// kernel finishes every checksum itself, and this changes nothing.
+func (t *TAP) LeavePartial() bool {
+	t.leave = t.vnet
+	return t.vnet
 }
 
 // OffloadDrops counts the frames read with a virtio-net header that could

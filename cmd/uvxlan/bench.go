@@ -30,7 +30,7 @@ two hosts and in the same run, the paths of --overlays (default the first three)
 
    veth          the underlay itself (198.18.0.1 -> 198.18.0.2), no encapsulation
    kernel        a Linux kernel VXLAN device per host (port 8472, 10.99.0.0/24, MTU 1450)
-   uvxlan        a uvxlan agent per host (port 4789, 10.42.0.0/24, static peers)
+   uvxlan        a uvxlan agent per host (port 4789, 10.42.0.0/24, gossip members)
 
 and the overlays a user who cannot use kernel VXLAN would pick instead, each
 on a 2-host testbed of its own built the same way (10.77.0.0/24), L2 and

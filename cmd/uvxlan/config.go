@@ -102,14 +102,15 @@ var segmentFlags = []string{"vni", "dev", "address", "mtu", "mac"}
 // its warnings (and becomes the config's Logger).
 func configFromCLI(c *cli.Context, log *slog.Logger) (runConfig, error) {
 	cfg := runConfig{Config: node.Config{
-		Name:     c.String("name"),
-		Learning: c.Bool("learning"),
-		Offload:  c.Bool("offload"),
-		Ageing:   c.Duration("ageing"),
-		FDBMax:   c.Int("fdb-max"),
-		StateDir: c.String("state-dir"),
-		KeepTAP:  c.Bool("keep-tap"),
-		Logger:   log,
+		Name:        c.String("name"),
+		Learning:    c.Bool("learning"),
+		Offload:     c.Bool("offload"),
+		PartialCsum: c.Bool("partial-checksums"),
+		Ageing:      c.Duration("ageing"),
+		FDBMax:      c.Int("fdb-max"),
+		StateDir:    c.String("state-dir"),
+		KeepTAP:     c.Bool("keep-tap"),
+		Logger:      log,
 	}, Control: c.String("control"), Takeover: c.Bool("takeover")}
 
 	if err := underlayConfig(c, &cfg.Config); err != nil {

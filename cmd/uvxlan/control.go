@@ -550,9 +550,11 @@ type memberRow struct {
 	Self      bool           `json:"self"`
 	PathMTU   int            `json:"path_mtu"` // measured path MTU to its VTEP; 0: unknown
 	Wire      string         `json:"wire"`     // esp, esp-pending (no key yet) or vxlan (--encrypt)
-	// Protocol is the gossip metadata version it speaks now: 6, or 5 or 4
-	// while a member of an older release is in the cluster.
+	// Protocol is the gossip metadata version it speaks now: 7, or 6, 5
+	// or 4 while a member of an older release is in the cluster.
 	Protocol uint8 `json:"protocol"`
+	// PartialCsum: it takes partial inner checksums (protocol 7 on).
+	PartialCsum bool `json:"partial_checksums"`
 	// SourcePorts are the UDP ports it sends VXLAN from besides its VTEP
 	// port (protocol 6 on; absent: any port is accepted from it).
 	SourcePorts *gossip.SourcePorts `json:"source_ports,omitempty"`

@@ -61,7 +61,13 @@ type Config struct {
 
 	Learning bool
 	Offload  bool // TAP offloads (virtio-net header, TSO, GRO)
-	Queues   int  // TAP queues per segment and UDP sockets, each with its loops
+	// PartialCsum: the inner TCP and UDP checksums the host's kernel
+	// leaves for the TAP to finish go partial to the members that take
+	// them, and this node says it takes them (--partial-checksums; see
+	// encap/partial.go). Off: every checksum is finished by the sender,
+	// and the node says nothing, as releases before.
+	PartialCsum bool
+	Queues      int // TAP queues per segment and UDP sockets, each with its loops
 	// BusyPoll: the forwarding loops spin for up to this long on an empty
 	// TAP or socket before they park (--busy-poll; 0: off). At most
 	// MaxBusyPoll.

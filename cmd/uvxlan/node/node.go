@@ -66,7 +66,10 @@ type Node struct {
 	// pathMTUs are the measured path MTUs of the members' VTEPs, which
 	// pmtu measures and the engines read (pmtu.go).
 	pathMTUs encap.PathMTUs
-	pmtu     *pmtuProber
+	// partial are the VTEPs of the alive members that take partial inner
+	// checksums (Config.PartialCsum), which the engines read.
+	partial encap.PartialPeers
+	pmtu    *pmtuProber
 
 	mu      sync.Mutex
 	running bool
@@ -217,6 +220,7 @@ func (n *Node) startGossip(ports gossip.SourcePorts) (err error) {
 		PinnedAddrs:    n.pinnedAddrs(),
 		PinsChanged:    n.pinsChanged,
 		SourcePorts:    ports,
+		PartialCsum:    n.cfg.PartialCsum,
 		SourcesChanged: n.sourcesChanged,
 		Contested:      n.contested,
 		Seeds:          n.cfg.Join,
@@ -382,6 +386,7 @@ func (n *Node) buildEngines(rxs []udpSocket, srcs []udpSocket) error {
 				ProbeMAC:    probeMAC(s.mac),
 				UnderlayMTU: n.cfg.UnderlayMTU,
 				PathMTUs:    &n.pathMTUs,
+				Partial:     n.partialPeers(),
 				PMTU:        n.pmtu.events,
 				BusyPoll:    n.cfg.BusyPoll,
 				ESP:         n.espTable(),

@@ -16,6 +16,10 @@ package node
 //     EVPN peers' routes name (plain VXLAN, also under --encrypt).
 // Learning from the others is capped per VTEP at --max-endpoints
 // (fdb.Config.MaxLearned), as gossip caps each member's endpoints.
+//
+// The metadata (version 7) also says whether a member takes partial inner
+// checksums (--partial-checksums): the engines leave to those the checksums
+// the host's kernel left for the TAP to finish (encap/partial.go).
 
 import (
 	"net/netip"
@@ -45,11 +49,15 @@ func sourcePorts(srcs []udpSocket, extra uint16) gossip.SourcePorts {
 }
 
 // sourcesChanged is gossip's SourcesChanged: it replaces the filter's
-// members. Two members at one address (which gossip refuses) keep the
-// first one's ports.
+// members, and the VTEPs that take partial inner checksums. Two members at
+// one address (which gossip refuses) keep the first one's ports.
 func (n *Node) sourcesChanged(srcs []gossip.Source) {
 	m := make(map[netip.Addr]encap.Ports, len(srcs))
+	partial := map[netip.AddrPort]struct{}{}
 	for _, s := range srcs {
+		if s.PartialCsum {
+			partial[netip.AddrPortFrom(s.VTEP.Addr().Unmap(), s.VTEP.Port())] = struct{}{}
+		}
 		a := s.VTEP.Addr().Unmap()
 		if _, dup := m[a]; dup {
 			continue
@@ -61,6 +69,17 @@ func (n *Node) sourcesChanged(srcs []gossip.Source) {
 		m[a] = p
 	}
 	n.filter.SetMembers(m)
+	n.partial.Set(partial)
+}
+
+// partialPeers is the engines' EngineConfig.Partial: the members that take
+// partial inner checksums, when this node leaves them so
+// (Config.PartialCsum); nil otherwise.
+func (n *Node) partialPeers() *encap.PartialPeers {
+	if !n.cfg.PartialCsum {
+		return nil
+	}
+	return &n.partial
 }
 
 // refreshStatic gives the filter the VTEPs of the static FDB entries and
