@@ -34,6 +34,9 @@ type Node struct {
 	segs    []*segment
 	demuxes []*encap.Demux // one per UDP socket (per queue)
 	gossip  *gossip.Node
+	// remembered are the gossip members kept in --state-dir at the last
+	// run (members.go), read at start; set before Run.
+	remembered []netip.AddrPort
 	bgp     *evpn.Speaker // nil without Config.BGP (evpn.go)
 	// evpnVTEPs are the VTEPs the BGP peers' routes name: the filter
 	// takes them as static ones (plain VXLAN, under --encrypt too).
@@ -205,6 +208,7 @@ func (n *Node) startGossip(ports gossip.SourcePorts) (err error) {
 		}
 		exts = append(exts, n.enc)
 	}
+	n.remembered = n.loadMembers()
 	n.gossip, err = gossip.New(gossip.Config{
 		Name:           n.cfg.Name,
 		BindAddr:       n.cfg.GossipAddr,
@@ -512,6 +516,8 @@ func (n *Node) Run(ctx context.Context) error {
 	})
 	wg.Add(1)
 	go func() { defer wg.Done(); n.watchSilence(ctx) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); n.keepMembers(ctx) }()
 	if !n.cfg.GossipOff {
 		wg.Add(1)
 		go func() { defer wg.Done(); n.pmtu.run(ctx) }()

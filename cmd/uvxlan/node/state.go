@@ -47,6 +47,10 @@ func (n *Node) saveState(path, what string, data []byte) {
 // each TAP its MAC and (routed mode, the first TAP) its subnet lease.
 const NameFile = "name"
 
+// MembersFile is the name of the state file of the gossip members the node
+// knew (members.go).
+const MembersFile = "members"
+
 // MACFile and LeaseFile are the names of the state files of the TAP dev.
 func MACFile(dev string) string   { return dev + ".mac" }
 func LeaseFile(dev string) string { return dev + ".lease.json" }
