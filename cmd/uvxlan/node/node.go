@@ -37,7 +37,7 @@ type Node struct {
 	// remembered are the gossip members kept in --state-dir at the last
 	// run (members.go), read at start; set before Run.
 	remembered []netip.AddrPort
-	bgp     *evpn.Speaker // nil without Config.BGP (evpn.go)
+	bgp        *evpn.Speaker // nil without Config.BGP (evpn.go)
 	// evpnVTEPs are the VTEPs the BGP peers' routes name: the filter
 	// takes them as static ones (plain VXLAN, under --encrypt too).
 	evpnVTEPs atomic.Pointer[map[netip.Addr]uint16]
