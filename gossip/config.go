@@ -70,10 +70,12 @@ type Config struct {
 	Seeds []string
 	// Known are the gossip addresses, "HOST:PORT", of members known to be
 	// in the cluster: those a predecessor of this node knew alive (a hot
-	// takeover). They are joined at start like Seeds (and not again
-	// later), so that a successor of a node without Seeds is back in its
-	// cluster at once; unlike Seeds, none answering leaves such a node in
-	// its cluster of one, as it was. Optional.
+	// takeover), or those it knew at its last run (kept by the caller).
+	// They are joined at start like Seeds, and again with them while none
+	// answers, but not by the periodic rejoin: a successor or a restarted
+	// node whose seeds are unreachable, or that has none, is back in its
+	// cluster at once. Unlike Seeds, none answering leaves a node without
+	// Seeds in its cluster of one, as it was. Optional.
 	Known []string
 	// SecretKeys, when given, encrypt gossip (AES-GCM; 16, 24 or 32 bytes
 	// each). The first one encrypts, all of them decrypt, so keys can be

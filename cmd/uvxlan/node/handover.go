@@ -227,10 +227,14 @@ func (n *Node) preload(h *Handover) {
 }
 
 // known is what gossip joins besides --join: the members the predecessor
-// knew, at a takeover.
+// knew, at a takeover, and those kept in --state-dir (members.go).
 func (n *Node) known() []string {
-	if n.cfg.Inherit == nil {
-		return nil
+	var known []string
+	if n.cfg.Inherit != nil {
+		known = slices.Clone(n.cfg.Inherit.Members)
 	}
-	return n.cfg.Inherit.Members
+	for _, a := range n.remembered {
+		known = append(known, a.String())
+	}
+	return known
 }

@@ -34,7 +34,10 @@ type Node struct {
 	segs    []*segment
 	demuxes []*encap.Demux // one per UDP socket (per queue)
 	gossip  *gossip.Node
-	bgp     *evpn.Speaker // nil without Config.BGP (evpn.go)
+	// remembered are the gossip members kept in --state-dir at the last
+	// run (members.go), read at start; set before Run.
+	remembered []netip.AddrPort
+	bgp        *evpn.Speaker // nil without Config.BGP (evpn.go)
 	// evpnVTEPs are the VTEPs the BGP peers' routes name: the filter
 	// takes them as static ones (plain VXLAN, under --encrypt too).
 	evpnVTEPs atomic.Pointer[map[netip.Addr]uint16]
@@ -208,6 +211,7 @@ func (n *Node) startGossip(ports gossip.SourcePorts) (err error) {
 		}
 		exts = append(exts, n.enc)
 	}
+	n.remembered = n.loadMembers()
 	n.gossip, err = gossip.New(gossip.Config{
 		Name:           n.cfg.Name,
 		BindAddr:       n.cfg.GossipAddr,
@@ -517,6 +521,8 @@ func (n *Node) Run(ctx context.Context) error {
 	})
 	wg.Add(1)
 	go func() { defer wg.Done(); n.watchSilence(ctx) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); n.keepMembers(ctx) }()
 	if !n.cfg.GossipOff {
 		wg.Add(1)
 		go func() { defer wg.Done(); n.pmtu.run(ctx) }()

@@ -15,7 +15,8 @@ import (
 // What the node keeps in --state-dir: name, the node's name (the command
 // line reads it back when --name is not given); per TAP, <dev>.mac, the TAP
 // MAC, so peers' caches stay valid across restarts, and <dev>.lease.json,
-// the subnet lease of the routed overlay (lease.go).
+// the subnet lease of the routed overlay (lease.go); members, the gossip
+// members the node knew, joined at the next start (members.go).
 //
 // The state is a convenience, never a condition of running: files are
 // written through atomicfile (a unique temporary file, fsync, rename), and
@@ -45,7 +46,12 @@ func (n *Node) saveState(path, what string, data []byte) {
 
 // The files of the state directory (--state-dir): the node's name, and for
 // each TAP its MAC and (routed mode, the first TAP) its subnet lease.
+// MembersFile is below.
 const NameFile = "name"
+
+// MembersFile is the name of the state file of the gossip members the node
+// knew (members.go).
+const MembersFile = "members"
 
 // MACFile and LeaseFile are the names of the state files of the TAP dev.
 func MACFile(dev string) string   { return dev + ".mac" }
