@@ -195,7 +195,9 @@ func TestBGPRawSpeakerAgainstFRR(t *testing.T) {
 				t.Fatal(err)
 			}
 			if m == EVPNValid {
-				if err := Eventually(ctx, 10*time.Second, func() bool { return installed(mac) }); err != nil {
+				// 30 s: a CI run beside another suite saw nothing installed
+				// (and nothing logged by bgpd) within 10 s.
+				if err := Eventually(ctx, 30*time.Second, func() bool { return installed(mac) }); err != nil {
 					t.Fatalf("FRR did not install the valid route: %v", err)
 				}
 			}

@@ -484,7 +484,7 @@ func TestCNIRoutedOverlay(t *testing.T) {
 		h1.del(t, "c1", c1)
 		after := h1.state(t)
 		if slices.Contains(after.reserved, a1.String()) || len(after.saved) != 0 || len(after.links) != len(before.links)-1 {
-			t.Errorf("before DEL: %s; after: %s (reserved %v)", before, after, after.reserved)
+			t.Errorf("before DEL: %s; after: %s (reserved %v; links before %v, after %v)", before, after, after.reserved, before.links, after.links)
 		}
 		if out := inNetns(t, c1, "ip", "-o", "link", "show"); strings.Contains(out, "eth0") {
 			t.Errorf("c1 kept eth0:\n%s", out)
