@@ -160,17 +160,8 @@ func benchAction(c *cli.Context) error {
 		return badFlag("overlays", c.String("overlays"), "%v", err)
 	}
 	cfg.Overlays = overlays
-	if cfg.Prefix != "" {
-		if _, err := testenv.New(testenv.Config{Prefix: cfg.Prefix, Hosts: 2}); err != nil { // creates nothing
-			return badFlag("prefix", cfg.Prefix, "must be 1 to 12 ASCII letters or digits")
-		}
-	}
-	if cfg.Binary == "" {
-		if cfg.Binary, err = os.Executable(); err != nil {
-			return fmt.Errorf("bench: finding this executable (give --bin): %w", err)
-		}
-	} else if fi, err := os.Stat(cfg.Binary); err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
-		return badFlag("bin", cfg.Binary, "not an executable file")
+	if err := checkTestbedFlags("bench", cfg.Prefix, &cfg.Binary); err != nil {
+		return err
 	}
 	var svg *os.File
 	if path := c.String("svg"); path != "" {
@@ -288,4 +279,24 @@ func printBenchJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// checkTestbedFlags checks the --prefix and --bin of a bench command (cmd
+// names it in errors) and sets an empty bin to this executable.
+func checkTestbedFlags(cmd, prefix string, bin *string) error {
+	if prefix != "" {
+		if _, err := testenv.New(testenv.Config{Prefix: prefix, Hosts: 2}); err != nil { // creates nothing
+			return badFlag("prefix", prefix, "must be 1 to 12 ASCII letters or digits")
+		}
+	}
+	if *bin == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("%s: finding this executable (give --bin): %w", cmd, err)
+		}
+		*bin = exe
+	} else if fi, err := os.Stat(*bin); err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+		return badFlag("bin", *bin, "not an executable file")
+	}
+	return nil
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
 	"os/signal"
 	"strconv"
 	"strings"
@@ -113,17 +112,8 @@ func benchChaosAction(c *cli.Context) error {
 		return badFlag("faults", c.String("faults"), "%v", err)
 	}
 	cfg.Kinds = kinds
-	if cfg.Prefix != "" {
-		if _, err := testenv.New(testenv.Config{Prefix: cfg.Prefix, Hosts: 2}); err != nil { // creates nothing
-			return badFlag("prefix", cfg.Prefix, "must be 1 to 12 ASCII letters or digits")
-		}
-	}
-	if cfg.Binary == "" {
-		if cfg.Binary, err = os.Executable(); err != nil {
-			return fmt.Errorf("bench chaos: finding this executable (give --bin): %w", err)
-		}
-	} else if fi, err := os.Stat(cfg.Binary); err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
-		return badFlag("bin", cfg.Binary, "not an executable file")
+	if err := checkTestbedFlags("bench chaos", cfg.Prefix, &cfg.Binary); err != nil {
+		return err
 	}
 	signal.Ignore(syscall.SIGPIPE)
 	ctx, stop := testenv.SignalContext(c.Context)
