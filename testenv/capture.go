@@ -16,6 +16,13 @@ import (
 // captureStartTimeout bounds the wait for tcpdump to say it is listening.
 const captureStartTimeout = 10 * time.Second
 
+// A capture is stopped once its file has not grown for captureQuiet, or
+// after captureQuietMax (see waitQuiet).
+const (
+	captureQuiet    = 300 * time.Millisecond
+	captureQuietMax = 3 * time.Second
+)
+
 // Capture runs `tcpdump -i iface -w pcapPath filter` inside host and
 // returns once tcpdump reports it is listening, so nothing sent afterwards is
 // missed. filter is a pcap-filter expression; empty captures everything.
@@ -86,6 +93,10 @@ func (tb *Testbed) Capture(ctx context.Context, host *Host, iface, filter, pcapP
 	)
 	stop = func() error {
 		once.Do(func() {
+			// tcpdump drops what it has not read yet when SIGINT comes, and
+			// a loaded tcpdump lags (CI runs saw 5 of 6 packets of pings
+			// that had all been answered): first let the file stop growing.
+			waitQuiet(pcapPath)
 			_ = cmd.Process.Signal(os.Interrupt)
 			t := time.NewTimer(stopTimeout)
 			defer t.Stop()
@@ -103,4 +114,25 @@ func (tb *Testbed) Capture(ctx context.Context, host *Host, iface, filter, pcapP
 		return stopErr
 	}
 	return stop, nil
+}
+
+// waitQuiet returns once the file at path has not grown for captureQuiet,
+// or after captureQuietMax: a capture writes each packet through (-U), so
+// a file that stopped growing is one whose writer read what had come.
+func waitQuiet(path string) {
+	size := func() int64 {
+		fi, err := os.Stat(path)
+		if err != nil {
+			return -1
+		}
+		return fi.Size()
+	}
+	last, since := size(), time.Now()
+	for end := time.Now().Add(captureQuietMax); time.Now().Before(end); time.Sleep(captureQuiet / 5) {
+		if n := size(); n != last {
+			last, since = n, time.Now()
+		} else if time.Since(since) >= captureQuiet {
+			return
+		}
+	}
 }
