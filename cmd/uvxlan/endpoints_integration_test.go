@@ -201,14 +201,10 @@ func TestDuplicateAddress(t *testing.T) {
 	ip := overlayAddr(66)
 	mac1, mac2 := fdb.MAC{0x02, 0x66, 0, 0, 0, 0x11}, fdb.MAC{0x02, 0x66, 0, 0, 0, 0x22}
 	ep1 := endpointBehind(t, tb, h1, ip, mac1)
-	if err := sendGratuitous(ep1, "ep1", 1, ip, mac1); err != nil {
-		t.Fatal(err)
-	}
+	announceUntilLocal(t, a1, ep1, ip, mac1)
 	eventuallyT(t, 5*time.Second, "h3 binds the address to h1's endpoint", func() bool { m, _ := neighOf(t, a3, ip); return m == mac1 })
 	ep2 := endpointBehind(t, tb, h2, ip, mac2)
-	if err := sendGratuitous(ep2, "ep1", 1, ip, mac2); err != nil {
-		t.Fatal(err)
-	}
+	announceUntilLocal(t, a2, ep2, ip, mac2)
 	const watch = 8 * time.Second
 	flips, last := 0, fdb.MAC{}
 	for end := time.Now().Add(watch); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {

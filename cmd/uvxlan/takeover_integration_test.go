@@ -297,9 +297,7 @@ func TestTakeoverDropsWhatTheClusterWithdrew(t *testing.T) {
 	}
 	ip, mac := overlayAddr(77), fdb.MAC{0x02, 0x77, 0, 0, 0, 3}
 	ep := endpointBehind(t, tb, a3.host, ip, mac)
-	if err := sendGratuitous(ep, "ep1", 1, ip, mac); err != nil {
-		t.Fatal(err)
-	}
+	announceUntilLocal(t, a3, ep, ip, mac)
 	eventuallyT(t, 10*time.Second, "h2 holds h3's endpoint from gossip", func() bool {
 		vtep, origin := fdbOf(t, a2, mac)
 		return vtep == a3.host.Underlay && origin == "gossip"
