@@ -291,8 +291,10 @@ func (ch *cniHost) state(t *testing.T) hostState {
 	}
 	var st hostState
 	for _, l := range lines(inNetns(t, ch.Netns, "ip", "-o", "link", "show")) {
-		// "7: vethabc@if2: <...> ..." → "vethabc@if2"
-		if f := strings.Fields(l); len(f) > 1 {
+		// "7: vethabc@if2: <...> ..." → "vethabc@if2"; only lines of that
+		// form: ip may print another line beside a veth (a CI run counted
+		// a link named "Peer").
+		if f := strings.Fields(l); len(f) > 1 && strings.HasSuffix(f[0], ":") && isIndex(strings.TrimSuffix(f[0], ":")) {
 			st.links = append(st.links, strings.TrimSuffix(f[1], ":"))
 		}
 	}
@@ -490,4 +492,17 @@ func TestCNIRoutedOverlay(t *testing.T) {
 			t.Errorf("c1 kept eth0:\n%s", out)
 		}
 	})
+}
+
+// isIndex reports whether s is a link index: decimal digits only.
+func isIndex(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
