@@ -128,3 +128,75 @@ func TestSpinWait(t *testing.T) {
 		t.Fatal("spun past the deadline")
 	}
 }
+
+// echoDev is a pollDev whose host answers every frame written into it
+// within the Write, as a host's stack answers an echo request: the answer
+// is waiting to be read when Write returns.
+type echoDev struct {
+	*pollDev
+	answer func(frame []byte) []byte
+}
+
+func (d *echoDev) Write(bufs [][]byte, offset int) (int, error) {
+	n, err := d.pollDev.Write(bufs, offset)
+	for _, b := range bufs[:n] {
+		d.inject(d.answer(b[offset:]))
+	}
+	return n, err
+}
+
+// The receive loop sends what the host answered within its TAP write
+// (tx_inline), while the transmit loop sends what else the TAP gives, at the
+// same time: every answer and every other frame arrives, once (run with
+// -race: the two loops share the transmit state). Before, the transmit
+// loop sent everything (tx_inline did not exist).
+func TestEngineSendsAnswersInline(t *testing.T) {
+	var n fakeNet
+	a := startNode(t, &n, macA, vtepA, nil, false)
+	a.table.Learn(testVNI, macB, vtepB)
+	connB := n.listen(vtepB)
+	devB := &echoDev{pollDev: newPollDev(macB), answer: func(f []byte) []byte { return ethFrame(macA, macB, 200) }}
+	tableB := fdb.New(fdb.Config{})
+	tableB.Learn(testVNI, macA, vtepA)
+	engB, err := NewEngine(EngineConfig{VNI: testVNI, MAC: macB, Local: vtepB.Addr(), Port: 4789}, devB, connB, []Transport{connB}, tableB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- engB.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("engine Run: %v", err)
+		}
+	}()
+
+	const requests, others = 300, 300
+	go func() {
+		for range others {
+			devB.inject(ethFrame(macA, macB, 300))
+		}
+	}()
+	for range requests {
+		a.dev.inject(ethFrame(macB, macA, 100))
+	}
+	eventually(t, "every answer and frame on A's TAP", func() bool { return len(a.dev.written()) == requests+others })
+	var answers, rest int
+	for _, f := range a.dev.written() {
+		switch len(f) {
+		case 14 + 200:
+			answers++
+		case 14 + 300:
+			rest++
+		}
+	}
+	s := engB.Stats()
+	t.Logf("B: tx_packets %d, tx_inline %d", s.Get(TxPackets), s.Get(TxInline))
+	if answers != requests || rest != others || s.Get(TxPackets) != requests+others {
+		t.Errorf("A got %d answers and %d other frames, B sent %d; want %d, %d, %d", answers, rest, s.Get(TxPackets), requests, others, requests+others)
+	}
+	if s.Get(TxInline) == 0 {
+		t.Errorf("tx_inline = 0: the receive loop sent none of the answers")
+	}
+}
