@@ -378,8 +378,7 @@ func (d *Demux) allowed(e *Engine, from netip.AddrPort) (member, ok bool) {
 }
 
 // deliver writes frames (datagrams: VXLAN header and frame) to the TAP and
-// counts them, then sends what the host answered within the write, if
-// anything (drainInline). It reports whether the TAP is closed.
+// counts them. It reports whether the TAP is closed.
 func (e *Engine) deliver(frames [][]byte) (closed bool) {
 	if len(frames) == 0 {
 		return false
@@ -392,9 +391,5 @@ func (e *Engine) deliver(frames [][]byte) (closed bool) {
 	}
 	e.c.add(RxPackets, uint64(w))
 	e.c.add(RxBytes, bytes)
-	if err != nil {
-		return isClosed(err)
-	}
-	e.drainInline()
-	return false
+	return err != nil && isClosed(err)
 }

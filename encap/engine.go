@@ -64,7 +64,6 @@ import (
 	"net/netip"
 	"os"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/uvxlan/uvxlan/encap/esp"
@@ -217,8 +216,6 @@ type Engine struct {
 	tx     *txState
 	// partial: the TAP leaves checksums partial (EngineConfig.Partial).
 	partial bool
-	// abort ends Run with an error (set by Run before its loops start).
-	abort func(error)
 }
 
 // NewEngine builds an engine. senders send to the underlay, the sender for
@@ -305,7 +302,6 @@ func (e *Engine) Run(ctx context.Context) error {
 		}
 		cancel()
 	}
-	e.abort = fail
 	wg.Add(1)
 	go func() { defer wg.Done(); fail(e.transmitLoop()) }()
 	if e.own != nil {
@@ -404,18 +400,6 @@ type txState struct {
 	// the datagram is sent from both without copying the payload.
 	tails [][]byte
 	tb    *txBatch
-	// mu is held by whoever reads the TAP and sends (drain): the
-	// transmit loop, or a receive loop right after it wrote into the TAP;
-	// pending asks the holder to drain once more after it (see drain).
-	// The fields below are mu's.
-	mu      sync.Mutex
-	pending atomic.Bool
-	// running: the transmit loop polls (tap.Poller) and has not ended, so
-	// a receive loop may drain for it.
-	running   atomic.Bool
-	spinUntil int64 // the busy-poll's deadline, 0 when not spinning
-	stop      bool  // a socket or the TAP is closed
-	failed    error
 }
 
 func (e *Engine) newTxState() *txState {
@@ -449,17 +433,36 @@ func (e *Engine) transmitLoop() error {
 			}
 		}
 	}
-	st := e.tx
-	st.running.Store(true)
-	defer st.running.Store(false)
-	// try runs inside WaitRead, which calls it again when the TAP becomes
-	// readable: drain, until something ends the loop.
-	try := func() bool { return e.drain(false) }
+	var (
+		spinUntil int64 // the busy-poll's deadline, 0 when not spinning
+		stop      bool  // a socket or the TAP is closed
+		failed    error
+	)
+	// try reads and sends until the TAP is drained (false: wait for it)
+	// or something ends the loop (true). It runs inside WaitRead, which
+	// calls it again when the TAP becomes readable.
+	try := func() bool {
+		for {
+			n, drained, err := e.poller.TryRead(e.tx.bufs, e.tx.sizes, e.tx.tails, Headroom)
+			closed := e.send(n)
+			switch {
+			case closed || err != nil && isClosed(err):
+				stop = true
+				return true
+			case err != nil:
+				failed = err
+				return true
+			case n > 0:
+				spinUntil = 0
+			}
+			if drained && !spinWait(int64(e.cfg.BusyPoll), &spinUntil) {
+				spinUntil = 0
+				return false
+			}
+		}
+	}
 	for {
 		err := e.poller.WaitRead(try)
-		st.mu.Lock()
-		stop, failed := st.stop, st.failed
-		st.mu.Unlock()
 		switch {
 		case stop || err != nil && isClosed(err):
 			return nil
@@ -468,75 +471,6 @@ func (e *Engine) transmitLoop() error {
 		case err != nil:
 			return err
 		}
-	}
-}
-
-// drain reads frames from the TAP and sends them until it finds the TAP
-// empty (the transmit loop busy-polls first when EngineConfig.BusyPoll
-// says so),
-// unless another goroutine is draining: that one then drains once more
-// after it (pending), so a frame never waits for a wake-up that its reader
-// has already taken. It reports whether the transmit loop must end
-// (tx.stop or tx.failed).
-//
-// The transmit loop drains when the poller wakes it; a receive loop
-// drains right after it wrote frames into the TAP (drainInline): the host
-// answers some of them within the write (an echo reply, a TCP ACK), and
-// sending those at once saves the wait for the transmit loop's turn.
-func (e *Engine) drain(inline bool) bool {
-	st := e.tx
-	for {
-		st.pending.Store(true)
-		if !st.mu.TryLock() {
-			return false
-		}
-		st.pending.Store(false)
-		end := st.stop || st.failed != nil || e.drainLocked(inline)
-		st.mu.Unlock()
-		if end || !st.pending.Load() {
-			return end
-		}
-	}
-}
-
-// drainLocked is drain's work, under tx.mu.
-func (e *Engine) drainLocked(inline bool) bool {
-	st := e.tx
-	for {
-		n, drained, err := e.poller.TryRead(st.bufs, st.sizes, st.tails, Headroom)
-		closed := e.send(n)
-		if inline && n > 0 {
-			e.c.add(TxInline, uint64(n))
-		}
-		switch {
-		case closed || err != nil && isClosed(err):
-			st.stop = true
-			return true
-		case err != nil:
-			st.failed = err
-			return true
-		case n > 0:
-			st.spinUntil = 0
-		}
-		if drained && (inline || !spinWait(int64(e.cfg.BusyPoll), &st.spinUntil)) {
-			st.spinUntil = 0
-			return false
-		}
-	}
-}
-
-// drainInline drains the TAP from a receive loop that just wrote into it,
-// while the transmit loop runs (and is not busy-polling, which holds tx.mu).
-// A failure it meets ends the engine's Run, as the transmit loop's would.
-func (e *Engine) drainInline() {
-	if !e.tx.running.Load() || !e.drain(true) {
-		return
-	}
-	e.tx.mu.Lock()
-	failed := e.tx.failed
-	e.tx.mu.Unlock()
-	if failed != nil && e.abort != nil {
-		e.abort(failed)
 	}
 }
 

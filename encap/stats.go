@@ -42,10 +42,6 @@ const (
 	// TxPartialCsum counts frames sent with their inner TCP or UDP
 	// checksum left partial, to members that take them (see partial.go).
 	TxPartialCsum
-	// TxInline counts frames a receive loop read from the TAP and sent
-	// right after it wrote into the TAP (what the host answered within
-	// the write), rather than the transmit loop.
-	TxInline
 
 	NumCounters
 )
@@ -77,7 +73,6 @@ var counterDescs = [NumCounters]Desc{
 	PMTUAcks:          {"pmtu_acks", "Acks to this agent's path MTU probes received from members."},
 	RxPartialCsum:     {"rx_partial_checksums", "Frames from the underlay whose inner TCP or UDP checksum the sender left partial for a NIC to finish (a kernel VXLAN device with checksum offload, behind a veth, or an agent that leaves them so for members that take them): completed, or handed to the TAP as needing one, instead of written broken."},
 	TxPartialCsum:     {"tx_partial_checksums", "Frames sent with their inner TCP or UDP checksum left partial (the pseudo-header sum, as the host's kernel left it for the TAP to finish), to a member that takes them (--partial-checksums): its TAP finishes it only if the frame leaves its host."},
-	TxInline:          {"tx_inline", "Frames read from the TAP and sent by a receive loop right after it wrote into the TAP (the echo replies and TCP ACKs the host made within that write), rather than by the transmit loop."},
 }
 
 // Desc returns the counter's declaration.
