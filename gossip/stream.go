@@ -122,6 +122,7 @@ type streamLimits struct {
 	max, perHost int
 	bytes        int64 // all the open streams together
 	timeout      time.Duration
+	arrived      func() // Config.InboundStream, or nil
 }
 
 // streamTransport is a memberlist transport that bounds the inbound streams
@@ -258,6 +259,9 @@ func (t *streamTransport) pump() {
 // admit takes a slot for c and returns it bounded, or closes c and
 // returns nil when there is no slot for it.
 func (t *streamTransport) admit(c net.Conn) *boundedConn {
+	if t.lim.arrived != nil {
+		t.lim.arrived()
+	}
 	host := remoteAddr(c)
 	t.mu.Lock()
 	ok := t.open < t.lim.max && t.byHost[host] < t.lim.perHost
