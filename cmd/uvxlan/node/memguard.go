@@ -30,6 +30,7 @@ package node
 // the CPU.
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"math"
@@ -59,6 +60,7 @@ type memGuard struct {
 	running atomic.Bool  // hold is running
 	logged  atomic.Bool  // the first hold was logged at Info
 	log     atomic.Pointer[slog.Logger]
+	quiet   time.Duration // guardHold, or a test's
 }
 
 // streamArrived is gossip's Config.InboundStream: it starts holding the
@@ -89,7 +91,8 @@ func (g *memGuard) hold() {
 	for i, name := range guardMetrics {
 		s[i].Name = name
 	}
-	tick := time.NewTicker(guardTick)
+	quiet := cmp.Or(g.quiet, guardHold)
+	tick := time.NewTicker(min(guardTick, quiet))
 	defer tick.Stop()
 	for {
 		prev := debug.SetMemoryLimit(-1) // GOMEMLIMIT's, or none
@@ -121,7 +124,7 @@ func (g *memGuard) hold() {
 					set = limit
 				}
 			}
-			if time.Since(time.Unix(0, g.last.Load())) > guardHold {
+			if time.Since(time.Unix(0, g.last.Load())) > quiet {
 				break
 			}
 			<-tick.C
@@ -129,7 +132,7 @@ func (g *memGuard) hold() {
 		debug.SetMemoryLimit(prev)
 		g.running.Store(false)
 		// A stream that arrived after the check above saw us running.
-		if time.Since(time.Unix(0, g.last.Load())) > guardHold || !g.running.CompareAndSwap(false, true) {
+		if time.Since(time.Unix(0, g.last.Load())) > quiet || !g.running.CompareAndSwap(false, true) {
 			return
 		}
 	}
