@@ -49,8 +49,8 @@ package gossip
 // bounds the heap while streams arrive (Config.InboundStream; the agent's
 // memGuard in cmd/uvxlan/node sets the runtime a soft memory limit derived
 // from its heap before the streams and these bounds; the runtime then
-// held 58 to 59 MiB, free pages returned): 73 to 79 MiB, alone and beside
-// the hogs.
+// held about 58 MiB, free pages returned): 72 to 75 MiB alone, 72 to 93
+// MiB beside the hogs (under 80 MiB in 12 runs of 14).
 //
 // What legitimate gossip needs, in number. Each member push/pulls with one
 // random member every PushPullInterval (30 s, scaled up with the cluster:

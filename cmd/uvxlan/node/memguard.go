@@ -28,8 +28,9 @@ package node
 // runs without pause; a heap that stays as it was never meets the limit.
 // guardHold after the last stream the limit is what it was: none, or
 // GOMEMLIMIT's if the user set one (a lower one is kept; with GOGC=off the
-// guard does nothing). The same attack then left the agent at 73 to 79
-// MiB, alone and beside the hogs (the runtime held 58 to 59 MiB), and it
+// guard does nothing). The same attack then left the agent at 72 to 75
+// MiB alone and 72 to 93 MiB beside the hogs (under 80 MiB in 12 runs of
+// 14; the runtime held about 58 MiB, the limit about 51), and it
 // spent 2 to 8 % more CPU during the attack than without it, in one pair
 // of runs each (3.85 s against 3.55 s alone, 2.68 s against 2.62 s beside
 // the hogs, with as many collections): the attack's CPU goes to reading
