@@ -46,6 +46,7 @@ import (
 	"math"
 	"runtime/debug"
 	"runtime/metrics"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -111,21 +112,22 @@ func (g *memGuard) hold() {
 		if s[0].Value.Kind() == metrics.KindUint64 {
 			gogc = int64(s[0].Value.Uint64())
 		}
-		var lives [guardWindow]uint64
-		var goal0 int64 // GOGC's heap goal when the hold began
+		var lives []uint64 // the last guardWindow live heaps
+		var goal0 int64    // GOGC's heap goal when the hold began
 		set := int64(math.MaxInt64)
 		for i := 0; ; i++ {
 			if gogc >= 0 {
 				metrics.Read(s)
 				live := s[1].Value.Uint64()
 				if i == 0 {
-					lives = [guardWindow]uint64{live, live, live, live}
 					goal0 = int64(live) * (100 + gogc) / 100
 				}
-				lives[i%guardWindow] = live
+				if lives = append(lives, live); len(lives) > guardWindow {
+					lives = lives[1:]
+				}
 				heap := s[3].Value.Uint64() + s[4].Value.Uint64() + s[5].Value.Uint64() + s[6].Value.Uint64()
 				other := int64(s[2].Value.Uint64() - heap)
-				limit := other + max(goal0, int64(min(lives[0], lives[1], lives[2], lives[3]))) + guardAllowance
+				limit := other + max(goal0, int64(slices.Min(lives))) + guardAllowance
 				if limit = min(limit, prev); limit != set {
 					debug.SetMemoryLimit(limit)
 					if set == math.MaxInt64 {
@@ -159,5 +161,5 @@ func (g *memGuard) logHold(limit int64, live uint64) {
 		lvl = slog.LevelInfo
 	}
 	log.Log(context.Background(), lvl, "inbound gossip streams: holding the Go heap to a soft memory limit while they arrive",
-		"limit_bytes", limit, "live_heap_bytes", live, "hold", guardHold)
+		"limit_bytes", limit, "live_heap_bytes", live, "hold", cmp.Or(g.quiet, guardHold))
 }
