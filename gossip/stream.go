@@ -37,20 +37,19 @@ package gossip
 // in cmd/uvxlan), took an agent to 135 MiB of RSS when each of four streams
 // could send 8 MiB; to 100 to 122 MiB when they all together could; to 91
 // to 98 MiB with 6 MiB together, where memberlist's buffer stops at 8 MiB.
-// That was on a quiet machine. Beside two CPU hogs the same streams took
-// it to 91 to 117 MiB (142 MiB once in a full run of the tests, 102 to 115
-// MiB alone on the shared machine): the collector marks longer in wall
-// time, what memberlist allocates meanwhile counts as live, GOGC doubles
-// that, and freed pages wait for the scavenger (at the peaks, 53 to 80
-// MiB of heap objects, most of them garbage, while the last collection had
-// found 22 to 42 MiB live, beside 3 to 34 MiB of free pages not yet
+// That was on a quiet machine. On the shared test machine it was 95 to
+// 102 MiB, beside one to three CPU hogs 91 to 118 MiB, and 142 MiB once in
+// a full run of the tests: the collector marks longer in wall time, what
+// memberlist allocates meanwhile counts as live, GOGC doubles that, and
+// freed pages wait for the scavenger (at the peaks, 28 to 80 MiB of heap
+// objects, most of them garbage, beside 3 to 51 MiB of free pages not yet
 // returned; the rest of the RSS, about 16 MiB, is the binary and the
 // runtime). Bounding bytes cannot reach that, so the agent also
 // bounds the heap while streams arrive (Config.InboundStream; the agent's
 // memGuard in cmd/uvxlan/node sets the runtime a soft memory limit derived
 // from its heap before the streams and these bounds; the runtime then
-// held about 58 MiB, free pages returned): 72 to 75 MiB alone, 72 to 93
-// MiB beside the hogs (under 80 MiB in 12 runs of 14).
+// held 55 to 63 MiB, free pages returned): 71 to 72 MiB alone, 72 to 80
+// MiB beside one or two hogs, 72 to 93 MiB beside three.
 //
 // What legitimate gossip needs, in number. Each member push/pulls with one
 // random member every PushPullInterval (30 s, scaled up with the cluster:

@@ -39,10 +39,10 @@ import (
 //
 // h1's peak RSS (VmHWM) stays under 128 MiB, on a busy host too: the
 // agent holds its heap while streams arrive (cmd/uvxlan/node's memGuard),
-// and was at 72 to 75 MiB alone and at 72 to 93 MiB beside two CPU hogs
-// (`sh -c 'while :; do :; done'`, 12 runs of 14 under 80 MiB: the soft
+// and was at 71 to 72 MiB alone, 72 to 80 MiB beside one or two CPU hogs
+// (`sh -c 'while :; do :; done'`) and 72 to 93 MiB beside three (the
 // limit is soft, so the bound keeps its margin); without the guard it was
-// at 102 to 115 MiB alone, 91 to 117 MiB beside the hogs and 142 MiB once
+// at 95 to 102 MiB alone, 91 to 118 MiB beside the hogs and 142 MiB once
 // in a full run of the suite.
 // refused_streams and cut_streams rise in `uvxlan stats --json`, and
 // afterwards every agent sees three alive members and h2 and h3 ping h1

@@ -9,11 +9,12 @@ package node
 // collection marks counts as live, and freed pages wait for the
 // scavenger. Fake push/pulls at the byte bound, sent as fast as two hosts
 // could (TestGossipStreams in cmd/uvxlan), made 30 to 60 collections a
-// second and took the agent to 102 to 115 MiB of RSS on the shared test
-// machine, 91 to 117 MiB beside two CPU hogs and 142 MiB once in a full
-// run of the tests, where the marking took longer: at the peaks 53 to 80
-// MiB of heap objects, most of them garbage (the last collection had found
-// 22 to 42 MiB live), and up to 34 MiB of free pages not yet returned.
+// second and took the agent to 95 to 102 MiB of RSS on the shared test
+// machine, 91 to 118 MiB beside one to three CPU hogs and 142 MiB once in
+// a full run of the tests: at the peaks 28 to 80 MiB of heap objects, most
+// of them garbage (the last collection had found 18 to 42 MiB live), and
+// 3 to 51 MiB of free pages not yet returned (the larger part beside two
+// hogs); the rest, about 16 MiB, is the binary and the runtime.
 //
 // So while streams arrive the agent sets the runtime a soft memory limit
 // (debug.SetMemoryLimit), which the collector and the scavenger then hold
@@ -28,16 +29,18 @@ package node
 // runs without pause; a heap that stays as it was never meets the limit.
 // guardHold after the last stream the limit is what it was: none, or
 // GOMEMLIMIT's if the user set one (a lower one is kept; with GOGC=off the
-// guard does nothing). The same attack then left the agent at 72 to 75
-// MiB alone and 72 to 93 MiB beside the hogs (under 80 MiB in 12 runs of
-// 14; the runtime held about 58 MiB, the limit about 51), and it
-// spent 2 to 8 % more CPU during the attack than without it, in one pair
-// of runs each (3.85 s against 3.55 s alone, 2.68 s against 2.62 s beside
-// the hogs, with as many collections): the attack's CPU goes to reading
-// and decrypting, not to the collections. Nothing of it touches the forwarding path, which allocates
-// nothing; the guard itself is a runtime/metrics read per guardTick while
-// streams arrive, and the runtime caps what the limit's collections may
-// take at half the CPU.
+// guard does nothing). The same attack then left the agent at 71 to 72
+// MiB alone, 72 to 80 MiB beside one or two hogs and 72 to 93 MiB beside
+// three (14 runs of 16 under 80 MiB); the runtime held 55 to 63 MiB under
+// a limit of 51 to 55, free pages returned. What it costs: during the
+// attack (6.5 s) the agent used 5.5 to 5.7 s of CPU against 4.5 to 4.8 s
+// without the guard on the shared machine (about 0.15 of a CPU more; 1.5
+// to 1.7 s per GB the attackers wrote, against 1.1 to 1.25), and 2.9 to
+// 3.1 s against 2.9 to 3.0 s beside two hogs: returned pages are faulted
+// in again by the next stream. Nothing of it touches the forwarding path,
+// which allocates nothing; the guard itself is a runtime/metrics read per
+// guardTick while streams arrive, and the runtime caps what the limit's
+// collections may take at half the CPU.
 
 import (
 	"cmp"
