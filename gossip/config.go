@@ -138,6 +138,13 @@ type Config struct {
 	// DefaultStreamTimeout).
 	MaxStreamBytes int
 	StreamTimeout  time.Duration
+	// InboundStream, when set, is called each time an inbound stream
+	// arrives, before it is admitted or refused, from the goroutine that
+	// admits them all: it must return at once. The agent uses it to hold
+	// its heap to a soft limit while streams arrive (cmd/uvxlan/node:
+	// memGuard); a library holding many nodes in one process leaves it
+	// nil.
+	InboundStream func()
 	// Extensions are other replicated state riding this node's gossip,
 	// such as subnet leases (package gossip/lease); see extension.go. Their
 	// types must differ. Each serves this node only.

@@ -345,7 +345,7 @@ func New(cfg Config) (*Node, error) {
 	shutTransport := func() {}
 	if !cfg.Offline { // offline, nothing listens
 		tr, err := boundedTransport(mc, streamLimits{max: cfg.MaxStreams, perHost: cfg.MaxStreamsPerHost,
-			bytes: int64(cfg.MaxStreamBytes), timeout: cfg.StreamTimeout}, n.log, &n.stats)
+			bytes: int64(cfg.MaxStreamBytes), timeout: cfg.StreamTimeout, arrived: cfg.InboundStream}, n.log, &n.stats)
 		if err != nil {
 			return nil, fmt.Errorf("gossip: listen on %s: %w", net.JoinHostPort(mc.BindAddr, strconv.Itoa(mc.BindPort)), err)
 		}

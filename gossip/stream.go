@@ -37,6 +37,19 @@ package gossip
 // in cmd/uvxlan), took an agent to 135 MiB of RSS when each of four streams
 // could send 8 MiB; to 100 to 122 MiB when they all together could; to 91
 // to 98 MiB with 6 MiB together, where memberlist's buffer stops at 8 MiB.
+// That was on a quiet machine. On the shared test machine it was 95 to
+// 102 MiB, beside one to three CPU hogs 91 to 118 MiB, and 142 MiB once in
+// a full run of the tests: the collector marks longer in wall time, what
+// memberlist allocates meanwhile counts as live, GOGC doubles that, and
+// freed pages wait for the scavenger (at the peaks, 28 to 80 MiB of heap
+// objects, most of them garbage, beside 3 to 51 MiB of free pages not yet
+// returned; the rest of the RSS, about 16 MiB, is the binary and the
+// runtime). Bounding bytes cannot reach that, so the agent also
+// bounds the heap while streams arrive (Config.InboundStream; the agent's
+// memGuard in cmd/uvxlan/node sets the runtime a soft memory limit derived
+// from its heap before the streams and these bounds; the runtime then
+// held 55 to 63 MiB, free pages returned): 71 to 72 MiB alone, 72 to 80
+// MiB beside one or two hogs, 72 to 93 MiB beside three.
 //
 // What legitimate gossip needs, in number. Each member push/pulls with one
 // random member every PushPullInterval (30 s, scaled up with the cluster:
@@ -122,6 +135,7 @@ type streamLimits struct {
 	max, perHost int
 	bytes        int64 // all the open streams together
 	timeout      time.Duration
+	arrived      func() // Config.InboundStream, or nil
 }
 
 // streamTransport is a memberlist transport that bounds the inbound streams
@@ -258,6 +272,9 @@ func (t *streamTransport) pump() {
 // admit takes a slot for c and returns it bounded, or closes c and
 // returns nil when there is no slot for it.
 func (t *streamTransport) admit(c net.Conn) *boundedConn {
+	if t.lim.arrived != nil {
+		t.lim.arrived()
+	}
 	host := remoteAddr(c)
 	t.mu.Lock()
 	ok := t.open < t.lim.max && t.byHost[host] < t.lim.perHost

@@ -238,6 +238,7 @@ func (n *Node) startGossip(ports gossip.SourcePorts) (err error) {
 		Neigh:          n.neigh,
 		Logger:         n.log,
 		Extensions:     exts,
+		InboundStream:  func() { heapGuard.streamArrived(n.log) },
 	})
 	if err != nil {
 		if strings.Contains(err.Error(), "address already in use") {
