@@ -491,6 +491,10 @@ func (n *Node) Run(ctx context.Context) error {
 	return err
 }
 
+// Joined is closed once this node is in the cluster: a join succeeded,
+// another member contacted it, or it has no seeds (it founds the cluster).
+func (n *Node) Joined() <-chan struct{} { return n.joinedCh }
+
 // setJoined records that this node is in the cluster (Handle.Joined).
 func (n *Node) setJoined() {
 	if n.joined.CompareAndSwap(false, true) {

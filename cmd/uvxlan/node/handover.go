@@ -21,11 +21,13 @@ package node
 //     and sockets for a moment, and nothing queued in the kernel is lost.
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/netip"
 	"os"
 	"slices"
+	"time"
 
 	"github.com/uvxlan/uvxlan/encap"
 	"github.com/uvxlan/uvxlan/fdb"
@@ -211,6 +213,7 @@ func (n *Node) preload(h *Handover) {
 			n.table.Set(fdb.Entry{VNI: e.VNI, MAC: e.MAC, VTEP: e.VTEP, Origin: fdb.OriginStatic})
 		default:
 			n.table.Learn(e.VNI, e.MAC, e.VTEP)
+			n.inherited = append(n.inherited, e)
 		}
 	}
 	for _, b := range h.Neigh {
@@ -224,6 +227,65 @@ func (n *Node) preload(h *Handover) {
 		}
 	}
 	n.refreshStatic()
+}
+
+// inheritedSweepDelay is how long after joining the cluster a successor
+// keeps what it inherited as learned entries (preload) unconfirmed. By then
+// the join's push/pull and the settling syncs have brought every alive
+// member's records, and gossip has replaced each entry a member still
+// announces with its own.
+const inheritedSweepDelay = 10 * time.Second
+
+// sweepInherited drops, inheritedSweepDelay after gossip joined the
+// cluster, the inherited entries nothing vouches for any more
+// (dropUnvouched). Without it such an entry stayed until ageing (300 s):
+// a member that died just before a takeover is never seen alive by the
+// successor, so its withdrawal never reaches the successor's table, and
+// gossip deletes only the entries it set itself, not learned ones.
+func (n *Node) sweepInherited(ctx context.Context) {
+	if len(n.inherited) == 0 || n.cfg.GossipOff {
+		return
+	}
+	select {
+	case <-ctx.Done():
+		return
+	case <-n.gossip.Joined():
+	}
+	t := time.NewTimer(inheritedSweepDelay)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return
+	case <-t.C:
+	}
+	if k := n.dropUnvouched(n.inherited); k > 0 {
+		n.log.Info("takeover: dropped inherited entries that no member announces and no static peer, --allow-vtep range or static entry admits", "entries", k)
+	}
+	n.inherited = nil
+}
+
+// dropUnvouched deletes each of the inherited entries that is still the
+// learned entry preload made (same VTEP) and whose VTEP learning could not
+// have given: a member's (nothing is learned from members, so gossip is
+// the only source for their endpoints, and it has not set this one), or a
+// source the underlay filter no longer admits. It returns how many it
+// deleted.
+func (n *Node) dropUnvouched(inherited []fdb.Entry) int {
+	dropped := 0
+	for _, e := range inherited {
+		vtep, origin, ok := n.table.LookupOrigin(e.VNI, e.MAC)
+		if !ok || origin != fdb.OriginLearned || vtep != e.VTEP {
+			continue
+		}
+		addr := vtep.Addr().Unmap()
+		if _, member := n.filter.Member(addr); !member && n.filter.Allows(addr, nil) {
+			continue
+		}
+		if n.table.DeleteOrigin(e.VNI, e.MAC, fdb.OriginLearned) {
+			dropped++
+		}
+	}
+	return dropped
 }
 
 // known is what gossip joins besides --join: the members the predecessor

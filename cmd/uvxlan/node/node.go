@@ -52,6 +52,9 @@ type Node struct {
 	started     time.Time
 	rxs, srcs   []udpSocket // the underlay sockets, for a handover
 	handedOver  atomic.Bool // Abandon was called: the TAPs stay
+	// inherited are the entries preload took over as learned at a
+	// takeover, until sweepInherited has checked them.
+	inherited []fdb.Entry
 	// pinned holds the TAP addresses of the members, which an ARP packet
 	// from behind our TAPs may not claim, nor one from the wire bind to a
 	// MAC not their owner's (see pinned.go).
@@ -524,6 +527,8 @@ func (n *Node) Run(ctx context.Context) error {
 	go func() { defer wg.Done(); n.watchSilence(ctx) }()
 	wg.Add(1)
 	go func() { defer wg.Done(); n.keepMembers(ctx) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); n.sweepInherited(ctx) }()
 	if !n.cfg.GossipOff {
 		wg.Add(1)
 		go func() { defer wg.Done(); n.pmtu.run(ctx) }()
