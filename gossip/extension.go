@@ -181,9 +181,8 @@ func (h *Handle) Member(name string) (vtep netip.AddrPort, alive bool) {
 // returns err. Only the first failure counts. It does not block.
 func (h *Handle) Fail(err error) { h.n.fail(err) }
 
-// Joined is closed once this node is in the cluster: a join succeeded,
-// another member contacted it, or it has no seeds (it founds the cluster).
-func (h *Handle) Joined() <-chan struct{} { return h.n.joinedCh }
+// Joined is Node.Joined.
+func (h *Handle) Joined() <-chan struct{} { return h.n.Joined() }
 
 // Settle waits for what was broadcast before the call to have gone around
 // (the settle delay: 20 gossip intervals), then syncs (push/pull) with a
