@@ -902,3 +902,39 @@ func TestKnownMembers(t *testing.T) {
 		t.Error("a node without seeds whose known members are gone is not in its cluster")
 	}
 }
+
+// A member's leave intent belongs to the run that sent it: when the member
+// is back under a new run before memberlist declared the old one gone (a
+// quick restart), a later failure of the new run is a failure, withdrawn
+// after the dead grace and logged left=false, not a leave. (`bench chaos`,
+// seed 7: h9 logged h8 "left=true" after h8's restart.)
+func TestLeaveIntentEndsWithItsRun(t *testing.T) {
+	nodes := startCluster(t, 2, nil)
+	waitMembers(t, nodes)
+	a, b := nodes[0], nodes[1]
+	b.metaMu.Lock()
+	md, err := decodeMeta(b.meta)
+	b.metaMu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &delegate{a.Node}
+	a.deadGrace = time.Minute
+	d.NotifyMsg(appendLeave(nil, b.name, md.boot)) // the old run says it is leaving ...
+	md.boot++                                      // ... and is back as a new run before it was declared gone
+	node := &memberlist.Node{Name: b.name, Addr: b.Addr().Addr().AsSlice(), Port: b.Addr().Port(), Meta: md.encode()}
+	d.NotifyUpdate(node)
+	a.mu.Lock()
+	leaving := a.members[b.name].leaving
+	a.mu.Unlock()
+	if leaving {
+		t.Error("b's new run is taken as leaving: its old run's leave intent was kept")
+	}
+	d.NotifyLeave(node) // the new run fails
+	a.mu.Lock()
+	alive := a.members[b.name].alive
+	a.mu.Unlock()
+	if !alive {
+		t.Error("the new run's failure was withdrawn at once, as a leave, instead of after the dead grace")
+	}
+}

@@ -339,6 +339,9 @@ func (n *Node) memberUpLocked(node *memberlist.Node) bool {
 		m.alive, m.leaving, m.left, m.since = true, false, false, now
 	}
 	if m.meta.boot != md.boot { // a new run: drop the records of the old one
+		// and its leave intent: the new run has not said it is leaving,
+		// and a failure of it is a failure (deadGrace), not a leave.
+		m.leaving = false
 		for _, r := range slices.Clone(n.store.owned(node.Name)) {
 			if r.version < md.boot {
 				n.store.del(r.key, r.owner)
