@@ -533,7 +533,8 @@ type memberOut struct {
 	// (itself, or not measured yet).
 	PathMTU int `json:"path_mtu"`
 	// Wire is how VXLAN travels to it: "esp", "esp-pending" (no key
-	// agreed yet) or "vxlan" (node.Node.Wire).
+	// agreed yet), "esp-held" (gossip lost it; its address stays bound to
+	// its key) or "vxlan" (node.Node.Wire).
 	Wire string `json:"wire"`
 }
 
@@ -549,7 +550,7 @@ type memberRow struct {
 	Entries   int            `json:"entries"` // entries it owns that this node holds
 	Self      bool           `json:"self"`
 	PathMTU   int            `json:"path_mtu"` // measured path MTU to its VTEP; 0: unknown
-	Wire      string         `json:"wire"`     // esp, esp-pending (no key yet) or vxlan (--encrypt)
+	Wire      string         `json:"wire"`     // esp, esp-pending (no key yet), esp-held (lost by gossip, still keyed) or vxlan (--encrypt)
 	// Protocol is the gossip metadata version it speaks now: 7, or 6, 5
 	// or 4 while a member of an older release is in the cluster.
 	Protocol uint8 `json:"protocol"`

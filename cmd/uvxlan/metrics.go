@@ -79,6 +79,7 @@ var (
 		"probe_withdrawn":   desc("probe_withdrawn_total", "Bindings withdrawn because their endpoint did not answer its probes, or moved to another node."),
 		"pmtu_probes_refused": desc("pmtu_probes_refused_total",
 			"Path MTU probes not answered: not addressed to the agent's TAP MAC, not from an alive member, or past the member's rate."),
+		"esp_held": desc("esp_held_total", "Members that encrypt lost by gossip whose address stayed bound to their key (--encrypt): no plain VXLAN to or from them."),
 	}
 )
 

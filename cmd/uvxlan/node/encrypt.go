@@ -51,6 +51,30 @@ package node
 // hands the ephemeral private keys and the sequence numbers over
 // (handover.go), and the new process continues 2^32 beyond them.
 //
+// One identity, one wire. The address a member's static key is bound to
+// (its VTEP, as gossip gave it while the member was alive) stays in the
+// table (esp.Table: Keyed) when gossip loses the member, "held": whoever
+// can drop gossip between two members (TCP and UDP 7946) must not make
+// them talk plain VXLAN, nor let plain VXLAN forged from a member's
+// address in, whatever a BGP route or a static VTEP says. A held member
+// keeps the SAs of the last keys agreed: what it sends under them still
+// opens, what goes to it is still sealed under them, until the rekeys that
+// gossip can no longer carry retire them (then esp_unknown_spi on one
+// side, esp_no_key on the other: it fails closed). Gossip's loss of a
+// member is counted (Counters.ESPHeld), logged as a warning, and shown by
+// `uvxlan members` (wire "esp-held", Node.Wire).
+//
+// How long: for as long as the key is known, with no grace that runs out
+// (an attacker would only have to drop gossip for longer). A binding ends
+// only when gossip binds the address to another key (another member alive
+// there, or this node), or the member, alive, at another address; and, the
+// set being bounded (maxKeyPeers), when room is needed for a new member:
+// the longest-lost goes. The bindings are kept in --state-dir (KeyedFile,
+// written when they change), so a restart holds them from its first packet,
+// and a takeover hands them over (HandoverPeer.Held). To give a former
+// member's address to a plain VTEP for good, remove its line from the file
+// while the agent is stopped.
+//
 // A retired SA (both its ephemeral keys no longer among the newest two) is
 // dropped and its key copy wiped; the ephemeral private keys are dropped
 // with their generation. The key log (--encrypt-keylog) gets a line per SA
@@ -58,18 +82,23 @@ package node
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/ecdh"
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/uvxlan/uvxlan/cmd/internal/atomicfile"
@@ -86,6 +115,9 @@ const (
 	DefaultRekeyInterval = 2 * time.Minute
 	// KeyFile is the static key's file in --state-dir.
 	KeyFile = "encrypt.key"
+	// KeyedFile is the file in --state-dir of the addresses bound to
+	// members' static keys (keyedMember, JSON).
+	KeyedFile = "encrypt.members"
 	// maxKeyPeers bounds the members whose keys are kept.
 	maxKeyPeers = 4096
 	// handoverSkip is how far beyond the handed-over sequence numbers the
@@ -111,9 +143,22 @@ type peerKeys struct {
 	static *ecdh.PublicKey // from its metadata (CheckMeta); nil: not seen yet
 	eph    []peerEph       // newest first, at most 2
 	alive  bool
-	// vtep is the member's VTEP address handed over by a predecessor
-	// (a takeover): used until gossip knows the member.
+	// vtep is the address bound to the member's static key: its VTEP as
+	// gossip last gave it while the member was alive, or as a predecessor
+	// handed it over (a takeover) or KeyedFile kept it (a restart). It
+	// stays bound when gossip loses the member (held), until gossip binds
+	// it to another key (bindLocked); invalid: none.
 	vtep netip.Addr
+	// seen is when the member was last known alive: the longest-lost
+	// makes room first (peerLocked).
+	seen time.Time
+}
+
+// bound is whose key an address of the table is bound to, and whether
+// gossip has lost that member (held).
+type bound struct {
+	name string
+	held bool
 }
 
 // saKey names an SA: its direction's two ephemeral public keys (sender's
@@ -142,6 +187,20 @@ type encryption struct {
 	// skip holds the handed-over sequence numbers (a takeover), applied
 	// when the SA is made again.
 	skip map[saKey]uint64
+	// bound is the table's addresses at the last rebuild (bindLocked).
+	bound map[netip.Addr]bound
+
+	// held counts the members gossip lost whose address stayed bound
+	// (Counters.ESPHeld).
+	held atomic.Uint64
+	// save wakes Run to write the bindings to savePath (KeyedFile; ""
+	// without --state-dir).
+	save     chan struct{}
+	savePath string
+	// onBound, when set, is called (with mu held: it must not call the
+	// encryption) after the table's addresses changed: the node's
+	// refreshStatic.
+	onBound func()
 }
 
 var _ gossip.Extension = (*encryption)(nil)
@@ -157,7 +216,9 @@ func (n *Node) newEncryption() (*encryption, error) {
 		interval = DefaultRekeyInterval
 	}
 	x := &encryption{static: static, interval: interval, overlap: interval / 2, log: n.log.With("subsystem", "encrypt"),
-		self: n.cfg.Name, vtep: n.cfg.Local.Unmap(), peers: map[string]*peerKeys{}, sas: map[saKey]*esp.SA{}}
+		self: n.cfg.Name, vtep: n.cfg.Local.Unmap(), peers: map[string]*peerKeys{}, sas: map[saKey]*esp.SA{},
+		save: make(chan struct{}, 1), savePath: n.stateFile(KeyedFile)}
+	x.loadKeyed()
 	if n.cfg.KeyLog != "" {
 		f, err := os.OpenFile(n.cfg.KeyLog, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 		if err != nil {
@@ -240,7 +301,7 @@ func (x *encryption) CheckMeta(peer string, theirs []byte) error {
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	p := x.peerLocked(peer)
+	p := x.peerLocked(peer, time.Now())
 	if p == nil {
 		return fmt.Errorf("node %q: too many members' keys", peer)
 	}
@@ -251,13 +312,32 @@ func (x *encryption) CheckMeta(peer string, theirs []byte) error {
 	return nil
 }
 
-func (x *encryption) peerLocked(name string) *peerKeys {
+// peerLocked returns what the node knows of member name, made if new; when
+// maxKeyPeers are known, one that is not alive makes room: one bound to no
+// address first, else the member gossip lost longest ago (a held binding).
+// It returns nil when every one is alive.
+func (x *encryption) peerLocked(name string, now time.Time) *peerKeys {
 	p := x.peers[name]
 	if p == nil {
 		if len(x.peers) >= maxKeyPeers {
-			return nil
+			oldest := ""
+			for n, q := range x.peers {
+				if q.alive {
+					continue
+				}
+				if o := x.peers[oldest]; o == nil || !q.vtep.IsValid() && o.vtep.IsValid() ||
+					q.vtep.IsValid() == o.vtep.IsValid() && q.seen.Before(o.seen) {
+					oldest = n
+				}
+			}
+			if oldest == "" {
+				return nil
+			}
+			x.log.Warn("too many members' keys: forgetting the one lost longest ago; its address may get plain VXLAN again",
+				"member", oldest, "vtep", x.peers[oldest].vtep, "lost", x.peers[oldest].seen)
+			delete(x.peers, oldest)
 		}
-		p = &peerKeys{}
+		p = &peerKeys{seen: now}
 		x.peers[name] = p
 	}
 	return p
@@ -270,7 +350,7 @@ func (x *encryption) peerLocked(name string) *peerKeys {
 func (x *encryption) NotifyMember(name string, alive bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if p := x.peerLocked(name); p != nil {
+	if p := x.peerLocked(name, time.Now()); p != nil {
 		p.alive = alive
 	}
 	if alive && len(x.mine) > 0 {
@@ -289,6 +369,8 @@ func (x *encryption) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-x.save:
+			x.saveKeyed()
 		case now := <-t.C:
 			x.mu.Lock()
 			if now.Sub(x.mine[0].born) >= x.interval {
@@ -360,19 +442,9 @@ func (x *encryption) rebuildLocked(now time.Time) {
 	x.active = act.gen
 	used := map[saKey]bool{}
 	table := map[netip.Addr]*esp.Peer{}
-	for name, p := range x.peers {
-		if !p.alive || p.static == nil {
-			continue
-		}
-		var addr netip.Addr
-		if vtep, ok := x.h.Member(name); ok {
-			addr = vtep.Addr().Unmap()
-		} else if p.vtep.IsValid() {
-			addr = p.vtep
-		} else {
-			continue
-		}
-		ep := &esp.Peer{}
+	for addr, b := range x.bindLocked(now) {
+		p := x.peers[b.name]
+		ep := &esp.Peer{Held: b.held}
 		if len(p.eph) > 0 {
 			ep.Out = x.saLocked(used, addr, p, act.priv, p.eph[0].pub, true)
 		}
@@ -392,6 +464,119 @@ func (x *encryption) rebuildLocked(now time.Time) {
 		}
 	}
 	x.table.Set(table)
+}
+
+// bindLocked returns the addresses bound to members' static keys, and
+// whose: first every alive member's VTEP as gossip gives it (the binding
+// follows it), then the members gossip lost, held at their last address
+// unless gossip gave it to another key meanwhile (an alive member, or this
+// node: then the lost member's binding ends). When the set changed, it
+// counts and warns of each member newly held, asks Run to save the set,
+// and calls onBound.
+func (x *encryption) bindLocked(now time.Time) map[netip.Addr]bound {
+	out := map[netip.Addr]bound{}
+	for name, p := range x.peers {
+		if p.static == nil || !p.alive {
+			continue
+		}
+		if x.h != nil {
+			if vtep, ok := x.h.Member(name); ok {
+				p.vtep = vtep.Addr().Unmap()
+			}
+		}
+		if p.vtep.IsValid() {
+			out[p.vtep] = bound{name: name}
+			p.seen = now
+		}
+	}
+	for name, p := range x.peers {
+		if p.static == nil || p.alive || !p.vtep.IsValid() {
+			continue
+		}
+		if _, taken := out[p.vtep]; taken || p.vtep == x.vtep {
+			p.vtep = netip.Addr{}
+			continue
+		}
+		out[p.vtep] = bound{name: name, held: true}
+	}
+	if maps.Equal(out, x.bound) {
+		return out
+	}
+	for addr, b := range out {
+		if was, ok := x.bound[addr]; b.held && ok && was.name == b.name && !was.held {
+			x.held.Add(1)
+			x.log.Warn("gossip lost a member that encrypts: its address stays bound to its key, no plain VXLAN goes to it or is taken from it",
+				"member", b.name, "vtep", addr)
+		}
+	}
+	x.bound = out
+	if x.save != nil {
+		select {
+		case x.save <- struct{}{}:
+		default:
+		}
+	}
+	if x.onBound != nil {
+		x.onBound()
+	}
+	return out
+}
+
+// keyedMember is a line of KeyedFile: a member's name, static public key
+// and the address bound to it, and when it was last known alive (Unix
+// seconds).
+type keyedMember struct {
+	Name string     `json:"name"`
+	Key  []byte     `json:"key"`
+	VTEP netip.Addr `json:"vtep"`
+	Seen int64      `json:"seen"`
+}
+
+// loadKeyed reads the bindings of the previous run (KeyedFile): those
+// members are held until gossip says more. A file that cannot be read is
+// a warning (and made again), a bad line is skipped.
+func (x *encryption) loadKeyed() {
+	if x.savePath == "" {
+		return
+	}
+	b, err := os.ReadFile(x.savePath)
+	if errors.Is(err, os.ErrNotExist) {
+		return
+	}
+	var ms []keyedMember
+	if err == nil {
+		err = json.Unmarshal(b, &ms)
+	}
+	if err != nil {
+		x.log.Warn("ignoring the saved members' keys: unreadable or torn", "file", x.savePath, "err", err)
+		return
+	}
+	for _, m := range ms {
+		pub, err := esp.ParsePublic(m.Key)
+		if err != nil || m.Name == "" || m.Name == x.self || !m.VTEP.IsValid() || len(x.peers) >= maxKeyPeers {
+			continue
+		}
+		x.peers[m.Name] = &peerKeys{static: pub, vtep: m.VTEP.Unmap(), seen: time.Unix(m.Seen, 0)}
+	}
+}
+
+// saveKeyed writes the bindings to KeyedFile (Run, when bindLocked asks).
+func (x *encryption) saveKeyed() {
+	if x.savePath == "" {
+		return
+	}
+	x.mu.Lock()
+	ms := make([]keyedMember, 0, len(x.bound))
+	for addr, b := range x.bound {
+		p := x.peers[b.name]
+		ms = append(ms, keyedMember{Name: b.name, Key: p.static.Bytes(), VTEP: addr, Seen: p.seen.Unix()})
+	}
+	x.mu.Unlock()
+	slices.SortFunc(ms, func(a, b keyedMember) int { return strings.Compare(a.Name, b.Name) })
+	data, _ := json.MarshalIndent(ms, "", "  ")
+	if err := atomicfile.WriteFile(x.savePath, append(data, '\n'), 0o600); err != nil {
+		x.log.Warn("could not save the members' keys in --state-dir; a restart holds their addresses only once gossip tells", "file", x.savePath, "err", err)
+	}
 }
 
 // saLocked returns the SA between this node (ephemeral key mine) and the
@@ -474,7 +659,13 @@ func (x *encryption) mergeLocked(owner string, gen uint64, pub *ecdh.PublicKey) 
 	if owner == x.self || x.h.TooNew(gen) {
 		return false
 	}
-	p := x.peerLocked(owner)
+	// A record of an owner not known yet (one that overtook its owner's
+	// join) takes room only while there is some: it never makes a held
+	// binding go (peerLocked).
+	p := x.peers[owner]
+	if p == nil && len(x.peers) < maxKeyPeers {
+		p = x.peerLocked(owner, time.Now())
+	}
 	if p == nil || len(p.eph) > 0 && gen <= p.eph[0].gen {
 		return false
 	}
@@ -557,10 +748,12 @@ type HandoverEph struct {
 	Born int64  `json:"born,omitempty"` // Unix nanoseconds
 }
 
-// HandoverPeer is a member's keys, and its VTEP address when it is alive.
+// HandoverPeer is a member's keys, and its VTEP address when it is alive,
+// or (Held) the address bound to its key when gossip lost it.
 type HandoverPeer struct {
 	Name   string        `json:"name"`
 	VTEP   netip.Addr    `json:"vtep,omitzero"`
+	Held   netip.Addr    `json:"held,omitzero"`
 	Static []byte        `json:"static"`
 	Eph    []HandoverEph `json:"eph"`
 }
@@ -589,6 +782,9 @@ func (x *encryption) handover() *EncryptionHandover {
 			if vtep, ok := x.h.Member(name); ok {
 				hp.VTEP = vtep.Addr().Unmap()
 			}
+		}
+		if !hp.VTEP.IsValid() {
+			hp.Held = p.vtep
 		}
 		for _, e := range p.eph {
 			hp.Eph = append(hp.Eph, HandoverEph{Gen: e.gen, Pub: e.pub.Bytes()})
@@ -621,7 +817,7 @@ func (x *encryption) inherit(h *EncryptionHandover) {
 		}
 		// An alive member stays in the table (its datagrams opened, ours
 		// sealed) until the successor's gossip says otherwise.
-		p := &peerKeys{static: st, vtep: hp.VTEP, alive: hp.VTEP.IsValid()}
+		p := &peerKeys{static: st, vtep: cmp.Or(hp.VTEP, hp.Held), alive: hp.VTEP.IsValid(), seen: time.Now()}
 		for _, e := range hp.Eph {
 			if pub, err := esp.ParsePublic(e.Pub); err == nil && len(p.eph) < 2 {
 				p.eph = append(p.eph, peerEph{gen: e.Gen, pub: pub})
@@ -640,6 +836,12 @@ func (x *encryption) inherit(h *EncryptionHandover) {
 	}
 }
 
+// keyed reports whether addr is bound to a member's static key under
+// --encrypt (esp.Table.Keyed): it never gets nor gives plain VXLAN.
+func (n *Node) keyed(addr netip.Addr) bool {
+	return n.enc != nil && n.enc.table.Keyed(addr)
+}
+
 // espTable is the engines' table of SAs: nil without --encrypt.
 func (n *Node) espTable() *esp.Table {
 	if n.enc == nil {
@@ -651,8 +853,10 @@ func (n *Node) espTable() *esp.Table {
 // Wire says how VXLAN travels to the VTEP at addr (this node's own: how it
 // travels between members): "esp" (a member that encrypts, keys agreed),
 // "esp-pending" (a member that encrypts, no key agreed yet: nothing is
-// sent to it), or "vxlan" (plain: without --encrypt, or a VTEP that is no
-// member).
+// sent to it), "esp-held" (a member gossip lost: its address stays bound
+// to its key, what goes to it is sealed under the last keys agreed or
+// not sent), or "vxlan" (plain: without --encrypt, or an address bound
+// to no member's key).
 func (n *Node) Wire(addr netip.Addr) string {
 	if n.enc == nil {
 		return "vxlan"
@@ -664,6 +868,8 @@ func (n *Node) Wire(addr netip.Addr) string {
 	switch {
 	case !ok:
 		return "vxlan"
+	case p.Held:
+		return "esp-held"
 	case p.Out == nil:
 		return "esp-pending"
 	}

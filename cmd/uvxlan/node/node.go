@@ -212,6 +212,7 @@ func (n *Node) startGossip(ports gossip.SourcePorts) (err error) {
 		if n.enc, err = n.newEncryption(); err != nil {
 			return err
 		}
+		n.enc.onBound = n.refreshStatic // a member's VTEP is no static one
 		exts = append(exts, n.enc)
 	}
 	n.remembered = n.loadMembers()

@@ -2,12 +2,14 @@ package node
 
 import (
 	"fmt"
+	"net/netip"
 	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/uvxlan/uvxlan/encap"
+	"github.com/uvxlan/uvxlan/fdb"
 )
 
 // encrypting is a config change: --encrypt, with a gossip key (which it
@@ -78,5 +80,90 @@ func TestClusterEncrypt(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "encrypt") {
 			t.Errorf("a member without --encrypt: %v, want a refusal naming the encryption", err)
 		}
+	})
+}
+
+// TestClusterGossipLossHeld: one identity, one wire. n2's gossip falls
+// silent (its data plane does not): n1 sees it dead but keeps its address
+// bound to its key (esp-held, counted, a warning), so plain VXLAN from
+// n2's address is dropped (plain_from_encrypting_member) even though a
+// static FDB entry names that address. Restarted from its state directory
+// while n2 is gone, n1 holds n2's address from the start: a frame for it
+// waits for a key (esp_no_key) rather than go plain, and plain from it is
+// still dropped.
+func TestClusterGossipLossHeld(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t)
+		dirs := []string{t.TempDir(), t.TempDir()}
+		mod := func(i int) func(*Config) {
+			return func(cfg *Config) {
+				encrypting(time.Hour)(cfg)
+				cfg.StateDir = dirs[i-1]
+			}
+		}
+		n1, n2 := c.start(1, mod(1)), c.start(2, mod(2))
+		c.waitMembers(n1, n2)
+		v2 := n2.local
+		eventually(t, time.Minute, "n1 has keys with n2", func() bool { return n1.Wire(v2) == "esp" })
+		// An operator's static entry at n2's address: a plain VTEP, but
+		// for its binding to n2's key.
+		mac := fdb.MAC{0x02, 0x77, 0, 0, 0, 2}
+		if err := n1.AddStatic(1, mac, netip.AddrPortFrom(v2, 4789)); err != nil {
+			t.Fatal(err)
+		}
+		forger, err := c.underlay.Listen(netip.AddrPortFrom(v2, 40000), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer forger.Close()
+		plain := func(a *testAgent) {
+			dgram := make([]byte, encap.HeaderLen)
+			encap.PutHeader(dgram, 1)
+			forger.Send(netip.AddrPortFrom(a.local, 4789), append(dgram, udpFrame(t, mac, overlayOf(2), a.mac(), overlayOf(1), "forged")...))
+		}
+
+		n2.gossipTr.Crash()
+		eventually(t, time.Minute, "n1 holds n2's address", func() bool { return n1.Wire(v2) == "esp-held" })
+		if !n1.keyed(v2) {
+			t.Errorf("n1: n2's address is not keyed once gossip lost n2")
+		}
+		if got := n1.counters().ESPHeld; got != 1 {
+			t.Errorf("esp_held = %d, want 1", got)
+		}
+		if got := n1.countLog("gossip lost a member that encrypts"); got != 1 {
+			t.Errorf("%d warnings of the loss, want 1", got)
+		}
+		before := n1.Stats().Total
+		plain(n1)
+		eventually(t, 5*time.Second, "n1 drops plain VXLAN from n2's address", func() bool {
+			return n1.Stats().Total.Drops[encap.DropPlainFromMember] == before.Drops[encap.DropPlainFromMember]+1
+		})
+		if rx := n1.Stats().Total.Get(encap.RxPackets) - before.Get(encap.RxPackets); rx != 0 {
+			t.Errorf("n1 took %d frames from the forged plain VXLAN", rx)
+		}
+
+		// A restart while n2 is gone.
+		c.stopAgent(n2)
+		c.stopAgent(n1)
+		n1 = c.start(1, mod(1))
+		if w := n1.Wire(v2); w != "esp-held" {
+			t.Errorf("restarted n1: n2's address has wire %q, want esp-held", w)
+		}
+		if err := n1.AddStatic(1, mac, netip.AddrPortFrom(v2, 4789)); err != nil {
+			t.Fatal(err)
+		}
+		before = n1.Stats().Total
+		n1.tap("uvx0").Inject(udpFrame(t, n1.mac(), overlayOf(1), mac, overlayOf(2), "to n2"))
+		eventually(t, 5*time.Second, "the restarted n1 holds a frame for n2 (esp_no_key)", func() bool {
+			return n1.Stats().Total.Drops[encap.DropESPNoKey] > before.Drops[encap.DropESPNoKey]
+		})
+		if tx := n1.Stats().Total.Get(encap.TxPackets) - before.Get(encap.TxPackets); tx != 0 {
+			t.Errorf("the restarted n1 sent %d datagrams to n2's address, with no key", tx)
+		}
+		plain(n1)
+		eventually(t, 5*time.Second, "the restarted n1 drops plain VXLAN from n2's address", func() bool {
+			return n1.Stats().Total.Drops[encap.DropPlainFromMember] == before.Drops[encap.DropPlainFromMember]+1
+		})
+		c.stop()
 	})
 }

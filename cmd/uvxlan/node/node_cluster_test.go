@@ -50,6 +50,9 @@ type testAgent struct {
 	log    *syncBuffer
 	cancel context.CancelFunc
 	done   chan error
+	// gossipTr is its gossip transport (nil with GossipOff): Crash cuts
+	// its gossip, and nothing else.
+	gossipTr *memnet.Transport
 }
 
 // syncBuffer is a log safe for concurrent writes.
@@ -131,6 +134,7 @@ func (c *cluster) tryStart(i int, mod func(*Config)) (*testAgent, error) {
 			return nil, err
 		}
 		cfg.GossipTransport = tr
+		a.gossipTr = tr
 	}
 	n, err := New(cfg)
 	if err != nil {

@@ -43,6 +43,11 @@ type Counters struct {
 	// addressed to our probe MAC, not from an alive member's VTEP, or past
 	// the member's rate (pmtu.go).
 	PMTUProbesRefused uint64 `json:"pmtu_probes_refused"`
+	// ESPHeld counts the members that encrypt whom gossip lost while
+	// their address stayed bound to their key (--encrypt, encrypt.go):
+	// each is a member this node no longer hears through gossip, and to
+	// which it speaks no plain VXLAN.
+	ESPHeld uint64 `json:"esp_held"`
 }
 
 // endpointQuota is the node's cap on endpoints, shared by the trackers of
@@ -108,6 +113,9 @@ func (n *Node) counters() Counters {
 	c.Conflicts, c.ProbeWithdrawn = n.lifecycle.conflicts.Load(), n.lifecycle.probeWithdrawn.Load()
 	if n.pmtu != nil {
 		c.PMTUProbesRefused = n.pmtu.refused.Load()
+	}
+	if n.enc != nil {
+		c.ESPHeld = n.enc.held.Load()
 	}
 	return c
 }

@@ -13,7 +13,11 @@ package node
 //     announces none and is accepted from any port;
 //   - the VTEPs that static FDB entries name (`uvxlan fdb add`), admitted
 //     like --peers for as long as an entry names them, and those the BGP
-//     EVPN peers' routes name (plain VXLAN, also under --encrypt).
+//     EVPN peers' routes name (plain VXLAN, also under --encrypt), except,
+//     under --encrypt, an address bound to a member's key (Node.keyed:
+//     alive or lost by gossip, see encrypt.go): a route naming a member's
+//     VTEP does not make it a plain VTEP, and the engines never send it
+//     plain VXLAN nor take plain from it.
 // Learning from the others is capped per VTEP at --max-endpoints
 // (fdb.Config.MaxLearned), as gossip caps each member's endpoints.
 //
@@ -83,7 +87,8 @@ func (n *Node) partialPeers() *encap.PartialPeers {
 }
 
 // refreshStatic gives the filter the VTEPs of the static FDB entries and
-// of the BGP peers' routes (evpn.go), after one was added or removed.
+// of the BGP peers' routes (evpn.go) but the members' (Node.keyed), after
+// one was added or removed, or a member's address was bound or let go.
 // Concurrent calls are serialised: each sets what it saw last.
 func (n *Node) refreshStatic() {
 	n.staticMu.Lock()
@@ -91,7 +96,9 @@ func (n *Node) refreshStatic() {
 	m := map[netip.Addr]uint16{}
 	if p := n.evpnVTEPs.Load(); p != nil {
 		for a, port := range *p {
-			m[a] = port
+			if !n.keyed(a) {
+				m[a] = port
+			}
 		}
 	}
 	for _, e := range n.table.Entries() {
