@@ -13,7 +13,9 @@ package encap
 //     it goes on; one without an SA (esp_unknown_spi), failing
 //     authentication (esp_auth_failed) or replayed (esp_replay) is
 //     dropped, as is plain VXLAN from a member that encrypts
-//     (plain_from_encrypting_member): before anything is read from them;
+//     (plain_from_encrypting_member: an address the table keys, gossip's
+//     liveness of the member aside, esp.Table.Keyed): before anything is
+//     read from them;
 //  2. validate the VXLAN header (length, I flag, reserved bits): a failure is
 //     a drop counted by the Demux, as is a VNI no engine serves (wrong_vni);
 //  3. the engine of the VNI checks the source against its filter

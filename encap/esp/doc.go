@@ -63,7 +63,9 @@
 // members: forged, flipped and replayed datagrams fail authentication or
 // the replay window and are dropped, counted, before anything is learned or
 // written to a TAP; what it reads is ciphertext; a member's plaintext VXLAN
-// is refused. A later theft of static keys does not open recorded traffic
+// is refused. Nor does dropping gossip between members (TCP and UDP 7946)
+// make them talk plain: a member's address stays in the Table (Keyed)
+// when gossip loses it. A later theft of static keys does not open recorded traffic
 // (the ephemerals are gone).
 //
 // What it cannot stop: a holder of the gossip key, who can publish another

@@ -59,8 +59,9 @@ package node
 // address in, whatever a BGP route or a static VTEP says. A held member
 // keeps the SAs of the last keys agreed: what it sends under them still
 // opens, what goes to it is still sealed under them, until the rekeys that
-// gossip can no longer carry retire them (then esp_unknown_spi on one
-// side, esp_no_key on the other: it fails closed). Gossip's loss of a
+// gossip can no longer carry retire them (then the receivers drop them,
+// esp_unknown_spi: it fails closed); with no key known (after a restart)
+// nothing goes to it (esp_no_key). Gossip's loss of a
 // member is counted (Counters.ESPHeld), logged as a warning, and shown by
 // `uvxlan members` (wire "esp-held", Node.Wire).
 //
