@@ -544,7 +544,7 @@ type memberRow struct {
 	Name      string         `json:"name"`
 	Address   netip.AddrPort `json:"address"` // gossip address
 	VTEP      netip.AddrPort `json:"vtep"`
-	State     string         `json:"state"` // alive, suspect, dead, left
+	State     string         `json:"state"` // alive, suspect, dead, left, gone (--encrypt: no longer in gossip, its address still bound to its key)
 	VNIs      []fdb.VNI      `json:"vnis"`
 	MAC       fdb.MAC        `json:"mac"`
 	Entries   int            `json:"entries"` // entries it owns that this node holds

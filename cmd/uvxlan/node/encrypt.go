@@ -159,6 +159,7 @@ type peerKeys struct {
 // gossip has lost that member (held).
 type bound struct {
 	name string
+	key  *ecdh.PublicKey // its static key (a new one is a new binding)
 	held bool
 }
 
@@ -486,7 +487,7 @@ func (x *encryption) bindLocked(now time.Time) map[netip.Addr]bound {
 			}
 		}
 		if p.vtep.IsValid() {
-			out[p.vtep] = bound{name: name}
+			out[p.vtep] = bound{name: name, key: p.static}
 			p.seen = now
 		}
 	}
@@ -498,16 +499,21 @@ func (x *encryption) bindLocked(now time.Time) map[netip.Addr]bound {
 			p.vtep = netip.Addr{}
 			continue
 		}
-		out[p.vtep] = bound{name: name, held: true}
+		out[p.vtep] = bound{name: name, key: p.static, held: true}
 	}
 	if maps.Equal(out, x.bound) {
 		return out
 	}
 	for addr, b := range out {
-		if was, ok := x.bound[addr]; b.held && ok && was.name == b.name && !was.held {
+		was, ok := x.bound[addr]
+		switch {
+		case !ok || was.name != b.name || was.held == b.held:
+		case b.held:
 			x.held.Add(1)
 			x.log.Warn("gossip lost a member that encrypts: its address stays bound to its key, no plain VXLAN goes to it or is taken from it",
 				"member", b.name, "vtep", addr)
+		default:
+			x.log.Info("a member held since gossip lost it is back", "member", b.name, "vtep", addr)
 		}
 	}
 	x.bound = out
@@ -835,6 +841,31 @@ func (x *encryption) inherit(h *EncryptionHandover) {
 			x.skip[k] = s.Seq + handoverSkip
 		}
 	}
+}
+
+// withHeld returns ms (gossip's members) and, under --encrypt, a member
+// of state "gone" for each address held for a member gossip no longer
+// lists (departed long ago, or before this node started: KeyedFile), so
+// that `uvxlan members` shows every address bound to a key. Its VTEP port
+// is this node's (members share one).
+func (n *Node) withHeld(ms []gossip.Member) []gossip.Member {
+	if n.enc == nil {
+		return ms
+	}
+	listed := make(map[string]bool, len(ms))
+	for _, m := range ms {
+		listed[m.Name] = true
+	}
+	x := n.enc
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for addr, b := range x.bound {
+		if b.held && !listed[b.name] {
+			ms = append(ms, gossip.Member{Name: b.name, VTEP: netip.AddrPortFrom(addr, n.vtep.Port()), State: "gone"})
+		}
+	}
+	slices.SortFunc(ms, func(a, b gossip.Member) int { return strings.Compare(a.Name, b.Name) })
+	return ms
 }
 
 // keyed reports whether addr is bound to a member's static key under

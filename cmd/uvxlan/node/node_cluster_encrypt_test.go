@@ -3,6 +3,7 @@ package node
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/uvxlan/uvxlan/encap"
 	"github.com/uvxlan/uvxlan/fdb"
+	"github.com/uvxlan/uvxlan/gossip"
 )
 
 // encrypting is a config change: --encrypt, with a gossip key (which it
@@ -148,6 +150,9 @@ func TestClusterGossipLossHeld(t *testing.T) {
 		n1 = c.start(1, mod(1))
 		if w := n1.Wire(v2); w != "esp-held" {
 			t.Errorf("restarted n1: n2's address has wire %q, want esp-held", w)
+		}
+		if ms := n1.Members(); !slices.ContainsFunc(ms, func(m gossip.Member) bool { return m.Name == "n2" && m.State == "gone" && m.VTEP.Addr() == v2 }) {
+			t.Errorf("restarted n1's members do not show n2 gone: %+v", ms)
 		}
 		if err := n1.AddStatic(1, mac, netip.AddrPortFrom(v2, 4789)); err != nil {
 			t.Fatal(err)

@@ -176,8 +176,10 @@ func (n *Node) Entries() []fdb.Entry { return n.table.Entries() }
 // Neighbors returns the IP → MAC bindings of every segment.
 func (n *Node) Neighbors() []fdb.Neigh { return n.neigh.Entries() }
 
-// Members returns the gossip cluster as this node sees it.
-func (n *Node) Members() []gossip.Member { return n.gossip.Members() }
+// Members returns the gossip cluster as this node sees it, and under
+// --encrypt the members gossip no longer lists whose address stays bound
+// to their key (state "gone", see encrypt.go).
+func (n *Node) Members() []gossip.Member { return n.withHeld(n.gossip.Members()) }
 
 // PathMTU returns the path MTU measured towards a member's VTEP (the
 // largest IP datagram its probes showed to cross, see pmtu.go), or 0 when
