@@ -1,8 +1,10 @@
 package node
 
 import (
+	"encoding/json"
 	"log/slog"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -135,4 +137,31 @@ func TestKeyedEvictsLongestLost(t *testing.T) {
 	if x.peerLocked("newer", now) != nil {
 		t.Errorf("room made for a new member while every known one is alive")
 	}
+}
+
+// Whatever KeyedFile holds (torn, hand-edited), loading it never fails the
+// node: what loads is a member with a key and an address, the rest is
+// skipped.
+func FuzzLoadKeyed(f *testing.F) {
+	k, _ := esp.NewKey()
+	good, _ := json.Marshal([]keyedMember{{Name: "n2", Key: k.PublicKey().Bytes(), VTEP: vtepOf(2), Seen: 1}})
+	f.Add(good)
+	f.Add([]byte(`[{"name":"n2","key":"AAAA","vtep":"198.18.0.2"}]`))
+	f.Add([]byte(`[{"name":"","vtep":"::ffff:198.18.0.2"}]`))
+	f.Add([]byte(`{`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, KeyedFile), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		x, _ := keyedTestEncryption(t, dir)
+		if len(x.peers) > maxKeyPeers {
+			t.Fatalf("%d members loaded", len(x.peers))
+		}
+		for name, p := range x.peers {
+			if name == "" || p.static == nil || !p.vtep.IsValid() || p.vtep.Is4In6() || p.alive {
+				t.Fatalf("loaded %q: %+v", name, p)
+			}
+		}
+	})
 }
