@@ -57,17 +57,33 @@ func memberRowOf(t *testing.T, a *agent, name string) (memberRow, bool) {
 // (plain_from_encrypting_member). The loss is visible: h2's `members` shows
 // h3 dead with the wire "esp-held", the node counter esp_held counts it,
 // and h2 logs a warning. The pings' fate is logged, not asserted: each
-// member keeps the other's SAs of the last keys agreed, so they cross in
-// ESP while the reflected routes lead to the lost member's VTEP, until
-// rekeys that gossip no longer carries retire those keys (fail closed);
-// with no route to it they fail closed at once.
+// member keeps the other's SAs of the last keys agreed, so with the
+// default rekey interval (2 minutes) they cross in ESP while the reflected
+// routes lead to the lost member's VTEP; with rekeys every 3 s, those that
+// gossip no longer carries retire the keys before the pings start, and
+// the pings fail closed (esp_unknown_spi).
 func TestGossipLossNoDowngrade(t *testing.T) {
 	t.Parallel()
+	for _, c := range []struct {
+		desc  string
+		extra []string
+	}{
+		{"default rekey", nil},
+		{"rekey 3s", []string{"--encrypt-rekey", "3s"}},
+	} {
+		t.Run(c.desc, func(t *testing.T) {
+			t.Parallel()
+			gossipLossNoDowngrade(t, c.extra...)
+		})
+	}
+}
+
+func gossipLossNoDowngrade(t *testing.T, extra ...string) {
 	f := startFabric(t, 3, 100)
 	ctx := t.Context()
 	h1, h2, h3 := f.tb.Host(1), f.tb.Host(2), f.tb.Host(3)
-	a2 := startEVPNAgent(t, f, h2, []uint32{100}, "--gossip-key", testKey, "--encrypt", "--state-dir", t.TempDir())
-	a3 := startEVPNAgent(t, f, h3, []uint32{100}, "--gossip-key", testKey, "--encrypt", "--state-dir", t.TempDir(), "--join", h2.Underlay.String())
+	a2 := startEVPNAgent(t, f, h2, []uint32{100}, append([]string{"--gossip-key", testKey, "--encrypt", "--state-dir", t.TempDir()}, extra...)...)
+	a3 := startEVPNAgent(t, f, h3, []uint32{100}, append([]string{"--gossip-key", testKey, "--encrypt", "--state-dir", t.TempDir(), "--join", h2.Underlay.String()}, extra...)...)
 	ep2 := addEndpoint(t, h2, "ep", overlayNet(100, 12), epMAC(2))
 	ep3 := addEndpoint(t, h3, "ep", overlayNet(100, 13), epMAC(3))
 	defer func() {
@@ -133,12 +149,17 @@ func TestGossipLossNoDowngrade(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r23, err23 := ep2.Ping(ctx, ep3.Underlay, 20)
-	r32, err32 := ep3.Ping(ctx, ep2.Underlay, 20)
+	pb2, pb3 := a2.stats(t), a3.stats(t)
+	r23, _ := ep2.Ping(ctx, ep3.Underlay, 20)
+	r32, _ := ep3.Ping(ctx, ep2.Underlay, 20)
 	if err := stop(); err != nil {
 		t.Error(err)
 	}
-	t.Logf("pings while gossip is cut: ep2 → ep3 %d of %d answered (%v), ep3 → ep2 %d of %d (%v)", r23.Received, r23.Sent, err23, r32.Received, r32.Sent, err32)
+	pa2, pa3 := a2.stats(t), a3.stats(t)
+	t.Logf("pings while gossip is cut: ep2 → ep3 %d of %d answered, ep3 → ep2 %d of %d; meanwhile h2 esp_unknown_spi +%d esp_no_key +%d, h3 esp_unknown_spi +%d esp_no_key +%d",
+		r23.Received, r23.Sent, r32.Received, r32.Sent,
+		drop(pa2, "esp_unknown_spi")-drop(pb2, "esp_unknown_spi"), drop(pa2, "esp_no_key")-drop(pb2, "esp_no_key"),
+		drop(pa3, "esp_unknown_spi")-drop(pb3, "esp_unknown_spi"), drop(pa3, "esp_no_key")-drop(pb3, "esp_no_key"))
 	var plain23, plain32, esp23, esp32 int
 	for _, d := range readUDP(t, pcap) {
 		isESP := esp.IsESP(d.payload)
