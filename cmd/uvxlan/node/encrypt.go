@@ -575,8 +575,11 @@ func (x *encryption) saveKeyed() {
 	x.mu.Lock()
 	ms := make([]keyedMember, 0, len(x.bound))
 	for addr, b := range x.bound {
-		p := x.peers[b.name]
-		ms = append(ms, keyedMember{Name: b.name, Key: p.static.Bytes(), VTEP: addr, Seen: p.seen.Unix()})
+		m := keyedMember{Name: b.name, Key: b.key.Bytes(), VTEP: addr}
+		if p := x.peers[b.name]; p != nil { // made room for since (peerLocked): saved all the same
+			m.Seen = p.seen.Unix()
+		}
+		ms = append(ms, m)
 	}
 	x.mu.Unlock()
 	slices.SortFunc(ms, func(a, b keyedMember) int { return strings.Compare(a.Name, b.Name) })
