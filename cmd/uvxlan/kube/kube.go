@@ -37,8 +37,10 @@ const (
 const (
 	// waitLogEvery is how often a wait is logged again.
 	waitLogEvery = 30 * time.Second
-	// requestTimeout bounds a request but a watch.
+	// requestTimeout bounds a request but a list's page or a watch.
 	requestTimeout = 10 * time.Second
+	// pageTimeout bounds a page of a list (up to maxPageBytes).
+	pageTimeout = time.Minute
 	// retryMin and retryMax bound the wait before a failed request (a
 	// patch, a list or a watch) is tried again.
 	retryMin, retryMax = time.Second, 10 * time.Second
@@ -112,6 +114,9 @@ func New(cfg Config) (*Subnets, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	for _, w := range c.warnings() {
+		cfg.Logger.Warn(w, "server", c.server)
 	}
 	return &Subnets{cfg: cfg, log: cfg.Logger, client: c, changes: make(chan struct{}, 1),
 		notify: make(chan struct{}), logged: map[string]logged{}}, nil
@@ -190,15 +195,12 @@ func (s *Subnets) watch(ctx context.Context) {
 
 // listAndWatch lists the Nodes into s.nodes, then applies the events of a
 // watch from the list's resource version, watching again when the server
-// ends one. It returns on the first error; listed says the list succeeded.
+// ends one or it brings nothing for watchIdle. It returns on the first
+// error; listed says the list succeeded.
 func (s *Subnets) listAndWatch(ctx context.Context) (listed bool, err error) {
-	l, err := s.client.listNodes(ctx)
+	nodes, rv, err := s.client.listNodes(ctx, s.ignore)
 	if err != nil {
 		return false, err
-	}
-	nodes := make(map[string]*node, len(l.Items))
-	for i := range l.Items {
-		nodes[l.Items[i].Metadata.Name] = &l.Items[i]
 	}
 	s.mu.Lock()
 	s.nodes = nodes
@@ -208,14 +210,16 @@ func (s *Subnets) listAndWatch(ctx context.Context) (listed bool, err error) {
 	s.mu.Unlock()
 	s.watchOK()
 	s.changed()
-	rv := l.Metadata.ResourceVersion
 	for {
-		body, err := s.client.watchNodes(ctx, rv)
-		if err != nil {
-			return true, err
+		w, err := s.client.watchNodes(ctx, rv)
+		if err == nil {
+			rv, err = s.follow(w, rv)
+			w.Close()
 		}
-		rv, err = s.follow(body, rv)
-		body.Close()
+		if errors.Is(err, errWatchIdle) {
+			s.logOnce(slog.LevelInfo, "idle", "the watch of the Nodes brought nothing, not even a bookmark; watching again", "for", s.client.watchIdle)
+			continue
+		}
 		if err != nil {
 			return true, err
 		}
@@ -224,11 +228,10 @@ func (s *Subnets) listAndWatch(ctx context.Context) (listed bool, err error) {
 
 // follow applies the events of one watch, and returns the resource version
 // to watch from next; nil when the server ended the watch.
-func (s *Subnets) follow(body io.Reader, rv string) (string, error) {
-	dec := json.NewDecoder(body)
+func (s *Subnets) follow(w *watchStream, rv string) (string, error) {
 	for {
 		var ev watchEvent
-		if err := dec.Decode(&ev); err != nil {
+		if err := w.next(&ev); err != nil {
 			if errors.Is(err, io.EOF) {
 				return rv, nil
 			}
@@ -246,21 +249,39 @@ func (s *Subnets) follow(body io.Reader, rv string) (string, error) {
 		if n.Metadata.ResourceVersion != "" {
 			rv = n.Metadata.ResourceVersion
 		}
+		name := n.Metadata.Name
+		kept := n.keep()
 		s.mu.Lock()
 		switch ev.Type {
 		case "ADDED", "MODIFIED":
-			s.nodes[n.Metadata.Name] = &n
+			if _, ok := s.nodes[name]; !ok && len(s.nodes) >= maxNodes {
+				s.mu.Unlock()
+				return rv, fmt.Errorf("watch of Nodes: %w", errTooManyNodes)
+			}
+			if kept {
+				s.nodes[name] = &n
+			} else {
+				delete(s.nodes, name)
+			}
 		case "DELETED":
-			delete(s.nodes, n.Metadata.Name)
-			if n.Metadata.Name == s.cfg.NodeName {
+			delete(s.nodes, name)
+			if name == s.cfg.NodeName {
 				s.deleted = true
 			}
 		}
 		s.mu.Unlock()
+		if !kept && ev.Type != "DELETED" {
+			s.ignore(name, fmt.Errorf("what is read of it exceeds %d KiB", maxKeptBytes>>10))
+		}
 		if ev.Type != "BOOKMARK" {
 			s.changed()
 		}
 	}
+}
+
+// ignore logs (once in a while) that a Node is ignored, and why.
+func (s *Subnets) ignore(name string, err error) {
+	s.logOnce(slog.LevelWarn, "node/"+name, "ignoring a Node", "node", name, "err", err)
 }
 
 // get returns a Node of the cache; listed is false before the first list.
@@ -557,7 +578,7 @@ func (s *Subnets) Leases() []lease.Lease {
 	for _, n := range s.all() {
 		p, err := podCIDR(n, s.cfg.Network)
 		if err != nil {
-			s.logOnce(slog.LevelWarn, "node/"+n.Metadata.Name, "ignoring a Node", "err", err)
+			s.ignore(n.Metadata.Name, err)
 			continue
 		}
 		vtep, verr := netip.ParseAddrPort(n.Metadata.Annotations[AnnotationVTEP])
