@@ -28,7 +28,9 @@
 //     forwards (Subnets.Forwarding) it adds uvxlan.io/ready and sets the
 //     Node's NetworkUnavailable condition to False;
 //   - every other Node with a podCIDR and uvxlan's annotations is a live
-//     subnet (routed.Leases); a Node deleted from the API is gone at once
+//     subnet (routed.Leases), unless its podCIDR overlaps this node's or
+//     that of a Node created earlier (refused, logged and counted:
+//     Stats.RefusedPodCIDRs); a Node deleted from the API is gone at once
 //     (its route and ARP answers are removed), and the agent whose own Node
 //     is deleted stops (Run returns an error), leaving the gossip cluster so
 //     that its entries are withdrawn everywhere, as a dead member's are;

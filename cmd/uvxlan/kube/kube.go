@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -93,6 +95,8 @@ type Subnets struct {
 	deleted  bool              // and then deleted
 	apiErr   error             // the last failed list or watch, nil once listed again
 	logged   map[string]logged // by key: what logOnce logged last, and when
+	refused  map[string]string // the Nodes whose podCIDR is refused: why (Leases)
+	stats    Stats
 }
 
 type logged struct {
@@ -572,13 +576,16 @@ func (s *Subnets) Network() netip.Prefix { return s.cfg.Network }
 func (s *Subnets) Changes() <-chan struct{} { return s.changes }
 
 // Leases returns a live lease for every Node with a podCIDR inside
-// --network and uvxlan's annotations (VTEP and MAC), ours included.
+// --network and uvxlan's annotations (VTEP and MAC), ours included, but
+// those refused by withoutOverlaps. The Nodes refused, for a bad podCIDR or
+// an overlap, are logged and counted (Stats) when their refusal starts.
 func (s *Subnets) Leases() []lease.Lease {
 	var out []lease.Lease
+	refused := map[string]string{} // by Node: why
 	for _, n := range s.all() {
 		p, err := podCIDR(n, s.cfg.Network)
 		if err != nil {
-			s.ignore(n.Metadata.Name, err)
+			refused[n.Metadata.Name] = err.Error()
 			continue
 		}
 		vtep, verr := netip.ParseAddrPort(n.Metadata.Annotations[AnnotationVTEP])
@@ -589,5 +596,98 @@ func (s *Subnets) Leases() []lease.Lease {
 		out = append(out, lease.Lease{Subnet: p, Node: n.Metadata.Name, VTEP: vtep, MAC: mac,
 			State: lease.Alive, Self: n.Metadata.Name == s.cfg.NodeName, Claimed: n.Metadata.CreationTimestamp})
 	}
+	out, overlaps := withoutOverlaps(out)
+	maps.Copy(refused, overlaps)
+	s.refuse(refused)
 	return out
+}
+
+// withoutOverlaps returns the leases whose subnet overlaps none kept
+// before it, taking ours first, then the others by their Node's creation
+// (the oldest first: every agent sees the same timestamps, so all but the
+// two owners agree on the winner), then by name; and why each other is
+// refused, by Node. So a Node's podCIDR never diverts the traffic of this
+// node's own pods, nor that of an older Node's.
+func withoutOverlaps(ls []lease.Lease) (kept []lease.Lease, refused map[string]string) {
+	slices.SortFunc(ls, func(a, b lease.Lease) int {
+		if a.Self != b.Self {
+			if a.Self {
+				return -1
+			}
+			return 1
+		}
+		if c := a.Claimed.Compare(b.Claimed); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Node, b.Node)
+	})
+	refused = map[string]string{}
+	held := map[netip.Prefix]lease.Lease{}    // the subnets kept
+	covered := map[netip.Prefix]lease.Lease{} // each of those and every prefix that contains it
+	for _, l := range ls {
+		p := l.Subnet
+		other, overlaps := covered[p] // p contains a subnet kept, or is one
+		for b := p.Bits(); b >= 0 && !overlaps; b-- {
+			other, overlaps = held[netip.PrefixFrom(p.Addr(), b).Masked()] // p lies inside one
+		}
+		if overlaps {
+			why := fmt.Sprintf("Node %q's podCIDR %s overlaps %s of Node %q, created earlier", l.Node, p, other.Subnet, other.Node)
+			if other.Self {
+				why = fmt.Sprintf("Node %q's podCIDR %s overlaps this node's %s", l.Node, p, other.Subnet)
+			}
+			refused[l.Node] = why
+			continue
+		}
+		kept = append(kept, l)
+		held[p] = l
+		for b := p.Bits(); b >= 0; b-- {
+			covered[netip.PrefixFrom(p.Addr(), b).Masked()] = l
+		}
+	}
+	return kept, refused
+}
+
+// Stats are the subnet manager's counters, shown beside gossip's (as the
+// leases' are in routed mode without Kubernetes).
+type Stats struct {
+	// RefusedPodCIDRs counts the Nodes' podCIDRs refused (not routed):
+	// bad, outside --network, or overlapping this node's or that of a Node
+	// created earlier. Once per refusal, however long it lasts.
+	RefusedPodCIDRs uint64 `json:"refused_podcidrs"`
+}
+
+// Stats returns the counters.
+func (s *Subnets) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats
+}
+
+// refuse takes the Nodes whose podCIDR is refused now (by name: why), and
+// logs and counts those newly refused, or for another reason.
+func (s *Subnets) refuse(now map[string]string) {
+	s.mu.Lock()
+	var started []string
+	for name, why := range now {
+		if s.refused[name] != why {
+			s.stats.RefusedPodCIDRs++
+			started = append(started, name)
+		}
+	}
+	var ended []string
+	for name := range s.refused {
+		if _, ok := now[name]; !ok {
+			ended = append(ended, name)
+		}
+	}
+	s.refused = now
+	s.mu.Unlock()
+	slices.Sort(started)
+	for _, name := range started {
+		s.log.Warn("refusing a Node's podCIDR: not routed", "node", name, "err", now[name])
+	}
+	slices.Sort(ended)
+	for _, name := range ended {
+		s.log.Info("a Node's podCIDR is no longer refused (changed, or the Node is gone)", "node", name)
+	}
 }
