@@ -399,7 +399,7 @@ func TestKubeSubnetManager(t *testing.T) {
 			}
 		}
 		// h1's own pods in the upper half stay on its bridge.
-		if out := must(tb.Host(1).Run(ctx, "ip", "-4", "route", "get", "10.244.1.130")); strings.Contains(out, "uvx0") {
+		if out := must(tb.Host(1).Run(ctx, "ip", "-4", "route", "get", "10.244.1.130")); strings.Contains(out, " dev uvx0 ") {
 			t.Errorf("h1 sends its own pod 10.244.1.130 to the overlay: %s", out)
 		}
 		pingFrom(t, cs[2], addrs[1])
