@@ -111,6 +111,23 @@ func fdbJSON(t *testing.T, ch *cniHost) string {
 	return out
 }
 
+// gossipCounter returns one of the counters under "gossip" of an agent's
+// stats.
+func gossipCounter(t *testing.T, ch *cniHost, name string) uint64 {
+	t.Helper()
+	out, err := ch.Run(context.Background(), uvxlanBin, "stats", "--json", "--control", ch.args[slices.Index(ch.args, "--control")+1])
+	if err != nil {
+		t.Fatalf("%s: stats: %v\n%s", ch.Name, err, out)
+	}
+	var st struct {
+		Gossip map[string]uint64 `json:"gossip"`
+	}
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("%s: stats: %v\n%s", ch.Name, err, out)
+	}
+	return st.Gossip[name]
+}
+
 // aliveMembers returns the gossip members an agent sees alive.
 func aliveMembers(t *testing.T, ch *cniHost) []string {
 	t.Helper()
@@ -348,6 +365,45 @@ func TestKubeSubnetManager(t *testing.T) {
 				}
 			}
 		}
+	})
+
+	t.Run("overlapping podCIDRs are refused: this node's first, then the older Node's", func(t *testing.T) {
+		// Nodes with an agent's annotations (their VTEP: the API server's
+		// host, where none runs): one takes the upper half of h1's podCIDR,
+		// one lies inside h2's, created after both.
+		vtep := tb.Host(5).Underlay.String() + ":4789"
+		for _, n := range []struct{ name, cidr string }{{"half-of-h1", "10.244.1.128/25"}, {"inside-h2", "10.244.2.0/25"}} {
+			b, _ := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "Node",
+				"metadata": map[string]any{"name": n.name, "annotations": map[string]string{"uvxlan.io/vtep": vtep, "uvxlan.io/mac": "02:00:00:00:99:01"}},
+				"spec":     map[string]any{"podCIDR": n.cidr, "podCIDRs": []string{n.cidr}}})
+			if _, err := k.KubectlStdin(ctx, string(b), "create", "-f", "-"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Cleanup(func() { k.Kubectl(ctx, "delete", "node", "half-of-h1", "inside-h2") })
+		for i := 1; i <= 3; i++ {
+			h := hosts[i]
+			for _, want := range []string{
+				`node=half-of-h1 err="Node \"half-of-h1\"'s podCIDR 10.244.1.128/25 overlaps `,
+				`node=inside-h2 err="Node \"inside-h2\"'s podCIDR 10.244.2.0/25 overlaps `,
+			} {
+				if err := testenv.Eventually(ctx, 20*time.Second, func() bool { return strings.Contains(h.proc.Log(), want) }); err != nil {
+					t.Errorf("%s: no refusal %s in the log; routes:\n%s", h.Name, want, routes(t, h.Host))
+				}
+			}
+			if r := routes(t, h.Host); strings.Contains(r, "10.244.1.128/25") || strings.Contains(r, "10.244.2.0/25") {
+				t.Errorf("%s routes an overlapping podCIDR:\n%s", h.Name, r)
+			}
+			if n := gossipCounter(t, h, "refused_podcidrs"); n != 2 {
+				t.Errorf("%s: refused_podcidrs %d, want 2", h.Name, n)
+			}
+		}
+		// h1's own pods in the upper half stay on its bridge.
+		if out := must(tb.Host(1).Run(ctx, "ip", "-4", "route", "get", "10.244.1.130")); strings.Contains(out, " dev uvx0 ") {
+			t.Errorf("h1 sends its own pod 10.244.1.130 to the overlay: %s", out)
+		}
+		pingFrom(t, cs[2], addrs[1])
+		pingFrom(t, cs[1], addrs[2])
 	})
 
 	t.Run("a fourth Node and agent join with no --join", func(t *testing.T) {

@@ -2,14 +2,18 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"net"
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // runBinary runs the built uvxlan with args and extra environment and
@@ -131,6 +135,94 @@ func TestBadFlagsExit2(t *testing.T) {
 	}
 }
 
+// A state directory that other users could write, an identity key they
+// could read, or a key log through a symbolic link: exit status 2 with the
+// path named, before any TAP is made (one bad value per case, loopback
+// only, as above).
+func TestUnsafeStateExit2(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: chown to another user needs root")
+	}
+	const nobody = 65534
+	dir := t.TempDir()
+	mkdir := func(name string, mode os.FileMode) string {
+		d := filepath.Join(dir, name)
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(d, mode); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	open := mkdir("open", 0o777)
+	theirs := mkdir("theirs", 0o755)
+	os.Chown(theirs, nobody, nobody)
+	withKey := mkdir("with-key", 0o700)
+	key := filepath.Join(withKey, "encrypt.key")
+	os.WriteFile(key, []byte("JQ8fA7cU3M2Qyb9H1Jm6l2QKQm9eW4Zz3jR0xw3vUko=\n"), 0o644)
+	os.Chmod(key, 0o644)
+	os.Chown(key, nobody, nobody)
+	target := filepath.Join(dir, "precious")
+	os.WriteFile(target, []byte("precious\n"), 0o600)
+	link := filepath.Join(dir, "keys")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+
+	// Ports of their own (a started agent would hold them meanwhile).
+	port := func() string {
+		c, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.MustParseAddrPort("127.0.0.1:0")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		return strconv.Itoa(c.LocalAddr().(*net.UDPAddr).Port)
+	}
+	base := []string{"run", "--local", "127.0.0.1", "--port", port(), "--gossip-port", port(), "--mtu", "1400",
+		"--control", filepath.Join(dir, "c.sock"), "--dev", "uvxbadstate", "--gossip-key-file", testKeyFile}
+	for _, tc := range []struct {
+		desc string
+		args []string
+		want []string
+	}{
+		{"world-writable state directory", []string{"--state-dir", open}, []string{"--state-dir", open, "is writable by group or others (mode drwxrwxrwx)"}},
+		{"another user's state directory", []string{"--state-dir", theirs}, []string{"--state-dir", theirs, "belongs to uid 65534"}},
+		{"another user's identity key, 0644", []string{"--state-dir", withKey, "--encrypt"}, []string{"--state-dir", key, "belongs to uid 65534"}},
+		{"a key log through a symbolic link", []string{"--state-dir", mkdir("good", 0o700), "--encrypt", "--encrypt-keylog", link}, []string{"--encrypt-keylog", link, "is a symbolic link"}},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			// An agent that starts instead is stopped (SIGTERM) after 20 s.
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, uvxlanBin, append(append([]string(nil), base...), tc.args...)...)
+			cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+			cmd.WaitDelay = 10 * time.Second
+			var buf bytes.Buffer
+			cmd.Stderr = &buf
+			cmd.Run()
+			code, stderr := cmd.ProcessState.ExitCode(), buf.String()
+			if ctx.Err() != nil {
+				t.Errorf("the agent started and ran for 20 s")
+			}
+			if code != exitUsage {
+				t.Errorf("exit status %d, want %d; stderr:\n%s", code, exitUsage, stderr)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(stderr, w) {
+					t.Errorf("stderr does not say %q:\n%s", w, stderr)
+				}
+			}
+			if _, err := net.InterfaceByName("uvxbadstate"); err == nil {
+				t.Errorf("a TAP was created")
+			}
+		})
+	}
+	if b, _ := os.ReadFile(target); string(b) != "precious\n" {
+		t.Errorf("the key log's link target was written: %q", b)
+	}
+}
+
 func TestClientWithoutAgent(t *testing.T) {
 	t.Parallel()
 	code, stderr := runBinary(t, nil, "stats", "--control", t.TempDir()+"/none.sock")
@@ -243,7 +335,19 @@ func TestGossipKeyFlags(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
-			code, stderr := runBinary(t, nil, append(append([]string(nil), base...), tc.args...)...)
+			// An agent that starts instead is stopped (SIGTERM) after 20 s.
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, uvxlanBin, append(append([]string(nil), base...), tc.args...)...)
+			cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+			cmd.WaitDelay = 10 * time.Second
+			var buf bytes.Buffer
+			cmd.Stderr = &buf
+			cmd.Run()
+			code, stderr := cmd.ProcessState.ExitCode(), buf.String()
+			if ctx.Err() != nil {
+				t.Errorf("the agent started and ran for 20 s")
+			}
 			if code != exitUsage {
 				t.Errorf("exit status %d, want %d; stderr:\n%s", code, exitUsage, stderr)
 			}

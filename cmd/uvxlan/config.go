@@ -159,6 +159,10 @@ func configFromCLI(c *cli.Context, log *slog.Logger) (runConfig, error) {
 	if err := kubeConfig(c, &cfg); err != nil {
 		return cfg, err
 	}
+	// Before the saved name is read from it (the node checks it again).
+	if err := node.CheckStateDir(cfg.StateDir); err != nil {
+		return cfg, err
+	}
 	if cfg.Name == "" {
 		hostname, _ := os.Hostname()
 		var warn error

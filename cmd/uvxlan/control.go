@@ -428,8 +428,8 @@ func (s *segmentStatsView) UnmarshalJSON(b []byte) error {
 	return s.Stats.UnmarshalJSON(b)
 }
 
-// gossipCounters are gossip's counters and, in routed mode, the leases',
-// by name.
+// gossipCounters are gossip's counters and, in routed mode, the leases'
+// or the Kubernetes subnet manager's, by name.
 func gossipCounters(st node.Stats) map[string]uint64 {
 	m := map[string]uint64{}
 	for _, f := range gossipFields(st) {
@@ -456,11 +456,14 @@ type statField struct {
 }
 
 // gossipFields are the fields of gossip's stats and, in routed mode, the
-// leases'.
+// leases' or the Kubernetes subnet manager's.
 func gossipFields(st node.Stats) []statField {
 	fs := statFields(st.Gossip)
 	if st.Leases != nil {
 		fs = append(fs, statFields(*st.Leases)...)
+	}
+	if st.Subnets != nil {
+		fs = append(fs, statFields(st.Subnets)...)
 	}
 	return fs
 }

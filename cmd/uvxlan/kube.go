@@ -62,6 +62,7 @@ func kubeConfig(c *cli.Context, cfg *runConfig) error {
 		return usageError{err}
 	}
 	cfg.Name, cfg.Kube, cfg.Leases = name, s, nil
+	cfg.SubnetStats = func() any { return s.Stats() }
 	return nil
 }
 

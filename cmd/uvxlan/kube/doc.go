@@ -11,7 +11,13 @@
 //     the cache stays as it was meanwhile, so the API server going away
 //     changes nothing on the data path), through a small client of its own
 //     (client.go: kubeconfig with a token or client certificate, or a pod's
-//     service account);
+//     service account; a server over http or with insecure-skip-tls-verify
+//     is warned about). What it takes of the server is bounded: lists in
+//     pages of 500 Nodes, a page at most 64 MiB, a Node (in a list or a
+//     watch event) at most 4 MiB, at most 10 000 Nodes, of which only the
+//     fields read are kept; beyond, the list or watch fails, naming the
+//     cap, and is retried like any failure. A watch that brings nothing,
+//     not even a bookmark, for 2 minutes is opened again;
 //   - it waits, logging what it waits for, until its own Node exists and
 //     has a spec.podCIDR (spec.podCIDRs: the IPv4 one; routed mode is
 //     IPv4-only), which must lie inside --network;
@@ -22,7 +28,9 @@
 //     forwards (Subnets.Forwarding) it adds uvxlan.io/ready and sets the
 //     Node's NetworkUnavailable condition to False;
 //   - every other Node with a podCIDR and uvxlan's annotations is a live
-//     subnet (routed.Leases); a Node deleted from the API is gone at once
+//     subnet (routed.Leases), unless its podCIDR overlaps this node's or
+//     that of a Node created earlier (refused, logged and counted:
+//     Stats.RefusedPodCIDRs); a Node deleted from the API is gone at once
 //     (its route and ARP answers are removed), and the agent whose own Node
 //     is deleted stops (Run returns an error), leaving the gossip cluster so
 //     that its entries are withdrawn everywhere, as a dead member's are;

@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -37,8 +39,10 @@ const (
 const (
 	// waitLogEvery is how often a wait is logged again.
 	waitLogEvery = 30 * time.Second
-	// requestTimeout bounds a request but a watch.
+	// requestTimeout bounds a request but a list's page or a watch.
 	requestTimeout = 10 * time.Second
+	// pageTimeout bounds a page of a list (up to maxPageBytes).
+	pageTimeout = time.Minute
 	// retryMin and retryMax bound the wait before a failed request (a
 	// patch, a list or a watch) is tried again.
 	retryMin, retryMax = time.Second, 10 * time.Second
@@ -91,6 +95,8 @@ type Subnets struct {
 	deleted  bool              // and then deleted
 	apiErr   error             // the last failed list or watch, nil once listed again
 	logged   map[string]logged // by key: what logOnce logged last, and when
+	refused  map[string]string // the Nodes whose podCIDR is refused: why (Leases)
+	stats    Stats
 }
 
 type logged struct {
@@ -112,6 +118,9 @@ func New(cfg Config) (*Subnets, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	for _, w := range c.warnings() {
+		cfg.Logger.Warn(w, "server", c.server)
 	}
 	return &Subnets{cfg: cfg, log: cfg.Logger, client: c, changes: make(chan struct{}, 1),
 		notify: make(chan struct{}), logged: map[string]logged{}}, nil
@@ -190,15 +199,12 @@ func (s *Subnets) watch(ctx context.Context) {
 
 // listAndWatch lists the Nodes into s.nodes, then applies the events of a
 // watch from the list's resource version, watching again when the server
-// ends one. It returns on the first error; listed says the list succeeded.
+// ends one or it brings nothing for watchIdle. It returns on the first
+// error; listed says the list succeeded.
 func (s *Subnets) listAndWatch(ctx context.Context) (listed bool, err error) {
-	l, err := s.client.listNodes(ctx)
+	nodes, rv, err := s.client.listNodes(ctx, s.ignore)
 	if err != nil {
 		return false, err
-	}
-	nodes := make(map[string]*node, len(l.Items))
-	for i := range l.Items {
-		nodes[l.Items[i].Metadata.Name] = &l.Items[i]
 	}
 	s.mu.Lock()
 	s.nodes = nodes
@@ -208,14 +214,16 @@ func (s *Subnets) listAndWatch(ctx context.Context) (listed bool, err error) {
 	s.mu.Unlock()
 	s.watchOK()
 	s.changed()
-	rv := l.Metadata.ResourceVersion
 	for {
-		body, err := s.client.watchNodes(ctx, rv)
-		if err != nil {
-			return true, err
+		w, err := s.client.watchNodes(ctx, rv)
+		if err == nil {
+			rv, err = s.follow(w, rv)
+			w.Close()
 		}
-		rv, err = s.follow(body, rv)
-		body.Close()
+		if errors.Is(err, errWatchIdle) {
+			s.logOnce(slog.LevelInfo, "idle", "the watch of the Nodes brought nothing, not even a bookmark; watching again", "for", s.client.watchIdle)
+			continue
+		}
 		if err != nil {
 			return true, err
 		}
@@ -224,11 +232,10 @@ func (s *Subnets) listAndWatch(ctx context.Context) (listed bool, err error) {
 
 // follow applies the events of one watch, and returns the resource version
 // to watch from next; nil when the server ended the watch.
-func (s *Subnets) follow(body io.Reader, rv string) (string, error) {
-	dec := json.NewDecoder(body)
+func (s *Subnets) follow(w *watchStream, rv string) (string, error) {
 	for {
 		var ev watchEvent
-		if err := dec.Decode(&ev); err != nil {
+		if err := w.next(&ev); err != nil {
 			if errors.Is(err, io.EOF) {
 				return rv, nil
 			}
@@ -246,21 +253,39 @@ func (s *Subnets) follow(body io.Reader, rv string) (string, error) {
 		if n.Metadata.ResourceVersion != "" {
 			rv = n.Metadata.ResourceVersion
 		}
+		name := n.Metadata.Name
+		kept := n.keep()
 		s.mu.Lock()
 		switch ev.Type {
 		case "ADDED", "MODIFIED":
-			s.nodes[n.Metadata.Name] = &n
+			if _, ok := s.nodes[name]; !ok && len(s.nodes) >= maxNodes {
+				s.mu.Unlock()
+				return rv, fmt.Errorf("watch of Nodes: %w", errTooManyNodes)
+			}
+			if kept {
+				s.nodes[name] = &n
+			} else {
+				delete(s.nodes, name)
+			}
 		case "DELETED":
-			delete(s.nodes, n.Metadata.Name)
-			if n.Metadata.Name == s.cfg.NodeName {
+			delete(s.nodes, name)
+			if name == s.cfg.NodeName {
 				s.deleted = true
 			}
 		}
 		s.mu.Unlock()
+		if !kept && ev.Type != "DELETED" {
+			s.ignore(name, fmt.Errorf("what is read of it exceeds %d KiB", maxKeptBytes>>10))
+		}
 		if ev.Type != "BOOKMARK" {
 			s.changed()
 		}
 	}
+}
+
+// ignore logs (once in a while) that a Node is ignored, and why.
+func (s *Subnets) ignore(name string, err error) {
+	s.logOnce(slog.LevelWarn, "node/"+name, "ignoring a Node", "node", name, "err", err)
 }
 
 // get returns a Node of the cache; listed is false before the first list.
@@ -551,13 +576,16 @@ func (s *Subnets) Network() netip.Prefix { return s.cfg.Network }
 func (s *Subnets) Changes() <-chan struct{} { return s.changes }
 
 // Leases returns a live lease for every Node with a podCIDR inside
-// --network and uvxlan's annotations (VTEP and MAC), ours included.
+// --network and uvxlan's annotations (VTEP and MAC), ours included, but
+// those refused by withoutOverlaps. The Nodes refused, for a bad podCIDR or
+// an overlap, are logged and counted (Stats) when their refusal starts.
 func (s *Subnets) Leases() []lease.Lease {
 	var out []lease.Lease
+	refused := map[string]string{} // by Node: why
 	for _, n := range s.all() {
 		p, err := podCIDR(n, s.cfg.Network)
 		if err != nil {
-			s.logOnce(slog.LevelWarn, "node/"+n.Metadata.Name, "ignoring a Node", "err", err)
+			refused[n.Metadata.Name] = err.Error()
 			continue
 		}
 		vtep, verr := netip.ParseAddrPort(n.Metadata.Annotations[AnnotationVTEP])
@@ -568,5 +596,98 @@ func (s *Subnets) Leases() []lease.Lease {
 		out = append(out, lease.Lease{Subnet: p, Node: n.Metadata.Name, VTEP: vtep, MAC: mac,
 			State: lease.Alive, Self: n.Metadata.Name == s.cfg.NodeName, Claimed: n.Metadata.CreationTimestamp})
 	}
+	out, overlaps := withoutOverlaps(out)
+	maps.Copy(refused, overlaps)
+	s.refuse(refused)
 	return out
+}
+
+// withoutOverlaps returns the leases whose subnet overlaps none kept
+// before it, taking ours first, then the others by their Node's creation
+// (the oldest first: every agent sees the same timestamps, so all but the
+// two owners agree on the winner), then by name; and why each other is
+// refused, by Node. So a Node's podCIDR never diverts the traffic of this
+// node's own pods, nor that of an older Node's.
+func withoutOverlaps(ls []lease.Lease) (kept []lease.Lease, refused map[string]string) {
+	slices.SortFunc(ls, func(a, b lease.Lease) int {
+		if a.Self != b.Self {
+			if a.Self {
+				return -1
+			}
+			return 1
+		}
+		if c := a.Claimed.Compare(b.Claimed); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Node, b.Node)
+	})
+	refused = map[string]string{}
+	held := map[netip.Prefix]lease.Lease{}    // the subnets kept
+	covered := map[netip.Prefix]lease.Lease{} // each of those and every prefix that contains it
+	for _, l := range ls {
+		p := l.Subnet
+		other, overlaps := covered[p] // p contains a subnet kept, or is one
+		for b := p.Bits(); b >= 0 && !overlaps; b-- {
+			other, overlaps = held[netip.PrefixFrom(p.Addr(), b).Masked()] // p lies inside one
+		}
+		if overlaps {
+			why := fmt.Sprintf("Node %q's podCIDR %s overlaps %s of Node %q, created earlier", l.Node, p, other.Subnet, other.Node)
+			if other.Self {
+				why = fmt.Sprintf("Node %q's podCIDR %s overlaps this node's %s", l.Node, p, other.Subnet)
+			}
+			refused[l.Node] = why
+			continue
+		}
+		kept = append(kept, l)
+		held[p] = l
+		for b := p.Bits(); b >= 0; b-- {
+			covered[netip.PrefixFrom(p.Addr(), b).Masked()] = l
+		}
+	}
+	return kept, refused
+}
+
+// Stats are the subnet manager's counters, shown beside gossip's (as the
+// leases' are in routed mode without Kubernetes).
+type Stats struct {
+	// RefusedPodCIDRs counts the Nodes' podCIDRs refused (not routed):
+	// bad, outside --network, or overlapping this node's or that of a Node
+	// created earlier. Once per refusal, however long it lasts.
+	RefusedPodCIDRs uint64 `json:"refused_podcidrs"`
+}
+
+// Stats returns the counters.
+func (s *Subnets) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats
+}
+
+// refuse takes the Nodes whose podCIDR is refused now (by name: why), and
+// logs and counts those newly refused, or for another reason.
+func (s *Subnets) refuse(now map[string]string) {
+	s.mu.Lock()
+	var started []string
+	for name, why := range now {
+		if s.refused[name] != why {
+			s.stats.RefusedPodCIDRs++
+			started = append(started, name)
+		}
+	}
+	var ended []string
+	for name := range s.refused {
+		if _, ok := now[name]; !ok {
+			ended = append(ended, name)
+		}
+	}
+	s.refused = now
+	s.mu.Unlock()
+	slices.Sort(started)
+	for _, name := range started {
+		s.log.Warn("refusing a Node's podCIDR: not routed", "node", name, "err", now[name])
+	}
+	slices.Sort(ended)
+	for _, name := range ended {
+		s.log.Info("a Node's podCIDR is no longer refused (changed, or the Node is gone)", "node", name)
+	}
 }

@@ -122,6 +122,10 @@ type Config struct {
 	Leases     *lease.Config // Prior is filled in by the node from StateDir
 	SubnetFile string
 	IPMasq     bool
+	// SubnetStats, when set, returns the counters of the subnets' source
+	// other than gossip leases (--kube-subnet-mgr: a struct of uint64
+	// fields tagged json, as lease.Stats), which Stats carries.
+	SubnetStats func() any
 
 	Logger *slog.Logger // default slog.Default()
 

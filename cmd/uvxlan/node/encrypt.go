@@ -222,9 +222,9 @@ func (n *Node) newEncryption() (*encryption, error) {
 		save: make(chan struct{}, 1), savePath: n.stateFile(KeyedFile)}
 	x.loadKeyed()
 	if n.cfg.KeyLog != "" {
-		f, err := os.OpenFile(n.cfg.KeyLog, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+		f, err := openKeyLog(n.cfg.KeyLog)
 		if err != nil {
-			return nil, badConfig("encrypt-keylog", n.cfg.KeyLog, "%v", err)
+			return nil, err
 		}
 		x.keyLog = f
 		x.log.Warn("logging the encryption keys: anyone who reads the file reads the overlay", "file", n.cfg.KeyLog)
@@ -237,12 +237,16 @@ func (n *Node) newEncryption() (*encryption, error) {
 
 // loadStaticKey reads the node's static key from --state-dir, or makes
 // one (and saves it, 0600). A file that cannot be read is an error: a new
-// identity would be a silent change of the node's key.
+// identity would be a silent change of the node's key; so is one that
+// others could read or write, or that is not the agent's user's
+// (keyFileError).
 func (n *Node) loadStaticKey() (*ecdh.PrivateKey, error) {
 	path := n.stateFile(KeyFile)
 	if path != "" {
-		b, err := os.ReadFile(path)
+		b, err := readPrivate(path)
 		switch {
+		case errors.As(err, new(*ConfigError)):
+			return nil, err
 		case err == nil:
 			raw, derr := base64.StdEncoding.DecodeString(strings.TrimSpace(string(b)))
 			if derr != nil {

@@ -209,6 +209,7 @@ type Stats struct {
 	Segments []SegmentStats
 	Gossip   gossip.Stats
 	Leases   *lease.Stats // nil outside routed mode
+	Subnets  any          // Config.SubnetStats's; nil without
 	Node     Counters     // the node's own (quota.go)
 	// Encrypted: gossip is encrypted (see Status.Gossip).
 	Encrypted bool
@@ -248,6 +249,9 @@ func (n *Node) Stats() Stats {
 	if n.leases != nil {
 		ls := n.leases.Stats()
 		st.Leases = &ls
+	}
+	if n.cfg.SubnetStats != nil {
+		st.Subnets = n.cfg.SubnetStats()
 	}
 	return st
 }
