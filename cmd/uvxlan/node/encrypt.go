@@ -47,9 +47,34 @@ package node
 //
 // New ephemeral keys make new SPIs and new AES keys: the sequence numbers
 // (esp.SA) start at 1 for each and are never written to disk, so a restart
-// (even after kill -9) never repeats an (SPI, sequence) pair. A takeover
-// hands the ephemeral private keys and the sequence numbers over
-// (handover.go), and the new process continues 2^32 beyond them.
+// (even after kill -9) never repeats an (SPI, sequence) pair.
+//
+// A takeover (handover.go) hands the ephemeral private keys over, and
+// with them every SA the old process has or could still make: for a while
+// both send and receive with the same keys. Two rules keep that exact:
+//   - Sending: the successor starts every outbound SA of an inherited
+//     ephemeral key handoverSkip (2^32) beyond the sequence number the
+//     snapshot listed for it, 0 if none (an SA at 0, or one the old process
+//     makes after the snapshot, when a member's new key arrives). The old
+//     process sends from the snapshot until it stops, which is at "ready"
+//     or readyTimeout (30 s) later: 2^32 datagrams in 30 s would be 143
+//     million a second on one SA, far beyond what a process seals. The
+//     old process makes no new ephemeral key of its own for handoverHold
+//     after a snapshot, so the successor holds all of its keys.
+//   - Receiving: the two never open with the same SA at once. The
+//     successor holds (esp.SA.Hold: the receiving goroutine waits with its
+//     datagram) every inbound SA of an inherited key until the old process,
+//     at "ready", has stopped receiving and handed over the replay window
+//     each of its inbound SAs ended with, and the members' ephemeral keys
+//     it knew last (takeFinal); the held SAs go on with those windows (an
+//     SA the old process never had starts empty, one its newer keys retired
+//     refuses everything). Meanwhile the old process receives from the same
+//     sockets, so nothing waits but the successor's one batch, and after
+//     "ready" the datagrams wait in the sockets for the few milliseconds
+//     the last windows take. Should they never come, the held SAs refuse
+//     everything and the successor makes a new ephemeral key at once, which
+//     members send to as soon as they hear of it: replays stay out, some
+//     datagrams are lost until then.
 //
 // A retired SA (both its ephemeral keys no longer among the newest two) is
 // dropped and its key copy wiped; the ephemeral private keys are dropped
@@ -91,6 +116,20 @@ const (
 	// handoverSkip is how far beyond the handed-over sequence numbers the
 	// new process continues (what the old one sends meanwhile).
 	handoverSkip = 1 << 32
+	// handoverHold is how long after a handover's snapshot the old process
+	// makes no new ephemeral key: longer than a takeover may last (package
+	// main's readyTimeout, 30 s).
+	handoverHold = time.Minute
+)
+
+// finalState says where a successor is with its predecessor's last
+// windows (takeFinal).
+type finalState uint8
+
+const (
+	finalNone    finalState = iota // no takeover, or one without last windows
+	finalAwaited                   // inbound SAs of inherited keys are held
+	finalMissing                   // they never came: such SAs refuse everything
 )
 
 // ephemeral is one of this node's ephemeral keys.
@@ -140,8 +179,15 @@ type encryption struct {
 	peers  map[string]*peerKeys
 	sas    map[saKey]*esp.SA
 	// skip holds the handed-over sequence numbers (a takeover), applied
-	// when the SA is made again.
-	skip map[saKey]uint64
+	// when the SA is made again; inherited, the public keys of the
+	// ephemeral keys handed over; held, the inbound SAs of those keys held
+	// until final is no longer finalAwaited (takeFinal).
+	skip      map[saKey]uint64
+	inherited map[[esp.KeyLen]byte]bool
+	held      map[saKey]*esp.SA
+	final     finalState
+	// handedAt is when the last handover was snapshot (handoverHold).
+	handedAt time.Time
 }
 
 var _ gossip.Extension = (*encryption)(nil)
@@ -167,7 +213,7 @@ func (n *Node) newEncryption() (*encryption, error) {
 		x.log.Warn("logging the encryption keys: anyone who reads the file reads the overlay", "file", n.cfg.KeyLog)
 	}
 	if n.cfg.Inherit != nil && n.cfg.Inherit.Encryption != nil {
-		x.inherit(n.cfg.Inherit.Encryption)
+		x.inherit(n.cfg.Inherit.Encryption, n.cfg.Inherit.Final)
 	}
 	return x, nil
 }
@@ -291,7 +337,7 @@ func (x *encryption) Run(ctx context.Context) {
 			return
 		case now := <-t.C:
 			x.mu.Lock()
-			if now.Sub(x.mine[0].born) >= x.interval {
+			if now.Sub(x.mine[0].born) >= x.interval && now.Sub(x.handedAt) >= handoverHold {
 				if err := x.rotateLocked(now); err != nil {
 					x.log.Error("could not make a new ephemeral key; keeping the current one", "err", err)
 				}
@@ -304,13 +350,15 @@ func (x *encryption) Run(ctx context.Context) {
 	}
 }
 
-// close wipes the keys and closes the key log.
+// close wipes the SAs' key copies and closes the key log. The SAs stay
+// in sas: an abandoned node (a takeover) forwards with them until its
+// successor is ready, and then hands their last windows over
+// (lastWindows).
 func (x *encryption) close() {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	for k, sa := range x.sas {
+	for _, sa := range x.sas {
 		sa.Wipe()
-		delete(x.sas, k)
 	}
 	if x.keyLog != nil {
 		x.keyLog.Close()
@@ -417,10 +465,7 @@ func (x *encryption) saLocked(used map[saKey]bool, addr netip.Addr, p *peerKeys,
 		return nil
 	}
 	x.sas[k] = sa
-	if s, ok := x.skip[k]; ok {
-		sa.SkipTo(s)
-		delete(x.skip, k)
-	}
+	x.continueLocked(k, sa, mine, out)
 	if x.keyLog != nil {
 		src, dst := x.vtep, addr
 		if !out {
@@ -431,6 +476,26 @@ func (x *encryption) saLocked(used map[saKey]bool, addr netip.Addr, p *peerKeys,
 		}
 	}
 	return sa
+}
+
+// continueLocked applies a takeover's rules (see the top of the file) to
+// the new SA k of this node's ephemeral key mine: for a key a predecessor
+// held, outbound, it continues handoverSkip beyond what the snapshot
+// listed; inbound, it is held until the predecessor's last windows, or
+// refuses everything if they never came.
+func (x *encryption) continueLocked(k saKey, sa *esp.SA, mine *ecdh.PrivateKey, out bool) {
+	if !x.inherited[[esp.KeyLen]byte(mine.PublicKey().Bytes())] {
+		return
+	}
+	switch {
+	case out:
+		sa.SkipTo(x.skip[k] + handoverSkip)
+	case x.final == finalAwaited:
+		sa.Hold()
+		x.held[k] = sa
+	case x.final == finalMissing:
+		sa.Refuse()
+	}
 }
 
 // An ephemeral key record: owner name length (1) | owner | generation (8) |
@@ -540,8 +605,9 @@ func (x *encryption) PeerKey(name string) string {
 
 // EncryptionHandover is the encryption's share of a Handover: the static
 // and ephemeral private keys, the members' keys, and the sequence numbers
-// of the outbound SAs (the successor continues handoverSkip beyond them,
-// past what this process still sends before it stops).
+// of the outbound SAs that sent (the successor continues handoverSkip
+// beyond them, or beyond 0, past what this process still sends before it
+// stops).
 type EncryptionHandover struct {
 	Static []byte         `json:"static"`
 	Mine   []HandoverEph  `json:"mine"`
@@ -573,9 +639,16 @@ type HandoverSeq struct {
 	Seq      uint64 `json:"seq"`
 }
 
-func (x *encryption) handover() *EncryptionHandover {
+// handover snapshots the keys for a successor, and holds this node's
+// ephemeral keys for handoverHold (no rotation). A node still waiting for
+// its own predecessor's last windows cannot hand over yet.
+func (x *encryption) handover() (*EncryptionHandover, error) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	if x.final == finalAwaited {
+		return nil, errors.New("takeover: this agent is still taking over from its predecessor (its last replay windows have not come); try again")
+	}
+	x.handedAt = time.Now()
 	h := &EncryptionHandover{Static: x.static.Bytes()}
 	for _, m := range x.mine {
 		h.Mine = append(h.Mine, HandoverEph{Gen: m.gen, Priv: m.priv.Bytes(), Born: m.born.UnixNano()})
@@ -600,18 +673,25 @@ func (x *encryption) handover() *EncryptionHandover {
 			h.Seqs = append(h.Seqs, HandoverSeq{Sender: bytes.Clone(k.sender[:]), Receiver: bytes.Clone(k.receiver[:]), Seq: s})
 		}
 	}
-	return h
+	return h, nil
 }
 
 // inherit takes a predecessor's keys (a takeover); what does not parse is
-// skipped (a fresh key replaces it).
-func (x *encryption) inherit(h *EncryptionHandover) {
+// skipped (a fresh key replaces it). final: the predecessor hands over its
+// last windows after "ready" (takeFinal); until then the inbound SAs of its
+// keys are held.
+func (x *encryption) inherit(h *EncryptionHandover, final bool) {
 	if k, err := esp.ParseKey(h.Static); err == nil {
 		x.static = k
+	}
+	x.inherited, x.held = map[[esp.KeyLen]byte]bool{}, map[saKey]*esp.SA{}
+	if final {
+		x.final = finalAwaited
 	}
 	for _, m := range h.Mine {
 		if k, err := esp.ParseKey(m.Priv); err == nil && len(x.mine) < 2 {
 			x.mine = append(x.mine, ephemeral{gen: m.Gen, priv: k, born: time.Unix(0, m.Born)})
+			x.inherited[[esp.KeyLen]byte(k.PublicKey().Bytes())] = true
 		}
 	}
 	for _, hp := range h.Peers {
@@ -635,8 +715,123 @@ func (x *encryption) inherit(h *EncryptionHandover) {
 		if len(s.Sender) == esp.KeyLen && len(s.Receiver) == esp.KeyLen {
 			copy(k.sender[:], s.Sender)
 			copy(k.receiver[:], s.Receiver)
-			x.skip[k] = s.Seq + handoverSkip
+			x.skip[k] = s.Seq
 		}
+	}
+}
+
+// EncryptionFinal is what a predecessor hands over last, once it no longer
+// receives (after "ready"): the replay window each of its inbound SAs
+// ended with, and the members' ephemeral keys it knew last.
+type EncryptionFinal struct {
+	Windows []HandoverWindow `json:"windows"`
+	Peers   []HandoverPeer   `json:"peers"`
+}
+
+// HandoverWindow is the replay window (esp.SA.ReplayWindow) of the inbound
+// SA between two ephemeral public keys (sender's first).
+type HandoverWindow struct {
+	Sender   []byte `json:"sender"`
+	Receiver []byte `json:"receiver"`
+	Window   []byte `json:"window"`
+}
+
+// lastWindows returns the last windows and keys for the successor; the node no
+// longer receives (Node.FinalHandover).
+func (x *encryption) lastWindows() *EncryptionFinal {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	mine := map[[esp.KeyLen]byte]bool{}
+	for _, m := range x.mine {
+		mine[[esp.KeyLen]byte(m.priv.PublicKey().Bytes())] = true
+	}
+	f := &EncryptionFinal{}
+	for k, sa := range x.sas {
+		if mine[k.receiver] { // inbound
+			f.Windows = append(f.Windows, HandoverWindow{Sender: bytes.Clone(k.sender[:]), Receiver: bytes.Clone(k.receiver[:]), Window: sa.ReplayWindow()})
+		}
+	}
+	for name, p := range x.peers {
+		hp := HandoverPeer{Name: name}
+		for _, e := range p.eph {
+			hp.Eph = append(hp.Eph, HandoverEph{Gen: e.gen, Pub: e.pub.Bytes()})
+		}
+		f.Peers = append(f.Peers, hp)
+	}
+	return f
+}
+
+// takeFinal takes the predecessor's last windows (nil: they never came)
+// and ends the hold of the inbound SAs of its keys: the members' keys it
+// knew last are merged first (so an SA its newer keys retired is retired
+// here too), then each held SA goes on with the window the predecessor
+// ended with, empty if it had none, refusing everything if retired. If
+// nothing came, they refuse everything, as will the inbound SAs of the
+// inherited keys made later, and a new ephemeral key is made at once.
+func (x *encryption) takeFinal(f *EncryptionFinal) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.final != finalAwaited {
+		return
+	}
+	now := time.Now()
+	if f == nil {
+		x.final = finalMissing
+		x.refuseHeldLocked()
+		x.log.Warn("takeover: the predecessor's last replay windows did not come; refusing what it may have received and changing keys")
+		if x.h != nil {
+			if err := x.rotateLocked(now); err != nil {
+				x.log.Error("could not make a new ephemeral key", "err", err)
+			}
+		}
+		return
+	}
+	x.final = finalNone
+	for _, hp := range f.Peers {
+		for i := len(hp.Eph) - 1; i >= 0; i-- { // oldest first
+			if pub, err := esp.ParsePublic(hp.Eph[i].Pub); err == nil {
+				x.mergeLocked(hp.Name, hp.Eph[i].Gen, pub)
+			}
+		}
+	}
+	x.rebuildLocked(now)
+	wins := map[saKey][]byte{}
+	for _, w := range f.Windows {
+		var k saKey
+		if len(w.Sender) == esp.KeyLen && len(w.Receiver) == esp.KeyLen {
+			copy(k.sender[:], w.Sender)
+			copy(k.receiver[:], w.Receiver)
+			wins[k] = w.Window
+		}
+	}
+	resumed, refused := 0, 0
+	for k, sa := range x.held {
+		if x.sas[k] != sa { // retired
+			sa.Refuse()
+			refused++
+		} else if err := sa.Resume(wins[k]); err != nil {
+			x.log.Warn("takeover: a bad replay window from the predecessor; its SA refuses everything", "err", err)
+			refused++
+		} else {
+			resumed++
+		}
+		delete(x.held, k)
+	}
+	x.log.Info("takeover: inbound SAs go on with the predecessor's last replay windows", "windows", len(f.Windows), "resumed", resumed, "retired", refused)
+}
+
+// refuseHeld ends the hold of the held SAs: they refuse everything (Run's
+// end, before it waits for the receiving goroutines).
+func (x *encryption) refuseHeld() {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.refuseHeldLocked()
+}
+
+func (x *encryption) refuseHeldLocked() {
+	for k, sa := range x.held {
+		sa.Refuse()
+		delete(x.held, k)
 	}
 }
 

@@ -73,17 +73,30 @@ func TestEncryptionHandover(t *testing.T) {
 	}
 	sa.SkipTo(1000)
 	x.sas[k] = sa
-	h := x.handover()
+	h, err := x.handover()
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	y := &encryption{peers: map[string]*peerKeys{}, sas: map[saKey]*esp.SA{}}
-	y.inherit(h)
+	y.inherit(h, false)
 	if !y.static.Equal(static) || len(y.mine) != 1 || y.mine[0].gen != 7 || !y.mine[0].priv.Equal(e) {
 		t.Fatalf("the keys did not come over: %+v", y.mine)
 	}
 	if p := y.peers["h2"]; p == nil || !p.static.Equal(ps.PublicKey()) || len(p.eph) != 1 {
 		t.Fatalf("the member's keys did not come over: %+v", p)
 	}
-	if got := y.skip[k]; got != 1000+handoverSkip {
-		t.Fatalf("sequence to continue from: %d, want %d", got, 1000+handoverSkip)
+	if got := y.skip[k]; got != 1000 {
+		t.Fatalf("sequence handed over: %d, want 1000", got)
+	}
+	// The successor continues beyond it, and beyond 0 with an SA the
+	// snapshot did not list (the member's next key).
+	pe2, _ := esp.NewKey()
+	used := map[saKey]bool{}
+	if sa := y.saLocked(used, vtepOf(2), y.peers["h2"], e, pe.PublicKey(), true); sa.Seq() != 1000+handoverSkip {
+		t.Errorf("the listed SA continues after %d, want %d", sa.Seq(), 1000+handoverSkip)
+	}
+	if sa := y.saLocked(used, vtepOf(2), y.peers["h2"], e, pe2.PublicKey(), true); sa.Seq() != handoverSkip {
+		t.Errorf("an SA made after the snapshot continues after %d, want %d", sa.Seq(), uint64(handoverSkip))
 	}
 }

@@ -18,7 +18,13 @@ package node
 //     entries (they age out unless gossip or traffic confirms them), and the
 //     flood lists until gossip computes its own; its gossip joins the
 //     members the predecessor knew alive. Both read the same queues
-//     and sockets for a moment, and nothing queued in the kernel is lost.
+//     and sockets for a moment, and nothing queued in the kernel is lost;
+//   - once the successor is ready, the running node's FinalHandover stops
+//     its receiving and returns the state that changed with every datagram
+//     it opened (the replay windows of --encrypt, encrypt.go); the
+//     successor's TakeFinal takes it. Until then the successor holds its
+//     inbound SAs of the handed-over keys, so that the two never open with
+//     the same SA at once.
 
 import (
 	"context"
@@ -52,6 +58,9 @@ type Handover struct {
 	// Encryption is the keys and sequence numbers of --encrypt
 	// (encrypt.go); nil without.
 	Encryption *EncryptionHandover `json:"encryption,omitempty"`
+	// Final: the running node hands a HandoverFinal over once the
+	// successor is ready (set by the caller that will send it).
+	Final bool `json:"final,omitempty"`
 	// Files are the descriptors: each segment's TAP queues in order, then
 	// the receiving sockets, then the source-port sockets.
 	Files []*os.File `json:"-"`
@@ -94,7 +103,10 @@ func (n *Node) Handover() (*Handover, error) {
 		}
 	}
 	if n.enc != nil {
-		h.Encryption = n.enc.handover()
+		var err error
+		if h.Encryption, err = n.enc.handover(); err != nil {
+			return nil, err
+		}
 	}
 	for _, s := range n.segs {
 		h.Segments = append(h.Segments, HandoverSegment{VNI: s.cfg.VNI, Dev: s.cfg.Dev, Queues: len(s.devs)})
@@ -118,6 +130,41 @@ func (n *Node) Handover() (*Handover, error) {
 		return fail(fmt.Errorf("takeover: %d descriptors to hand over, more than one message carries (%d): use fewer --queues", len(h.Files), MaxHandoverFiles))
 	}
 	return h, nil
+}
+
+// HandoverFinal is what a node hands its successor last, once it no longer
+// receives (FinalHandover); JSON.
+type HandoverFinal struct {
+	Encryption *EncryptionFinal `json:"encryption,omitempty"`
+}
+
+// FinalHandover stops the node's receiving, the successor being ready
+// (Abandon was called), and returns what the successor takes last
+// (TakeFinal). The node goes on sending until Run's context is cancelled.
+func (n *Node) FinalHandover() *HandoverFinal {
+	for _, d := range n.demuxes {
+		d.Close()
+	}
+	n.receiving.Wait()
+	f := &HandoverFinal{}
+	if n.enc != nil {
+		f.Encryption = n.enc.lastWindows()
+	}
+	return f
+}
+
+// TakeFinal takes what the predecessor handed over last; nil when it did
+// not come (see encryption.takeFinal). Without Config.Inherit.Final it
+// does nothing.
+func (n *Node) TakeFinal(f *HandoverFinal) {
+	if n.enc == nil {
+		return
+	}
+	var e *EncryptionFinal
+	if f != nil {
+		e = f.Encryption
+	}
+	n.enc.takeFinal(e)
 }
 
 // Check reports whether h can serve cfg: the same port and the same
