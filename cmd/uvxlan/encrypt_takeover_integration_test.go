@@ -92,6 +92,7 @@ func TestEncryptTakeoverPaused(t *testing.T) {
 		}
 	}
 	replay := drop(e2, "esp_replay") - drop(b2, "esp_replay")
+	t.Logf("the successor: %s", lastStateLine(succ))
 	t.Logf("takeover held 3 s: %d distinct (SPI, sequence) pairs from h1, %d sent more than once; at h2: esp_replay %d, esp_unknown_spi %d; ping every 10 ms: %d of 800 replies, longest gap %v",
 		len(seen), repeats, replay, drop(e2, "esp_unknown_spi")-drop(b2, "esp_unknown_spi"), r.replies, r.gap)
 	if r.err != nil {
@@ -109,6 +110,27 @@ func TestEncryptTakeoverPaused(t *testing.T) {
 	if succ.Exited() {
 		t.Errorf("the successor exited:\n%s", succ.Log())
 	}
+}
+
+// lastStateLine is the successor's log line saying when the old agent's
+// last state came (step 7 of the takeover), or a note that it has none.
+func lastStateLine(p *testenv.Proc) string {
+	for _, l := range strings.Split(p.Log(), "\n") {
+		if strings.Contains(l, "last state") {
+			return l
+		}
+	}
+	return "(no line about the last state)"
+}
+
+// pingSummary is ping's line of packets sent and received.
+func pingSummary(out string) string {
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "received") {
+			return l
+		}
+	}
+	return "(no summary)"
 }
 
 // replayPattern fills the pings whose ESP datagrams are replayed, so that
@@ -207,6 +229,7 @@ func TestEncryptTakeoverReplay(t *testing.T) {
 	if reached != 0 {
 		t.Errorf("%d frames of the replayed pings (or h1's answers) on h1's TAP, want 0", reached)
 	}
+	t.Logf("the successor: %s; ping during the takeover: %s", lastStateLine(succ), pingSummary(out))
 	if succ.Exited() {
 		t.Errorf("the successor exited:\n%s", succ.Log())
 	}

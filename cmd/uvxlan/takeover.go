@@ -264,7 +264,8 @@ func finishTakeover(conn *net.UnixConn, h *node.Handover, n *node.Node, log *slo
 	if !h.Final {
 		return
 	}
-	conn.SetDeadline(time.Now().Add(finalTimeout))
+	start := time.Now()
+	conn.SetDeadline(start.Add(finalTimeout))
 	var f node.HandoverFinal
 	if err := json.NewDecoder(io.LimitReader(conn, 256<<20)).Decode(&f); err != nil {
 		log.Warn("takeover: the agent taken over did not hand over its last state", "err", err)
@@ -272,6 +273,7 @@ func finishTakeover(conn *net.UnixConn, h *node.Handover, n *node.Node, log *slo
 		return
 	}
 	n.TakeFinal(&f)
+	log.Info("takeover: took the last state of the agent taken over", "after_ready", time.Since(start))
 }
 
 // rawFDs returns the numbers of files' descriptors, which stay valid while
