@@ -786,7 +786,7 @@ func (x *encryption) takeFinal(f *EncryptionFinal) {
 		}
 		return
 	}
-	x.final = finalNone
+	// Still awaited: the SAs of keys learnt here are held too.
 	for _, hp := range f.Peers {
 		for i := len(hp.Eph) - 1; i >= 0; i-- { // oldest first
 			if pub, err := esp.ParsePublic(hp.Eph[i].Pub); err == nil {
@@ -795,6 +795,7 @@ func (x *encryption) takeFinal(f *EncryptionFinal) {
 		}
 	}
 	x.rebuildLocked(now)
+	x.final = finalNone
 	wins := map[saKey][]byte{}
 	for _, w := range f.Windows {
 		var k saKey

@@ -151,6 +151,27 @@ func TestEncryptionTakeFinal(t *testing.T) {
 		if res := open(pred, 1); res != esp.OK { // after the snapshot
 			t.Fatalf("the predecessor opens datagram 1: %v", res)
 		}
+		// After the snapshot the predecessor hears of n2's next key and
+		// opens a datagram of it; the successor learns that key only
+		// from the last windows.
+		next, _ := esp.NewKey()
+		n1.enc.mu.Lock()
+		if !n1.enc.mergeLocked(n2.name, n1.enc.peers[n2.name].eph[0].gen+1, next.PublicKey()) {
+			t.Fatal("n1 did not take n2's next key")
+		}
+		n1.enc.rebuildLocked(time.Now())
+		mine := n1.enc.mine[0].priv.PublicKey()
+		n1.enc.mu.Unlock()
+		nextOut, err := esp.Derive(esp.Ends{SenderStatic: n2.enc.static.PublicKey(), SenderEph: next.PublicKey(), ReceiverStatic: n1.enc.static.PublicKey(),
+			ReceiverEph: mine, Static: n2.enc.static, Eph: next, Outbound: true}, vtepOf(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		e0, e1 := sealed(t, nextOut), sealed(t, nextOut)
+		openE := func(sa *esp.SA, b []byte) esp.Result { _, res := sa.Open(bytes.Clone(b), new(esp.Scratch)); return res }
+		if sa := n1.enc.table.Inbound(vtepOf(2), nextOut.SPI); sa == nil || openE(sa, e0) != esp.OK {
+			t.Fatalf("the predecessor does not open n2's datagram of its next key")
+		}
 		waited := make(chan esp.Result, 1)
 		go func() { waited <- open(succ, 1) }()
 		synctest.Wait()
@@ -167,6 +188,11 @@ func TestEncryptionTakeFinal(t *testing.T) {
 			if res := open(succ, i); res != want {
 				t.Errorf("datagram %d at the successor: %v, want %v", i, res, want)
 			}
+		}
+		if sa := y.table.Inbound(vtepOf(2), nextOut.SPI); sa == nil {
+			t.Error("the successor did not take n2's next key from the last windows")
+		} else if r0, r1 := openE(sa, e0), openE(sa, e1); r0 != esp.Replayed || r1 != esp.OK {
+			t.Errorf("n2's next key at the successor: the datagram the predecessor opened %v (want Replayed), the other %v (want OK)", r0, r1)
 		}
 
 		z := successor()
