@@ -180,10 +180,10 @@ func FuzzOpen(f *testing.F) {
 	})
 }
 
-// A held SA's Open waits, with its datagram, until Resume; it then checks
+// A paused SA's Open waits, with its datagram, until Resume; it then checks
 // the window it was given: what that window saw is a replay, the rest
 // opens. Refuse makes every datagram a replay.
-func TestHoldResume(t *testing.T) {
+func TestPauseResume(t *testing.T) {
 	out, in := pairSAs(t)
 	var d [5][]byte
 	for i := range d {
@@ -197,12 +197,12 @@ func TestHoldResume(t *testing.T) {
 		}
 	}
 	succ := in.clone(t)
-	succ.Hold()
+	succ.Pause()
 	got := make(chan Result, 1)
 	go func() { _, res := succ.Open(bytes.Clone(d[1]), new(Scratch)); got <- res }()
 	select {
 	case res := <-got:
-		t.Fatalf("a held SA opened at once: %v", res)
+		t.Fatalf("a paused SA opened at once: %v", res)
 	case <-time.After(50 * time.Millisecond):
 	}
 	if err := succ.Resume(pred.ReplayWindow()); err != nil {
@@ -217,7 +217,7 @@ func TestHoldResume(t *testing.T) {
 		}
 	}
 	refused := in.clone(t)
-	refused.Hold()
+	refused.Pause()
 	refused.Refuse()
 	for i := range d {
 		if _, res := refused.Open(bytes.Clone(d[i]), new(Scratch)); res != Replayed {

@@ -60,11 +60,11 @@ type SA struct {
 	salt [saltLen]byte
 	// seq is the last sequence number used (outbound).
 	seq atomic.Uint64
-	// mu guards win and held (inbound): win is checked before
-	// decryption, updated after; while held, Open waits on resume.
+	// mu guards win and paused (inbound): win is checked before
+	// decryption, updated after; while paused, Open waits on resume.
 	mu     sync.Mutex
 	win    window
-	held   bool
+	paused bool
 	resume sync.Cond // L is &mu
 	// key is kept for the key log only; Wipe clears it.
 	key [keyLen]byte
@@ -179,7 +179,7 @@ func (sa *SA) Open(b []byte, s *Scratch) ([]byte, Result) {
 		return nil, AuthFailed
 	}
 	sa.mu.Lock()
-	for sa.held {
+	for sa.paused {
 		sa.resume.Wait()
 	}
 	fresh := sa.win.check(seq)
@@ -211,20 +211,20 @@ func (sa *SA) Open(b []byte, s *Scratch) ([]byte, Result) {
 
 // A successor of a takeover opens an inbound SA only with its
 // predecessor's last replay window (see cmd/uvxlan/node/encrypt.go): it
-// holds the SA while the predecessor still opens with it, then resumes it
+// pauses the SA while the predecessor still opens with it, then resumes it
 // with the window the predecessor ended with.
 
-// Hold makes Open wait, before it checks the replay window, until Resume
+// Pause makes Open wait, before it checks the replay window, until Resume
 // or Refuse: the caller's goroutine blocks with its datagram, nothing is
 // dropped. Call it before the SA is in a Table.
-func (sa *SA) Hold() {
+func (sa *SA) Pause() {
 	sa.mu.Lock()
-	sa.held = true
+	sa.paused = true
 	sa.mu.Unlock()
 }
 
 // Resume takes the replay window another process ended with (as
-// ReplayWindow returned it; nil keeps the SA's own) and ends a Hold. A
+// ReplayWindow returned it; nil keeps the SA's own) and ends a Pause. A
 // window that does not parse is an error, and the SA then refuses
 // everything (Refuse).
 func (sa *SA) Resume(win []byte) error {
@@ -238,18 +238,18 @@ func (sa *SA) Resume(win []byte) error {
 	case win != nil:
 		sa.win = w
 	}
-	sa.held = false
+	sa.paused = false
 	sa.resume.Broadcast()
 	return err
 }
 
 // Refuse makes Open refuse every sequence number from now on (Replayed)
-// and ends a Hold: for an SA whose predecessor's window is unknown.
+// and ends a Pause: for an SA whose predecessor's window is unknown.
 func (sa *SA) Refuse() {
 	sa.mu.Lock()
 	defer sa.mu.Unlock()
 	sa.win.refuseAll()
-	sa.held = false
+	sa.paused = false
 	sa.resume.Broadcast()
 }
 

@@ -62,16 +62,16 @@ package node
 //     old process makes no new ephemeral key of its own for handoverHold
 //     after a snapshot, so the successor holds all of its keys.
 //   - Receiving: the two never open with the same SA at once. The
-//     successor holds (esp.SA.Hold: the receiving goroutine waits with its
+//     successor pauses (esp.SA.Pause: the receiving goroutine waits with its
 //     datagram) every inbound SA of an inherited key until the old process,
 //     at "ready", has stopped receiving and handed over the replay window
 //     each of its inbound SAs ended with, and the members' ephemeral keys
-//     it knew last (takeFinal); the held SAs go on with those windows (an
+//     it knew last (takeFinal); the paused SAs go on with those windows (an
 //     SA the old process never had starts empty, one its newer keys retired
 //     refuses everything). Meanwhile the old process receives from the same
 //     sockets, so nothing waits but the successor's one batch, and after
 //     "ready" the datagrams wait in the sockets for the few milliseconds
-//     the last windows take. Should they never come, the held SAs refuse
+//     the last windows take. Should they never come, the paused SAs refuse
 //     everything and the successor makes a new ephemeral key at once, which
 //     members send to as soon as they hear of it: replays stay out, some
 //     datagrams are lost until then.
@@ -82,7 +82,7 @@ package node
 // interval); windows handed over with the snapshot would miss what the old
 // process opens after it, and two processes opening with one SA at once
 // each accept what the other has seen. Skipping costs nothing (the
-// sequence space is 2^62), and the hold costs only the milliseconds
+// sequence space is 2^62), and the pause costs only the milliseconds
 // between "ready" and the last windows (2.4 to 26 ms measured under iperf3,
 // no datagram lost to a full socket).
 //
@@ -138,7 +138,7 @@ type finalState uint8
 
 const (
 	finalNone    finalState = iota // no takeover, or one without last windows
-	finalAwaited                   // inbound SAs of inherited keys are held
+	finalAwaited                   // inbound SAs of inherited keys are paused
 	finalMissing                   // they never came: such SAs refuse everything
 )
 
@@ -190,11 +190,11 @@ type encryption struct {
 	sas    map[saKey]*esp.SA
 	// skip holds the handed-over sequence numbers (a takeover), applied
 	// when the SA is made again; inherited, the public keys of the
-	// ephemeral keys handed over; held, the inbound SAs of those keys held
-	// until final is no longer finalAwaited (takeFinal).
+	// ephemeral keys handed over; paused, the inbound SAs of those keys
+	// paused until final is no longer finalAwaited (takeFinal).
 	skip      map[saKey]uint64
 	inherited map[[esp.KeyLen]byte]bool
-	held      map[saKey]*esp.SA
+	paused    map[saKey]*esp.SA
 	final     finalState
 	// handedAt is when the last handover was snapshot (handoverHold).
 	handedAt time.Time
@@ -491,7 +491,7 @@ func (x *encryption) saLocked(used map[saKey]bool, addr netip.Addr, p *peerKeys,
 // continueLocked applies a takeover's rules (see the top of the file) to
 // the new SA k of this node's ephemeral key mine: for a key a predecessor
 // held, outbound, it continues handoverSkip beyond what the snapshot
-// listed; inbound, it is held until the predecessor's last windows, or
+// listed; inbound, it is paused until the predecessor's last windows, or
 // refuses everything if they never came.
 func (x *encryption) continueLocked(k saKey, sa *esp.SA, mine *ecdh.PrivateKey, out bool) {
 	if !x.inherited[[esp.KeyLen]byte(mine.PublicKey().Bytes())] {
@@ -501,8 +501,8 @@ func (x *encryption) continueLocked(k saKey, sa *esp.SA, mine *ecdh.PrivateKey, 
 	case out:
 		sa.SkipTo(x.skip[k] + handoverSkip)
 	case x.final == finalAwaited:
-		sa.Hold()
-		x.held[k] = sa
+		sa.Pause()
+		x.paused[k] = sa
 	case x.final == finalMissing:
 		sa.Refuse()
 	}
@@ -689,12 +689,12 @@ func (x *encryption) handover() (*EncryptionHandover, error) {
 // inherit takes a predecessor's keys (a takeover); what does not parse is
 // skipped (a fresh key replaces it). final: the predecessor hands over its
 // last windows after "ready" (takeFinal); until then the inbound SAs of its
-// keys are held.
+// keys are paused.
 func (x *encryption) inherit(h *EncryptionHandover, final bool) {
 	if k, err := esp.ParseKey(h.Static); err == nil {
 		x.static = k
 	}
-	x.inherited, x.held = map[[esp.KeyLen]byte]bool{}, map[saKey]*esp.SA{}
+	x.inherited, x.paused = map[[esp.KeyLen]byte]bool{}, map[saKey]*esp.SA{}
 	if final {
 		x.final = finalAwaited
 	}
@@ -772,9 +772,9 @@ func (x *encryption) lastWindows() *EncryptionFinal {
 }
 
 // takeFinal takes the predecessor's last windows (nil: they never came)
-// and ends the hold of the inbound SAs of its keys: the members' keys it
+// and ends the pause of the inbound SAs of its keys: the members' keys it
 // knew last are merged first (so an SA its newer keys retired is retired
-// here too), then each held SA goes on with the window the predecessor
+// here too), then each paused SA goes on with the window the predecessor
 // ended with, empty if it had none, refusing everything if retired. If
 // nothing came, they refuse everything, as will the inbound SAs of the
 // inherited keys made later, and a new ephemeral key is made at once.
@@ -787,7 +787,7 @@ func (x *encryption) takeFinal(f *EncryptionFinal) {
 	now := time.Now()
 	if f == nil {
 		x.final = finalMissing
-		x.refuseHeldLocked()
+		x.refusePausedLocked()
 		x.log.Warn("takeover: the predecessor's last replay windows did not come; refusing what it may have received and changing keys")
 		if x.h != nil {
 			if err := x.rotateLocked(now); err != nil {
@@ -796,7 +796,7 @@ func (x *encryption) takeFinal(f *EncryptionFinal) {
 		}
 		return
 	}
-	// Still awaited: the SAs of keys learnt here are held too.
+	// Still awaited: the SAs of keys learnt here are paused too.
 	for _, hp := range f.Peers {
 		for i := len(hp.Eph) - 1; i >= 0; i-- { // oldest first
 			if pub, err := esp.ParsePublic(hp.Eph[i].Pub); err == nil {
@@ -816,7 +816,7 @@ func (x *encryption) takeFinal(f *EncryptionFinal) {
 		}
 	}
 	resumed, refused := 0, 0
-	for k, sa := range x.held {
+	for k, sa := range x.paused {
 		if x.sas[k] != sa { // retired
 			sa.Refuse()
 			refused++
@@ -826,23 +826,23 @@ func (x *encryption) takeFinal(f *EncryptionFinal) {
 		} else {
 			resumed++
 		}
-		delete(x.held, k)
+		delete(x.paused, k)
 	}
 	x.log.Info("takeover: inbound SAs go on with the predecessor's last replay windows", "windows", len(f.Windows), "resumed", resumed, "retired", refused)
 }
 
-// refuseHeld ends the hold of the held SAs: they refuse everything (Run's
+// refusePaused ends the pause of the paused SAs: they refuse everything (Run's
 // end, before it waits for the receiving goroutines).
-func (x *encryption) refuseHeld() {
+func (x *encryption) refusePaused() {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	x.refuseHeldLocked()
+	x.refusePausedLocked()
 }
 
-func (x *encryption) refuseHeldLocked() {
-	for k, sa := range x.held {
+func (x *encryption) refusePausedLocked() {
+	for k, sa := range x.paused {
 		sa.Refuse()
-		delete(x.held, k)
+		delete(x.paused, k)
 	}
 }
 

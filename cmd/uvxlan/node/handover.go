@@ -22,7 +22,7 @@ package node
 //   - once the successor is ready, the running node's FinalHandover stops
 //     its receiving and returns the state that changed with every datagram
 //     it opened (the replay windows of --encrypt, encrypt.go); the
-//     successor's TakeFinal takes it. Until then the successor holds its
+//     successor's TakeFinal takes it. Until then the successor pauses its
 //     inbound SAs of the handed-over keys, so that the two never open with
 //     the same SA at once.
 

@@ -569,7 +569,7 @@ func (n *Node) Run(ctx context.Context) error {
 
 	<-ctx.Done()
 	if n.enc != nil {
-		n.enc.refuseHeld() // the receiving goroutines may wait on held SAs
+		n.enc.refusePaused() // the receiving goroutines may wait on paused SAs
 	}
 	for _, d := range n.demuxes {
 		d.Close()

@@ -99,7 +99,7 @@ func sealed(t *testing.T, sa *esp.SA) []byte {
 // TestEncryptionTakeFinal: a takeover in one process (the successor's
 // encryption borrows n1's gossip handle). The successor's outbound SA
 // continues 2^32 beyond the snapshot; its inbound SA of the handed-over
-// keys is held, a datagram waiting in Open until the predecessor's last
+// keys is paused, a datagram waiting in Open until the predecessor's last
 // windows come: then what the predecessor opened, before the snapshot or
 // after it, is a replay, and the rest opens. Without the last windows,
 // the inbound SAs of the inherited keys refuse everything.
@@ -177,7 +177,7 @@ func TestEncryptionTakeFinal(t *testing.T) {
 		synctest.Wait()
 		select {
 		case res := <-waited:
-			t.Fatalf("the successor opened with a held SA: %v", res)
+			t.Fatalf("the successor opened with a paused SA: %v", res)
 		default:
 		}
 		y.takeFinal(n1.enc.lastWindows())
