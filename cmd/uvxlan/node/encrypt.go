@@ -74,7 +74,9 @@ package node
 //     the last windows take. Should they never come, the paused SAs refuse
 //     everything and the successor makes a new ephemeral key at once, which
 //     members send to as soon as they hear of it: replays stay out, some
-//     datagrams are lost until then.
+//     datagrams are lost until then. (An agent of an earlier release sends
+//     no last windows: its successor's inbound SAs start empty, as they
+//     did.)
 //
 // Why these rules rather than others: a successor that sent and received
 // only under new keys of its own would lose what members send until each
