@@ -26,8 +26,8 @@ package main
 //     (same name, same address: peers see the same member; it joins the
 //     members the agent knew, so a node without --join is back in its
 //     cluster at once), starts forwarding, and writes "ready\n".
-//  6. On "ready" the old agent stops receiving and, if asked ("final"
-//     in the request, then also in the handover), writes its last state
+//  6. On "ready" the old agent, if asked ("final" in the request, then
+//     also in the handover), stops receiving and writes its last state
 //     (node.FinalHandover: the replay windows of --encrypt) as one line of
 //     JSON; then it stops forwarding and exits 0, leaving its TAPs in place.
 //  7. The successor reads that line (within finalTimeout) and takes it
@@ -243,6 +243,7 @@ func (t *takeoverServer) handOver(w http.ResponseWriter, release, final bool) bo
 	if final {
 		body, err := json.Marshal(t.n.FinalHandover())
 		if err == nil {
+			uc.SetDeadline(time.Now().Add(finalTimeout))
 			_, err = uc.Write(append(body, '\n'))
 		}
 		if err != nil {

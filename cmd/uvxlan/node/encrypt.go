@@ -748,8 +748,8 @@ type HandoverWindow struct {
 	Window   []byte `json:"window"`
 }
 
-// lastWindows returns the last windows and keys for the successor; the node no
-// longer receives (Node.FinalHandover).
+// lastWindows returns the last windows and keys for the successor; the
+// node no longer receives (Node.FinalHandover).
 func (x *encryption) lastWindows() *EncryptionFinal {
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -833,8 +833,8 @@ func (x *encryption) takeFinal(f *EncryptionFinal) {
 	x.log.Info("takeover: inbound SAs go on with the predecessor's last replay windows", "windows", len(f.Windows), "resumed", resumed, "retired", refused)
 }
 
-// refusePaused ends the pause of the paused SAs: they refuse everything (Run's
-// end, before it waits for the receiving goroutines).
+// refusePaused ends the pause of the paused SAs: they refuse everything
+// (Run's end, before it waits for the receiving goroutines).
 func (x *encryption) refusePaused() {
 	x.mu.Lock()
 	defer x.mu.Unlock()
