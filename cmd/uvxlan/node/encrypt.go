@@ -188,18 +188,24 @@ type encryption struct {
 	mu     sync.Mutex
 	mine   []ephemeral // newest first, at most 2
 	active uint64      // the generation sent with at the last rebuild
+	handed handed      // a takeover's state, on either side
 	peers  map[string]*peerKeys
 	sas    map[saKey]*esp.SA
 	// skip holds the handed-over sequence numbers (a takeover), applied
-	// when the SA is made again; inherited, the public keys of the
-	// ephemeral keys handed over; paused, the inbound SAs of those keys
-	// paused until final is no longer finalAwaited (takeFinal).
-	skip      map[saKey]uint64
+	// when the SA is made again.
+	skip map[saKey]uint64
+}
+
+// handed is what a takeover leaves in the encryption (see the top of the
+// file): at the successor, the public keys of the ephemeral keys handed
+// over, the inbound SAs of those keys paused until final is no longer
+// finalAwaited (takeFinal); at the old process, when the last handover was
+// snapshot (handoverHold).
+type handed struct {
 	inherited map[[esp.KeyLen]byte]bool
 	paused    map[saKey]*esp.SA
 	final     finalState
-	// handedAt is when the last handover was snapshot (handoverHold).
-	handedAt time.Time
+	at        time.Time
 }
 
 var _ gossip.Extension = (*encryption)(nil)
@@ -349,7 +355,7 @@ func (x *encryption) Run(ctx context.Context) {
 			return
 		case now := <-t.C:
 			x.mu.Lock()
-			if now.Sub(x.mine[0].born) >= x.interval && now.Sub(x.handedAt) >= handoverHold {
+			if now.Sub(x.mine[0].born) >= x.interval && now.Sub(x.handed.at) >= handoverHold {
 				if err := x.rotateLocked(now); err != nil {
 					x.log.Error("could not make a new ephemeral key; keeping the current one", "err", err)
 				}
@@ -496,17 +502,137 @@ func (x *encryption) saLocked(used map[saKey]bool, addr netip.Addr, p *peerKeys,
 // listed; inbound, it is paused until the predecessor's last windows, or
 // refuses everything if they never came.
 func (x *encryption) continueLocked(k saKey, sa *esp.SA, mine *ecdh.PrivateKey, out bool) {
-	if !x.inherited[[esp.KeyLen]byte(mine.PublicKey().Bytes())] {
+	if !x.handed.inherited[[esp.KeyLen]byte(mine.PublicKey().Bytes())] {
 		return
 	}
 	switch {
 	case out:
-		sa.SkipTo(x.skip[k] + handoverSkip)
-	case x.final == finalAwaited:
+		s, ok := x.skip[k]
+		if !ok {
+			s = handoverSkip
+		}
+		sa.SkipTo(s)
+	case x.handed.final == finalAwaited:
 		sa.Pause()
-		x.paused[k] = sa
-	case x.final == finalMissing:
+		x.handed.paused[k] = sa
+	case x.handed.final == finalMissing:
 		sa.Refuse()
+	}
+}
+
+// EncryptionFinal is what a predecessor hands over last, once it no longer
+// receives (after "ready"): the replay window each of its inbound SAs
+// ended with, and the members' ephemeral keys it knew last.
+type EncryptionFinal struct {
+	Windows []HandoverWindow `json:"windows"`
+	Peers   []HandoverPeer   `json:"peers"`
+}
+
+// HandoverWindow is the replay window (esp.SA.ReplayWindow) of the inbound
+// SA between two ephemeral public keys (sender's first).
+type HandoverWindow struct {
+	Sender   []byte `json:"sender"`
+	Receiver []byte `json:"receiver"`
+	Window   []byte `json:"window"`
+}
+
+// lastWindows returns the last windows and keys for the successor; the
+// node no longer receives (Node.FinalHandover).
+func (x *encryption) lastWindows() *EncryptionFinal {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	mine := map[[esp.KeyLen]byte]bool{}
+	for _, m := range x.mine {
+		mine[[esp.KeyLen]byte(m.priv.PublicKey().Bytes())] = true
+	}
+	f := &EncryptionFinal{}
+	for k, sa := range x.sas {
+		if mine[k.receiver] { // inbound
+			f.Windows = append(f.Windows, HandoverWindow{Sender: bytes.Clone(k.sender[:]), Receiver: bytes.Clone(k.receiver[:]), Window: sa.ReplayWindow()})
+		}
+	}
+	for name, p := range x.peers {
+		hp := HandoverPeer{Name: name}
+		for _, e := range p.eph {
+			hp.Eph = append(hp.Eph, HandoverEph{Gen: e.gen, Pub: e.pub.Bytes()})
+		}
+		f.Peers = append(f.Peers, hp)
+	}
+	return f
+}
+
+// takeFinal takes the predecessor's last windows (nil: they never came)
+// and ends the pause of the inbound SAs of its keys: the members' keys it
+// knew last are merged first (so an SA its newer keys retired is retired
+// here too), then each paused SA goes on with the window the predecessor
+// ended with, empty if it had none, refusing everything if retired. If
+// nothing came, they refuse everything, as will the inbound SAs of the
+// inherited keys made later, and a new ephemeral key is made at once.
+func (x *encryption) takeFinal(f *EncryptionFinal) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.handed.final != finalAwaited {
+		return
+	}
+	now := time.Now()
+	if f == nil {
+		x.handed.final = finalMissing
+		x.refusePausedLocked()
+		x.log.Warn("takeover: the predecessor's last replay windows did not come; refusing what it may have received and changing keys")
+		if x.h != nil {
+			if err := x.rotateLocked(now); err != nil {
+				x.log.Error("could not make a new ephemeral key", "err", err)
+			}
+		}
+		return
+	}
+	// Still awaited: the SAs of keys learnt here are paused too.
+	for _, hp := range f.Peers {
+		for i := len(hp.Eph) - 1; i >= 0; i-- { // oldest first
+			if pub, err := esp.ParsePublic(hp.Eph[i].Pub); err == nil {
+				x.mergeLocked(hp.Name, hp.Eph[i].Gen, pub)
+			}
+		}
+	}
+	x.rebuildLocked(now)
+	x.handed.final = finalNone
+	wins := map[saKey][]byte{}
+	for _, w := range f.Windows {
+		var k saKey
+		if len(w.Sender) == esp.KeyLen && len(w.Receiver) == esp.KeyLen {
+			copy(k.sender[:], w.Sender)
+			copy(k.receiver[:], w.Receiver)
+			wins[k] = w.Window
+		}
+	}
+	resumed, refused := 0, 0
+	for k, sa := range x.handed.paused {
+		if x.sas[k] != sa { // retired
+			sa.Refuse()
+			refused++
+		} else if err := sa.Resume(wins[k]); err != nil {
+			x.log.Warn("takeover: a bad replay window from the predecessor; its SA refuses everything", "err", err)
+			refused++
+		} else {
+			resumed++
+		}
+		delete(x.handed.paused, k)
+	}
+	x.log.Info("takeover: inbound SAs go on with the predecessor's last replay windows", "windows", len(f.Windows), "resumed", resumed, "retired", refused)
+}
+
+// refusePaused ends the pause of the paused SAs: they refuse everything
+// (Run's end, before it waits for the receiving goroutines).
+func (x *encryption) refusePaused() {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.refusePausedLocked()
+}
+
+func (x *encryption) refusePausedLocked() {
+	for k, sa := range x.handed.paused {
+		sa.Refuse()
+		delete(x.handed.paused, k)
 	}
 }
 
@@ -657,10 +783,10 @@ type HandoverSeq struct {
 func (x *encryption) handover() (*EncryptionHandover, error) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if x.final == finalAwaited {
+	if x.handed.final == finalAwaited {
 		return nil, errors.New("takeover: this agent is still taking over from its predecessor (its last replay windows have not come); try again")
 	}
-	x.handedAt = time.Now()
+	x.handed.at = time.Now()
 	h := &EncryptionHandover{Static: x.static.Bytes()}
 	for _, m := range x.mine {
 		h.Mine = append(h.Mine, HandoverEph{Gen: m.gen, Priv: m.priv.Bytes(), Born: m.born.UnixNano()})
@@ -696,14 +822,14 @@ func (x *encryption) inherit(h *EncryptionHandover, final bool) {
 	if k, err := esp.ParseKey(h.Static); err == nil {
 		x.static = k
 	}
-	x.inherited, x.paused = map[[esp.KeyLen]byte]bool{}, map[saKey]*esp.SA{}
+	x.handed.inherited, x.handed.paused = map[[esp.KeyLen]byte]bool{}, map[saKey]*esp.SA{}
 	if final {
-		x.final = finalAwaited
+		x.handed.final = finalAwaited
 	}
 	for _, m := range h.Mine {
 		if k, err := esp.ParseKey(m.Priv); err == nil && len(x.mine) < 2 {
 			x.mine = append(x.mine, ephemeral{gen: m.Gen, priv: k, born: time.Unix(0, m.Born)})
-			x.inherited[[esp.KeyLen]byte(k.PublicKey().Bytes())] = true
+			x.handed.inherited[[esp.KeyLen]byte(k.PublicKey().Bytes())] = true
 		}
 	}
 	for _, hp := range h.Peers {
@@ -727,124 +853,8 @@ func (x *encryption) inherit(h *EncryptionHandover, final bool) {
 		if len(s.Sender) == esp.KeyLen && len(s.Receiver) == esp.KeyLen {
 			copy(k.sender[:], s.Sender)
 			copy(k.receiver[:], s.Receiver)
-			x.skip[k] = s.Seq
+			x.skip[k] = s.Seq + handoverSkip
 		}
-	}
-}
-
-// EncryptionFinal is what a predecessor hands over last, once it no longer
-// receives (after "ready"): the replay window each of its inbound SAs
-// ended with, and the members' ephemeral keys it knew last.
-type EncryptionFinal struct {
-	Windows []HandoverWindow `json:"windows"`
-	Peers   []HandoverPeer   `json:"peers"`
-}
-
-// HandoverWindow is the replay window (esp.SA.ReplayWindow) of the inbound
-// SA between two ephemeral public keys (sender's first).
-type HandoverWindow struct {
-	Sender   []byte `json:"sender"`
-	Receiver []byte `json:"receiver"`
-	Window   []byte `json:"window"`
-}
-
-// lastWindows returns the last windows and keys for the successor; the
-// node no longer receives (Node.FinalHandover).
-func (x *encryption) lastWindows() *EncryptionFinal {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	mine := map[[esp.KeyLen]byte]bool{}
-	for _, m := range x.mine {
-		mine[[esp.KeyLen]byte(m.priv.PublicKey().Bytes())] = true
-	}
-	f := &EncryptionFinal{}
-	for k, sa := range x.sas {
-		if mine[k.receiver] { // inbound
-			f.Windows = append(f.Windows, HandoverWindow{Sender: bytes.Clone(k.sender[:]), Receiver: bytes.Clone(k.receiver[:]), Window: sa.ReplayWindow()})
-		}
-	}
-	for name, p := range x.peers {
-		hp := HandoverPeer{Name: name}
-		for _, e := range p.eph {
-			hp.Eph = append(hp.Eph, HandoverEph{Gen: e.gen, Pub: e.pub.Bytes()})
-		}
-		f.Peers = append(f.Peers, hp)
-	}
-	return f
-}
-
-// takeFinal takes the predecessor's last windows (nil: they never came)
-// and ends the pause of the inbound SAs of its keys: the members' keys it
-// knew last are merged first (so an SA its newer keys retired is retired
-// here too), then each paused SA goes on with the window the predecessor
-// ended with, empty if it had none, refusing everything if retired. If
-// nothing came, they refuse everything, as will the inbound SAs of the
-// inherited keys made later, and a new ephemeral key is made at once.
-func (x *encryption) takeFinal(f *EncryptionFinal) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	if x.final != finalAwaited {
-		return
-	}
-	now := time.Now()
-	if f == nil {
-		x.final = finalMissing
-		x.refusePausedLocked()
-		x.log.Warn("takeover: the predecessor's last replay windows did not come; refusing what it may have received and changing keys")
-		if x.h != nil {
-			if err := x.rotateLocked(now); err != nil {
-				x.log.Error("could not make a new ephemeral key", "err", err)
-			}
-		}
-		return
-	}
-	// Still awaited: the SAs of keys learnt here are paused too.
-	for _, hp := range f.Peers {
-		for i := len(hp.Eph) - 1; i >= 0; i-- { // oldest first
-			if pub, err := esp.ParsePublic(hp.Eph[i].Pub); err == nil {
-				x.mergeLocked(hp.Name, hp.Eph[i].Gen, pub)
-			}
-		}
-	}
-	x.rebuildLocked(now)
-	x.final = finalNone
-	wins := map[saKey][]byte{}
-	for _, w := range f.Windows {
-		var k saKey
-		if len(w.Sender) == esp.KeyLen && len(w.Receiver) == esp.KeyLen {
-			copy(k.sender[:], w.Sender)
-			copy(k.receiver[:], w.Receiver)
-			wins[k] = w.Window
-		}
-	}
-	resumed, refused := 0, 0
-	for k, sa := range x.paused {
-		if x.sas[k] != sa { // retired
-			sa.Refuse()
-			refused++
-		} else if err := sa.Resume(wins[k]); err != nil {
-			x.log.Warn("takeover: a bad replay window from the predecessor; its SA refuses everything", "err", err)
-			refused++
-		} else {
-			resumed++
-		}
-		delete(x.paused, k)
-	}
-	x.log.Info("takeover: inbound SAs go on with the predecessor's last replay windows", "windows", len(f.Windows), "resumed", resumed, "retired", refused)
-}
-
-// refusePaused ends the pause of the paused SAs: they refuse everything
-// (Run's end, before it waits for the receiving goroutines).
-func (x *encryption) refusePaused() {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	x.refusePausedLocked()
-}
-
-func (x *encryption) refusePausedLocked() {
-	for k, sa := range x.paused {
-		sa.Refuse()
-		delete(x.paused, k)
 	}
 }
 

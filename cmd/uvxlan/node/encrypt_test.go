@@ -86,8 +86,8 @@ func TestEncryptionHandover(t *testing.T) {
 	if p := y.peers["h2"]; p == nil || !p.static.Equal(ps.PublicKey()) || len(p.eph) != 1 {
 		t.Fatalf("the member's keys did not come over: %+v", p)
 	}
-	if got := y.skip[k]; got != 1000 {
-		t.Fatalf("sequence handed over: %d, want 1000", got)
+	if got := y.skip[k]; got != 1000+handoverSkip {
+		t.Fatalf("sequence to continue from: %d, want %d", got, 1000+handoverSkip)
 	}
 	// The successor continues beyond it, and beyond 0 with an SA the
 	// snapshot did not list (the member's next key).
