@@ -26,8 +26,9 @@ package main
 //     (same name, same address: peers see the same member; it joins the
 //     members the agent knew, so a node without --join is back in its
 //     cluster at once), starts forwarding, and writes "ready\n".
-//  6. On "ready" the old agent, if asked ("final" in the request, then
-//     also in the handover), stops receiving and writes its last state
+//  6. On "ready" the old agent, if asked ("final" in the request) and it
+//     encrypts ("final" in the handover's encryption), stops receiving and
+//     writes its last state
 //     (node.FinalHandover: the replay windows of --encrypt) as one line of
 //     JSON; then it stops forwarding and exits 0, leaving its TAPs in place.
 //  7. The successor reads that line (within finalTimeout) and takes it
@@ -167,7 +168,10 @@ func (t *takeoverServer) handOver(w http.ResponseWriter, release, final bool) bo
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return false
 	}
-	h.Final = final
+	final = final && h.Encryption != nil
+	if final {
+		h.Encryption.Final = true
+	}
 	defer func() {
 		for _, f := range h.Files {
 			f.Close()
@@ -262,7 +266,7 @@ const finalTimeout = 5 * time.Second
 // conn: it reads the agent's last state and gives it to n (nil if it did
 // not come in time).
 func finishTakeover(conn *net.UnixConn, h *node.Handover, n *node.Node, log *slog.Logger) {
-	if !h.Final {
+	if h.Encryption == nil || !h.Encryption.Final {
 		return
 	}
 	start := time.Now()

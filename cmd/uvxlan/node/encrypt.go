@@ -231,7 +231,7 @@ func (n *Node) newEncryption() (*encryption, error) {
 		x.log.Warn("logging the encryption keys: anyone who reads the file reads the overlay", "file", n.cfg.KeyLog)
 	}
 	if n.cfg.Inherit != nil && n.cfg.Inherit.Encryption != nil {
-		x.inherit(n.cfg.Inherit.Encryption, n.cfg.Inherit.Final)
+		x.inherit(n.cfg.Inherit.Encryption)
 	}
 	return x, nil
 }
@@ -751,6 +751,10 @@ type EncryptionHandover struct {
 	Mine   []HandoverEph  `json:"mine"`
 	Peers  []HandoverPeer `json:"peers"`
 	Seqs   []HandoverSeq  `json:"seqs"`
+	// Final: the running node hands its last windows over once the
+	// successor is ready (a HandoverFinal; set by the caller that will
+	// send it).
+	Final bool `json:"final,omitempty"`
 }
 
 // HandoverEph is an ephemeral key: this node's (Priv) or a member's (Pub).
@@ -778,14 +782,10 @@ type HandoverSeq struct {
 }
 
 // handover snapshots the keys for a successor, and holds this node's
-// ephemeral keys for handoverHold (no rotation). A node still waiting for
-// its own predecessor's last windows cannot hand over yet.
-func (x *encryption) handover() (*EncryptionHandover, error) {
+// ephemeral keys for handoverHold (no rotation).
+func (x *encryption) handover() *EncryptionHandover {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if x.handed.final == finalAwaited {
-		return nil, errors.New("takeover: this agent is still taking over from its predecessor (its last replay windows have not come); try again")
-	}
 	x.handed.at = time.Now()
 	h := &EncryptionHandover{Static: x.static.Bytes()}
 	for _, m := range x.mine {
@@ -811,19 +811,27 @@ func (x *encryption) handover() (*EncryptionHandover, error) {
 			h.Seqs = append(h.Seqs, HandoverSeq{Sender: bytes.Clone(k.sender[:]), Receiver: bytes.Clone(k.receiver[:]), Seq: s})
 		}
 	}
-	return h, nil
+	return h
+}
+
+// awaitingFinal reports whether the node still waits for its own
+// predecessor's last windows: it cannot hand over until then.
+func (x *encryption) awaitingFinal() bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.handed.final == finalAwaited
 }
 
 // inherit takes a predecessor's keys (a takeover); what does not parse is
-// skipped (a fresh key replaces it). final: the predecessor hands over its
-// last windows after "ready" (takeFinal); until then the inbound SAs of its
-// keys are paused.
-func (x *encryption) inherit(h *EncryptionHandover, final bool) {
+// skipped (a fresh key replaces it). With h.Final the predecessor hands
+// over its last windows after "ready" (takeFinal); until then the inbound
+// SAs of its keys are paused.
+func (x *encryption) inherit(h *EncryptionHandover) {
 	if k, err := esp.ParseKey(h.Static); err == nil {
 		x.static = k
 	}
 	x.handed.inherited, x.handed.paused = map[[esp.KeyLen]byte]bool{}, map[saKey]*esp.SA{}
-	if final {
+	if h.Final {
 		x.handed.final = finalAwaited
 	}
 	for _, m := range h.Mine {

@@ -58,9 +58,6 @@ type Handover struct {
 	// Encryption is the keys and sequence numbers of --encrypt
 	// (encrypt.go); nil without.
 	Encryption *EncryptionHandover `json:"encryption,omitempty"`
-	// Final: the running node hands a HandoverFinal over once the
-	// successor is ready (set by the caller that will send it).
-	Final bool `json:"final,omitempty"`
 	// Files are the descriptors: each segment's TAP queues in order, then
 	// the receiving sockets, then the source-port sockets.
 	Files []*os.File `json:"-"`
@@ -103,10 +100,10 @@ func (n *Node) Handover() (*Handover, error) {
 		}
 	}
 	if n.enc != nil {
-		var err error
-		if h.Encryption, err = n.enc.handover(); err != nil {
-			return nil, err
+		if n.enc.awaitingFinal() {
+			return nil, errors.New("takeover: this agent is still taking over from its predecessor (its last replay windows have not come); try again")
 		}
+		h.Encryption = n.enc.handover()
 	}
 	for _, s := range n.segs {
 		h.Segments = append(h.Segments, HandoverSegment{VNI: s.cfg.VNI, Dev: s.cfg.Dev, Queues: len(s.devs)})
@@ -154,8 +151,8 @@ func (n *Node) FinalHandover() *HandoverFinal {
 }
 
 // TakeFinal takes what the predecessor handed over last; nil when it did
-// not come (see encryption.takeFinal). Without Config.Inherit.Final it
-// does nothing.
+// not come (see encryption.takeFinal). Without a handover whose
+// Encryption.Final is set it does nothing.
 func (n *Node) TakeFinal(f *HandoverFinal) {
 	if n.enc == nil {
 		return

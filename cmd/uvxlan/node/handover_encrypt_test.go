@@ -53,14 +53,12 @@ func TestEncryptionTakeFinal(t *testing.T) {
 		if res := open(pred, 0); res != esp.OK {
 			t.Fatalf("the predecessor opens datagram 0: %v", res)
 		}
-		h, err := n1.enc.handover()
-		if err != nil {
-			t.Fatal(err)
-		}
+		h := n1.enc.handover()
+		h.Final = true
 		successor := func() *encryption {
 			y := &encryption{interval: time.Hour, overlap: 30 * time.Minute, log: n1.enc.log, self: n1.name, vtep: n1.local,
 				h: n1.enc.h, peers: map[string]*peerKeys{}, sas: map[saKey]*esp.SA{}}
-			y.inherit(h, true)
+			y.inherit(h)
 			y.mu.Lock()
 			y.rebuildLocked(time.Now())
 			y.mu.Unlock()
