@@ -27,10 +27,10 @@ package main
 //     members the agent knew, so a node without --join is back in its
 //     cluster at once), starts forwarding, and writes "ready\n".
 //  6. On "ready" the old agent, if asked ("final" in the request) and it
-//     encrypts ("final" in the handover's encryption), stops receiving and
-//     writes its last state
-//     (node.FinalHandover: the replay windows of --encrypt) as one line of
-//     JSON; then it stops forwarding and exits 0, leaving its TAPs in place.
+//     encrypts (it then sets "final" in the handover's encryption), stops
+//     receiving and writes its last state (node.FinalHandover: the replay
+//     windows) as one line of JSON; then it stops forwarding and exits 0,
+//     leaving its TAPs in place.
 //  7. The successor reads that line (within finalTimeout) and takes it
 //     (node.TakeFinal); until then it opens no ESP with the handed-over
 //     keys (node/encrypt.go), and the old agent's receiving serves.
@@ -95,7 +95,8 @@ const readyTimeout = 30 * time.Second
 // takeoverPauseEnv, a duration in the successor's environment, holds it
 // that long between receiving the handover and the release (step 4),
 // while the agent forwards and gossips: the takeover at its worst point,
-// for tests (TestEncryptTakeoverPaused). At most readyTimeout/2.
+// for tests (TestEncryptTakeoverPaused, TestEncryptTakeoverReplay). At
+// most readyTimeout/2.
 const takeoverPauseEnv = "UVXLAN_TEST_TAKEOVER_PAUSE"
 
 // requestFor is the takeover request of a configuration.

@@ -19,9 +19,9 @@ package node
 //     flood lists until gossip computes its own; its gossip joins the
 //     members the predecessor knew alive. Both read the same queues
 //     and sockets for a moment, and nothing queued in the kernel is lost;
-//   - once the successor is ready, the running node's FinalHandover stops
-//     its receiving and returns the state that changed with every datagram
-//     it opened (the replay windows of --encrypt, encrypt.go); the
+//   - with --encrypt, once the successor is ready, the running node's
+//     FinalHandover stops its receiving and returns the state that changed
+//     with every datagram it opened (the replay windows, encrypt.go); the
 //     successor's TakeFinal takes it. Until then the successor pauses its
 //     inbound SAs of the handed-over keys, so that the two never open with
 //     the same SA at once.
