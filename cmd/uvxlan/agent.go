@@ -62,6 +62,7 @@ func runAgent(ctx context.Context, cfg runConfig) error {
 		if _, err := successor.Write([]byte("ready\n")); err != nil {
 			cfg.Logger.Warn("could not tell the agent taken over that this one is ready", "err", err)
 		}
+		finishTakeover(successor, cfg.Inherit, a.n, cfg.Logger)
 		successor.Close()
 	}
 	<-a.ctx.Done()

@@ -4,8 +4,9 @@ package main
 // agent's control socket (a unix stream socket):
 //
 //  1. The successor connects and sends POST /v1/takeover with what it is
-//     configured to serve (takeoverRequest: name, port, segments) and
-//     "release": true (it will ask for the release, step 4).
+//     configured to serve (takeoverRequest: name, port, segments),
+//     "release": true (it will ask for the release, step 4) and "final":
+//     true (it reads the last state, step 7).
 //  2. The running agent checks that it serves exactly that; if not, it
 //     answers 409 with the difference, changes nothing, and goes on (the
 //     successor exits 2).
@@ -25,8 +26,14 @@ package main
 //     (same name, same address: peers see the same member; it joins the
 //     members the agent knew, so a node without --join is back in its
 //     cluster at once), starts forwarding, and writes "ready\n".
-//  6. On "ready" the old agent stops forwarding and exits 0, leaving its
-//     TAPs in place.
+//  6. On "ready" the old agent, if asked ("final" in the request) and it
+//     encrypts (it then sets "final" in the handover's encryption), stops
+//     receiving and writes its last state (node.FinalHandover: the replay
+//     windows) as one line of JSON; then it stops forwarding and exits 0,
+//     leaving its TAPs in place.
+//  7. The successor reads that line (within finalTimeout) and takes it
+//     (node.TakeFinal); until then it opens no ESP with the handed-over
+//     keys (node/encrypt.go), and the old agent's receiving serves.
 //
 // A successor that goes away before step 4 (it crashed, or found the
 // handover wrong) costs nothing: the agent closes its copies of the
@@ -74,6 +81,9 @@ type takeoverRequest struct {
 	// Release: the successor asks for the release (step 4) once it has
 	// checked the handover.
 	Release bool `json:"release"`
+	// Final: the successor reads the agent's last state after "ready"
+	// (steps 6 and 7).
+	Final bool `json:"final"`
 }
 
 // releaseHeader, in the answer, says the agent waits for "release\n".
@@ -82,9 +92,16 @@ const releaseHeader = "Uvxlan-Takeover"
 // readyTimeout bounds how long the old agent waits for the successor.
 const readyTimeout = 30 * time.Second
 
+// takeoverPauseEnv, a duration in the successor's environment, holds it
+// that long between receiving the handover and the release (step 4),
+// while the agent forwards and gossips: the takeover at its worst point,
+// for tests (TestEncryptTakeoverPaused, TestEncryptTakeoverReplay). At
+// most readyTimeout/2.
+const takeoverPauseEnv = "UVXLAN_TEST_TAKEOVER_PAUSE"
+
 // requestFor is the takeover request of a configuration.
 func requestFor(cfg *node.Config) takeoverRequest {
-	r := takeoverRequest{Name: cfg.Name, Port: cfg.Port, Release: true}
+	r := takeoverRequest{Name: cfg.Name, Port: cfg.Port, Release: true, Final: true}
 	for _, s := range cfg.Segments {
 		r.Segments = append(r.Segments, node.HandoverSegment{VNI: s.VNI, Dev: s.Dev})
 	}
@@ -139,18 +156,22 @@ func (t *takeoverServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "a takeover is already under way", http.StatusConflict)
 		return
 	}
-	if !t.handOver(w, req.Release) {
+	if !t.handOver(w, req.Release, req.Final) {
 		t.busy.Store(false) // nothing was given up: another may try
 	}
 }
 
 // handOver runs steps 3 to 6 of the protocol; it reports whether the agent
 // gave anything up (then it ends, by stop).
-func (t *takeoverServer) handOver(w http.ResponseWriter, release bool) bool {
+func (t *takeoverServer) handOver(w http.ResponseWriter, release, final bool) bool {
 	h, err := t.n.Handover()
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return false
+	}
+	final = final && h.Encryption != nil
+	if final {
+		h.Encryption.Final = true
 	}
 	defer func() {
 		for _, f := range h.Files {
@@ -224,8 +245,41 @@ func (t *takeoverServer) handOver(w http.ResponseWriter, release bool) bool {
 		t.stop(fmt.Errorf("takeover: the successor did not become ready (%q, %v); this host is off the overlay until an agent starts again", line, err))
 		return true
 	}
+	if final {
+		body, err := json.Marshal(t.n.FinalHandover())
+		if err == nil {
+			uc.SetDeadline(time.Now().Add(finalTimeout))
+			_, err = uc.Write(append(body, '\n'))
+		}
+		if err != nil {
+			t.log.Warn("takeover: could not hand the last state to the successor", "err", err)
+		}
+	}
 	t.stop(nil)
 	return true
+}
+
+// finalTimeout bounds the successor's wait for the agent's last state
+// (step 7): the agent sends it at once on "ready".
+const finalTimeout = 5 * time.Second
+
+// finishTakeover is step 7 at the successor, once it wrote "ready" on
+// conn: it reads the agent's last state and gives it to n (nil if it did
+// not come in time).
+func finishTakeover(conn *net.UnixConn, h *node.Handover, n *node.Node, log *slog.Logger) {
+	if h.Encryption == nil || !h.Encryption.Final {
+		return
+	}
+	start := time.Now()
+	conn.SetDeadline(start.Add(finalTimeout))
+	var f node.HandoverFinal
+	if err := json.NewDecoder(io.LimitReader(conn, 256<<20)).Decode(&f); err != nil {
+		log.Warn("takeover: the agent taken over did not hand over its last state", "err", err)
+		n.TakeFinal(nil)
+		return
+	}
+	n.TakeFinal(&f)
+	log.Info("takeover: took the last state of the agent taken over", "after_ready", time.Since(start))
 }
 
 // rawFDs returns the numbers of files' descriptors, which stay valid while
@@ -254,6 +308,9 @@ func takeOver(ctx context.Context, control string, cfg *node.Config) (*node.Hand
 	a, err := askTakeover(ctx, control, cfg)
 	if err != nil {
 		return nil, nil, err
+	}
+	if d, _ := time.ParseDuration(os.Getenv(takeoverPauseEnv)); d > 0 {
+		time.Sleep(min(d, readyTimeout/2))
 	}
 	if a.release {
 		line := ""

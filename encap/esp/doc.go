@@ -56,6 +56,12 @@
 // (new ephemerals), gives new keys and new SPIs: (key, nonce) never repeats,
 // and after a crash no (SPI, sequence) pair comes back.
 //
+// A hot takeover hands an SA's keys to another process while the first
+// still uses them: the successor's outbound SA continues far beyond the
+// first's sequence numbers (SA.SkipTo), and its inbound SA waits (Pause)
+// until it gets the replay window the first ended with (ReplayWindow,
+// Resume), or refuses everything (Refuse).
+//
 // # Threat model
 //
 // What it stops: a host on the underlay (or the path) that forges a

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"net/netip"
 	"testing"
+	"time"
 )
 
 // pairSAs derives the SA from a to b on both sides: a's outbound and b's
@@ -176,5 +177,101 @@ func FuzzOpen(f *testing.F) {
 		if got, res := in.Open(bytes.Clone(b), new(Scratch)); res == OK {
 			t.Fatalf("forged %x opened to %x", b, got)
 		}
+	})
+}
+
+// A paused SA's Open waits, with its datagram, until Resume; it then checks
+// the window it was given: what that window saw is a replay, the rest
+// opens. Refuse makes every datagram a replay.
+func TestPauseResume(t *testing.T) {
+	out, in := pairSAs(t)
+	var d [5][]byte
+	for i := range d {
+		d[i] = seal(t, out, vxlanDatagram(40))
+	}
+	// The predecessor's copy of the SA opens 0 to 2 (its window).
+	pred := in
+	for i := range 3 {
+		if _, res := pred.Open(bytes.Clone(d[i]), new(Scratch)); res != OK {
+			t.Fatalf("predecessor: datagram %d: %v", i, res)
+		}
+	}
+	succ := in.clone(t)
+	succ.Pause()
+	got := make(chan Result, 1)
+	go func() { _, res := succ.Open(bytes.Clone(d[1]), new(Scratch)); got <- res }()
+	select {
+	case res := <-got:
+		t.Fatalf("a paused SA opened at once: %v", res)
+	case <-time.After(50 * time.Millisecond):
+	}
+	if err := succ.Resume(pred.ReplayWindow()); err != nil {
+		t.Fatal(err)
+	}
+	if res := <-got; res != Replayed {
+		t.Errorf("the datagram that waited, seen by the predecessor: %v, want Replayed", res)
+	}
+	for i, want := range []Result{Replayed, Replayed, Replayed, OK, OK} {
+		if _, res := succ.Open(bytes.Clone(d[i]), new(Scratch)); res != want {
+			t.Errorf("after Resume: datagram %d: %v, want %v", i, res, want)
+		}
+	}
+	refused := in.clone(t)
+	refused.Pause()
+	refused.Refuse()
+	for i := range d {
+		if _, res := refused.Open(bytes.Clone(d[i]), new(Scratch)); res != Replayed {
+			t.Errorf("after Refuse: datagram %d: %v, want Replayed", i, res)
+		}
+	}
+	bad := in.clone(t)
+	if err := bad.Resume(make([]byte, 3)); err == nil {
+		t.Error("Resume of 3 bytes: no error")
+	}
+	if _, res := bad.Open(bytes.Clone(d[4]), new(Scratch)); res != Replayed {
+		t.Errorf("after a bad window: %v, want Replayed", res)
+	}
+}
+
+// clone makes another SA of sa's key, with an empty window (what a
+// successor derives).
+func (sa *SA) clone(t *testing.T) *SA {
+	t.Helper()
+	c, err := newSA(sa.SPI, sa.Peer, sa.key, sa.salt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// FuzzWindow: any WindowLen bytes are a window that marshals back to
+// them; anything else is an error.
+func FuzzWindow(f *testing.F) {
+	var w window
+	for _, s := range []uint64{1, 3, 64, 9000, 1 << 40} {
+		w.record(s)
+	}
+	b, _ := w.MarshalBinary()
+	f.Add(b)
+	f.Add([]byte{})
+	f.Add(make([]byte, WindowLen-1))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var w window
+		err := w.UnmarshalBinary(b)
+		if len(b) != WindowLen {
+			if err == nil && b != nil {
+				t.Fatalf("%d bytes: no error", len(b))
+			}
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, _ := w.MarshalBinary()
+		if !bytes.Equal(back, b) {
+			t.Fatalf("marshals back to other bytes")
+		}
+		w.check(1)
+		w.record(w.last + 1)
 	})
 }

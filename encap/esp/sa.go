@@ -60,9 +60,12 @@ type SA struct {
 	salt [saltLen]byte
 	// seq is the last sequence number used (outbound).
 	seq atomic.Uint64
-	// mu guards win (inbound): checked before decryption, updated after.
-	mu  sync.Mutex
-	win window
+	// mu guards win and paused (inbound): win is checked before
+	// decryption, updated after; while paused, Open waits on resume.
+	mu     sync.Mutex
+	win    window
+	paused bool
+	resume sync.Cond // L is &mu
 	// key is kept for the key log only; Wipe clears it.
 	key [keyLen]byte
 }
@@ -77,7 +80,9 @@ func newSA(spi uint32, peer netip.Addr, key [keyLen]byte, salt [saltLen]byte) (*
 	if err != nil {
 		return nil, err
 	}
-	return &SA{SPI: spi, Peer: peer, aead: aead, salt: salt, key: key}, nil
+	sa := &SA{SPI: spi, Peer: peer, aead: aead, salt: salt, key: key}
+	sa.resume.L = &sa.mu
+	return sa, nil
 }
 
 // Wipe clears the copy of the key the SA keeps for the key log. (The
@@ -174,6 +179,9 @@ func (sa *SA) Open(b []byte, s *Scratch) ([]byte, Result) {
 		return nil, AuthFailed
 	}
 	sa.mu.Lock()
+	for sa.paused {
+		sa.resume.Wait()
+	}
 	fresh := sa.win.check(seq)
 	sa.mu.Unlock()
 	if !fresh {
@@ -199,4 +207,57 @@ func (sa *SA) Open(b []byte, s *Scratch) ([]byte, Result) {
 		return nil, AuthFailed
 	}
 	return p[UDPLen : len(p)-2-pad], OK
+}
+
+// A successor of a takeover opens an inbound SA only with its
+// predecessor's last replay window (see cmd/uvxlan/node/encrypt.go): it
+// pauses the SA while the predecessor still opens with it, then resumes it
+// with the window the predecessor ended with.
+
+// Pause makes Open wait, before it checks the replay window, until Resume
+// or Refuse: the caller's goroutine blocks with its datagram, nothing is
+// dropped. Call it before the SA is in a Table.
+func (sa *SA) Pause() {
+	sa.mu.Lock()
+	sa.paused = true
+	sa.mu.Unlock()
+}
+
+// Resume takes the replay window another process ended with (as
+// ReplayWindow returned it; nil keeps the SA's own) and ends a Pause. A
+// window that does not parse is an error, and the SA then refuses
+// everything (Refuse).
+func (sa *SA) Resume(win []byte) error {
+	var w window
+	err := w.UnmarshalBinary(win)
+	sa.mu.Lock()
+	defer sa.mu.Unlock()
+	switch {
+	case err != nil:
+		sa.win.refuseAll()
+	case win != nil:
+		sa.win = w
+	}
+	sa.paused = false
+	sa.resume.Broadcast()
+	return err
+}
+
+// Refuse makes Open refuse every sequence number from now on (Replayed)
+// and ends a Pause: for an SA whose predecessor's window is unknown.
+func (sa *SA) Refuse() {
+	sa.mu.Lock()
+	defer sa.mu.Unlock()
+	sa.win.refuseAll()
+	sa.paused = false
+	sa.resume.Broadcast()
+}
+
+// ReplayWindow returns the inbound SA's replay window (WindowLen bytes),
+// for a successor's Resume.
+func (sa *SA) ReplayWindow() []byte {
+	sa.mu.Lock()
+	defer sa.mu.Unlock()
+	b, _ := sa.win.MarshalBinary()
+	return b
 }

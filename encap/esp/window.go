@@ -1,5 +1,10 @@
 package esp
 
+import (
+	"encoding/binary"
+	"fmt"
+)
+
 // window is the anti-replay window of an inbound SA: the sliding bitmap of
 // RFC 4303 Appendix A, kept as a ring of 64-bit blocks (RFC 6479) so that
 // sliding clears whole blocks instead of shifting bits. It remembers the
@@ -43,4 +48,43 @@ func (w *window) record(seq uint64) bool {
 	}
 	w.ring[(seq/64)%ringBlocks] |= 1 << (seq % 64)
 	return true
+}
+
+// WindowLen is the size of a marshalled window: the highest sequence
+// number recorded (8 bytes, big endian), then the ring's blocks (8 bytes
+// each, big endian, block 0 first).
+const WindowLen = 8 + ringBlocks*8
+
+// MarshalBinary writes the window (WindowLen bytes).
+func (w *window) MarshalBinary() ([]byte, error) {
+	b := binary.BigEndian.AppendUint64(make([]byte, 0, WindowLen), w.last)
+	for _, blk := range w.ring {
+		b = binary.BigEndian.AppendUint64(b, blk)
+	}
+	return b, nil
+}
+
+// UnmarshalBinary reads a window MarshalBinary wrote; nil leaves w as it
+// is. Any WindowLen bytes are a window: at worst one that refuses more.
+func (w *window) UnmarshalBinary(b []byte) error {
+	if b == nil {
+		return nil
+	}
+	if len(b) != WindowLen {
+		return fmt.Errorf("esp: replay window of %d bytes, want %d", len(b), WindowLen)
+	}
+	w.last = binary.BigEndian.Uint64(b)
+	for i := range w.ring {
+		w.ring[i] = binary.BigEndian.Uint64(b[8+8*i:])
+	}
+	return nil
+}
+
+// refuseAll makes check refuse every sequence number an SA sends (they
+// stay below maxSeq): all are seen or too old.
+func (w *window) refuseAll() {
+	w.last = maxSeq
+	for i := range w.ring {
+		w.ring[i] = ^uint64(0)
+	}
 }

@@ -86,4 +86,14 @@ func TestEncryptionHandover(t *testing.T) {
 	if got := y.skip[k]; got != 1000+handoverSkip {
 		t.Fatalf("sequence to continue from: %d, want %d", got, 1000+handoverSkip)
 	}
+	// The successor continues beyond it, and beyond 0 with an SA the
+	// snapshot did not list (the member's next key).
+	pe2, _ := esp.NewKey()
+	used := map[saKey]bool{}
+	if sa := y.saLocked(used, vtepOf(2), y.peers["h2"], e, pe.PublicKey(), true); sa.Seq() != 1000+handoverSkip {
+		t.Errorf("the listed SA continues after %d, want %d", sa.Seq(), 1000+handoverSkip)
+	}
+	if sa := y.saLocked(used, vtepOf(2), y.peers["h2"], e, pe2.PublicKey(), true); sa.Seq() != handoverSkip {
+		t.Errorf("an SA made after the snapshot continues after %d, want %d", sa.Seq(), uint64(handoverSkip))
+	}
 }

@@ -18,7 +18,13 @@ package node
 //     entries (they age out unless gossip or traffic confirms them), and the
 //     flood lists until gossip computes its own; its gossip joins the
 //     members the predecessor knew alive. Both read the same queues
-//     and sockets for a moment, and nothing queued in the kernel is lost.
+//     and sockets for a moment, and nothing queued in the kernel is lost;
+//   - with --encrypt, once the successor is ready, the running node's
+//     FinalHandover stops its receiving and returns the state that changed
+//     with every datagram it opened (the replay windows, encrypt.go); the
+//     successor's TakeFinal takes it. Until then the successor pauses its
+//     inbound SAs of the handed-over keys, so that the two never open with
+//     the same SA at once.
 
 import (
 	"context"
@@ -94,6 +100,9 @@ func (n *Node) Handover() (*Handover, error) {
 		}
 	}
 	if n.enc != nil {
+		if n.enc.awaitingFinal() {
+			return nil, errors.New("takeover: this agent is still taking over from its predecessor (its last replay windows have not come); try again")
+		}
 		h.Encryption = n.enc.handover()
 	}
 	for _, s := range n.segs {
@@ -118,6 +127,41 @@ func (n *Node) Handover() (*Handover, error) {
 		return fail(fmt.Errorf("takeover: %d descriptors to hand over, more than one message carries (%d): use fewer --queues", len(h.Files), MaxHandoverFiles))
 	}
 	return h, nil
+}
+
+// HandoverFinal is what a node hands its successor last, once it no longer
+// receives (FinalHandover); JSON.
+type HandoverFinal struct {
+	Encryption *EncryptionFinal `json:"encryption,omitempty"`
+}
+
+// FinalHandover stops the node's receiving, the successor being ready
+// (Abandon was called), and returns what the successor takes last
+// (TakeFinal). The node goes on sending until Run's context is cancelled.
+func (n *Node) FinalHandover() *HandoverFinal {
+	for _, d := range n.demuxes {
+		d.Close()
+	}
+	n.receiving.Wait()
+	f := &HandoverFinal{}
+	if n.enc != nil {
+		f.Encryption = n.enc.lastWindows()
+	}
+	return f
+}
+
+// TakeFinal takes what the predecessor handed over last; nil when it did
+// not come (see encryption.takeFinal). Without a handover whose
+// Encryption.Final is set it does nothing.
+func (n *Node) TakeFinal(f *HandoverFinal) {
+	if n.enc == nil {
+		return
+	}
+	var e *EncryptionFinal
+	if f != nil {
+		e = f.Encryption
+	}
+	n.enc.takeFinal(e)
 }
 
 // Check reports whether h can serve cfg: the same port and the same

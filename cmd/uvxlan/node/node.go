@@ -50,8 +50,9 @@ type Node struct {
 	leaseEvents chan struct{}
 	vtep        netip.AddrPort
 	started     time.Time
-	rxs, srcs   []udpSocket // the underlay sockets, for a handover
-	handedOver  atomic.Bool // Abandon was called: the TAPs stay
+	rxs, srcs   []udpSocket    // the underlay sockets, for a handover
+	handedOver  atomic.Bool    // Abandon was called: the TAPs stay
+	receiving   sync.WaitGroup // the demuxes' Run (FinalHandover waits)
 	// inherited are the entries preload took over as learned at a
 	// takeover, until sweepInherited has checked them.
 	inherited []fdb.Entry
@@ -511,7 +512,15 @@ func (n *Node) Run(ctx context.Context) error {
 		}
 	}
 	for _, d := range n.demuxes {
-		spawn(d.Run)
+		n.receiving.Add(1)
+		spawn(func() error {
+			err := d.Run()
+			n.receiving.Done()
+			if err == nil && n.handedOver.Load() {
+				<-ctx.Done() // stopped for the successor (FinalHandover): send until it is ready
+			}
+			return err
+		})
 	}
 	// Gossip's own failure (a name taken, a lease lost, a cluster
 	// configured otherwise) is the cause of whatever else fails with it
@@ -560,6 +569,9 @@ func (n *Node) Run(ctx context.Context) error {
 		"join", strings.Join(n.cfg.Join, ","), "allow_vtep", n.cfg.AllowVTEPs, "bum_rate", n.cfg.BUMRate)
 
 	<-ctx.Done()
+	if n.enc != nil {
+		n.enc.refusePaused() // the receiving goroutines may wait on paused SAs
+	}
 	for _, d := range n.demuxes {
 		d.Close()
 	}
