@@ -47,7 +47,10 @@ package node
 //
 // New ephemeral keys make new SPIs and new AES keys: the sequence numbers
 // (esp.SA) start at 1 for each and are never written to disk, so a restart
-// (even after kill -9) never repeats an (SPI, sequence) pair.
+// (even after kill -9) never repeats an (SPI, sequence) pair. Within one
+// process an outbound SA dropped while its ephemeral key of ours lives
+// (the member's binding ended) leaves its last sequence number behind
+// (encryption.sent): made again from the same keys, it continues there.
 //
 // A takeover (handover.go) hands the ephemeral private keys over, and
 // with them every SA the old process has or could still make: for a while
@@ -241,6 +244,12 @@ type encryption struct {
 	// skip holds the handed-over sequence numbers (a takeover), applied
 	// when the SA is made again.
 	skip map[saKey]uint64
+	// sent holds the last sequence numbers of outbound SAs retired while
+	// this node's ephemeral key of them lives (the member's binding ended,
+	// or gossip moved its key back): made again from the same keys, the SA
+	// continues there, so that no (key, nonce) pair is used twice. Entries
+	// go with the ephemeral key (rebuildLocked).
+	sent map[saKey]uint64
 	// bound is the table's addresses at the last rebuild (bindLocked).
 	bound map[netip.Addr]bound
 
@@ -472,6 +481,16 @@ func (x *encryption) close() {
 	}
 }
 
+// ownsLocked reports whether pub is one of this node's ephemeral keys.
+func (x *encryption) ownsLocked(pub [esp.KeyLen]byte) bool {
+	for _, m := range x.mine {
+		if [esp.KeyLen]byte(m.priv.PublicKey().Bytes()) == pub {
+			return true
+		}
+	}
+	return false
+}
+
 // rotateLocked makes a new ephemeral key, publishes it and retires the
 // oldest but one.
 func (x *encryption) rotateLocked(now time.Time) error {
@@ -531,8 +550,19 @@ func (x *encryption) rebuildLocked(now time.Time) {
 	}
 	for k, sa := range x.sas {
 		if !used[k] {
+			if s := sa.Seq(); s > 0 && x.ownsLocked(k.sender) {
+				if x.sent == nil {
+					x.sent = map[saKey]uint64{}
+				}
+				x.sent[k] = s
+			}
 			sa.Wipe()
 			delete(x.sas, k)
+		}
+	}
+	for k := range x.sent {
+		if !x.ownsLocked(k.sender) {
+			delete(x.sent, k)
 		}
 	}
 	x.table.Set(table)
@@ -682,6 +712,10 @@ func (x *encryption) saLocked(used map[saKey]bool, addr netip.Addr, p *peerKeys,
 		return nil
 	}
 	x.sas[k] = sa
+	if s, ok := x.sent[k]; ok && out {
+		sa.SkipTo(s)
+		delete(x.sent, k)
+	}
 	x.continueLocked(k, sa, mine, out)
 	if x.keyLog != nil {
 		src, dst := x.vtep, addr
@@ -1020,6 +1054,9 @@ func (x *encryption) handover() *EncryptionHandover {
 		if s := sa.Seq(); s > 0 {
 			h.Seqs = append(h.Seqs, HandoverSeq{Sender: bytes.Clone(k.sender[:]), Receiver: bytes.Clone(k.receiver[:]), Seq: s})
 		}
+	}
+	for k, s := range x.sent { // retired, and may be made again
+		h.Seqs = append(h.Seqs, HandoverSeq{Sender: bytes.Clone(k.sender[:]), Receiver: bytes.Clone(k.receiver[:]), Seq: s})
 	}
 	return h
 }

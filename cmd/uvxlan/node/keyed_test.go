@@ -165,3 +165,43 @@ func FuzzLoadKeyed(f *testing.F) {
 		}
 	})
 }
+
+// An outbound SA's sequence numbers never start again while this node's
+// ephemeral key lives: a member whose binding ended (another member alive
+// at its address) and that comes back with the same keys gets the SA of
+// the same keys again, and it continues where it stopped. Started at 1
+// again, it would reuse AES-GCM nonces under one key.
+func TestSAContinuesAfterBindingEnds(t *testing.T) {
+	x, _ := keyedTestEncryption(t, "")
+	addMember(x, "n2", vtepOf(2))
+	rebuild := func() {
+		x.mu.Lock()
+		x.rebuildLocked(time.Now())
+		x.mu.Unlock()
+	}
+	rebuild()
+	p, _ := x.table.Lookup(vtepOf(2))
+	for range 3 {
+		sealed(t, p.Out)
+	}
+	sent := p.Out.Seq()
+
+	// n4 alive at n2's address ends n2's binding (n2's SAs go); then n4
+	// goes and n2 is back at its address with the same keys.
+	x.NotifyMember("n2", false)
+	addMember(x, "n4", vtepOf(2))
+	rebuild()
+	if p, _ := x.table.Lookup(vtepOf(2)); p == nil || p.Out == nil || p.Out.Seq() != 0 {
+		t.Fatalf("n4 at n2's address: %+v, want n4's fresh SA", p)
+	}
+	delete(x.peers, "n4")
+	x.peers["n2"].vtep, x.peers["n2"].alive = vtepOf(2), true
+	rebuild()
+	p, _ = x.table.Lookup(vtepOf(2))
+	if p == nil || p.Out == nil {
+		t.Fatalf("n2 back: %+v, want an outbound SA", p)
+	}
+	if got := p.Out.Seq(); got < sent {
+		t.Errorf("n2's SA of the same keys starts at sequence %d again, after %d sent: nonces reused", got, sent)
+	}
+}
