@@ -271,8 +271,7 @@ func TestBetter(t *testing.T) {
 // routes were withdrawn (a move back while the old route is being
 // replaced).
 func TestSequenceOutlivesRoutes(t *testing.T) {
-	s := &Speaker{cfg: Config{FDB: fdb.New(fdb.Config{}), Neigh: fdb.NewNeighbors(0)}, serves: map[fdb.VNI]bool{100: true},
-		port: 4789, rib: newRIB(), local: local{routes: map[localKey]uint32{}, ips: map[ipKey]fdb.MAC{}, seq: map[macKey]uint32{}}}
+	s := bareSpeaker(t, Config{})
 	r := route{kind: typeMACIP, rd: "198.18.0.3:1", vnis: []fdb.VNI{100}, mac: macEP, vtep: netip.MustParseAddr("198.18.0.3"), seq: 4}
 	s.mu.Lock()
 	s.received(r, false)
@@ -284,4 +283,24 @@ func TestSequenceOutlivesRoutes(t *testing.T) {
 	if got := s.seqFor(100, macA, nil, false); got != 0 {
 		t.Errorf("sequence of a MAC never seen elsewhere: %d, want 0", got)
 	}
+}
+
+// bareSpeaker is a speaker without GoBGP, VTEP 198.18.0.1:4789, serving
+// VNI 100, with cfg's bounds and hooks and tables of its own (unless cfg
+// has them), for tests that hand it routes.
+func bareSpeaker(t *testing.T, cfg Config) *Speaker {
+	t.Helper()
+	cfg.ASN, cfg.RouterID, cfg.VTEP = 65000, netip.MustParseAddr("198.18.0.1"), netip.MustParseAddrPort("198.18.0.1:4789")
+	cfg.Peers, cfg.VNIs = []Peer{{Addr: netip.MustParseAddrPort("198.18.0.9:179")}}, []fdb.VNI{100}
+	if cfg.FDB == nil {
+		cfg.FDB = fdb.New(fdb.Config{})
+	}
+	if cfg.Neigh == nil {
+		cfg.Neigh = fdb.NewNeighbors(0)
+	}
+	s, err := build(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
