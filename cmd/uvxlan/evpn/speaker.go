@@ -145,10 +145,15 @@ type localKey struct {
 }
 
 type session struct {
-	state      string
-	since      time.Time
-	resets     uint64
-	restarting bool // closed by the prefix limit, to be enabled again
+	peer   Peer
+	state  string
+	since  time.Time
+	resets uint64
+	// prefixes are the routes (NLRIs) the peer sent that stand: its
+	// prefix limit's count (prefixes.go); limited once they passed it,
+	// restarting once the session closed for it, until it starts again.
+	prefixes            map[string]struct{}
+	limited, restarting bool
 }
 
 type counters struct {
@@ -241,8 +246,8 @@ func build(cfg Config) (*Speaker, error) {
 // at once).
 func (s *Speaker) Run(ctx context.Context) error {
 	defer s.Close()
-	err := s.bgp.WatchEvent(ctx, server.WatchEventMessageCallbacks{OnBestPath: s.bestPaths, OnPeerUpdate: s.peerEvent},
-		server.WatchBestPath(true), server.WatchPeer())
+	err := s.bgp.WatchEvent(ctx, server.WatchEventMessageCallbacks{OnBestPath: s.bestPaths, OnPeerUpdate: s.peerEvent, OnPathUpdate: s.pathUpdates},
+		server.WatchBestPath(true), server.WatchPeer(), server.WatchUpdate(false, "", ""))
 	if err != nil {
 		return fmt.Errorf("evpn: watch: %w", err)
 	}
@@ -271,6 +276,18 @@ func (s *Speaker) Run(ctx context.Context) error {
 }
 
 func (s *Speaker) addPeer(ctx context.Context, p Peer) error {
+	if err := s.bgp.AddPeer(ctx, &api.AddPeerRequest{Peer: s.peerConf(p, 0)}); err != nil {
+		return fmt.Errorf("evpn: peer %s: %w", p.Addr, err)
+	}
+	s.mu.Lock()
+	s.sessions[p.Addr.Addr()] = &session{peer: p, state: "idle", since: time.Now(), prefixes: map[string]struct{}{}}
+	s.mu.Unlock()
+	return nil
+}
+
+// peerConf is GoBGP's configuration of p; limit, when not 0, is its
+// prefix limit (prefixes.go).
+func (s *Speaker) peerConf(p Peer, limit uint32) *api.Peer {
 	asn := p.ASN
 	if asn == 0 {
 		asn = s.cfg.ASN
@@ -280,20 +297,16 @@ func (s *Speaker) addPeer(ctx context.Context, p Peer) error {
 		port = 179
 	}
 	hold := uint64(s.cfg.HoldTime / time.Second)
-	err := s.bgp.AddPeer(ctx, &api.AddPeerRequest{Peer: &api.Peer{
+	af := &api.AfiSafi{Config: &api.AfiSafiConfig{Family: evpnFamily, Enabled: true}}
+	if limit > 0 {
+		af.PrefixLimits = &api.PrefixLimit{Family: evpnFamily, MaxPrefixes: limit}
+	}
+	return &api.Peer{
 		Conf:      &api.PeerConf{NeighborAddress: p.Addr.Addr().String(), PeerAsn: asn},
 		Transport: &api.Transport{LocalAddress: s.cfg.VTEP.Addr().String(), RemotePort: uint32(port)},
 		Timers:    &api.Timers{Config: &api.TimersConfig{HoldTime: hold, KeepaliveInterval: max(hold/3, 1), ConnectRetry: 2}},
-		AfiSafis: []*api.AfiSafi{{Config: &api.AfiSafiConfig{Family: evpnFamily, Enabled: true},
-			PrefixLimits: &api.PrefixLimit{Family: evpnFamily, MaxPrefixes: s.cfg.MaxPrefixes, ShutdownThresholdPct: 90}}},
-	}})
-	if err != nil {
-		return fmt.Errorf("evpn: peer %s: %w", p.Addr, err)
+		AfiSafis:  []*api.AfiSafi{af},
 	}
-	s.mu.Lock()
-	s.sessions[p.Addr.Addr()] = &session{state: "idle", since: time.Now()}
-	s.mu.Unlock()
-	return nil
 }
 
 // Close stops GoBGP: the sessions end with a Cease. It is safe to call
@@ -350,6 +363,7 @@ func (s *Speaker) peerEvent(pe *apiutil.WatchEventMessage_PeerEvent, _ time.Time
 		if was == "established" {
 			ss.resets++
 			s.stats.resets.Add(1)
+			clear(ss.prefixes) // GoBGP drops what the session held
 		}
 	}
 	limited := pe.Peer.State.AdminState == api.PeerState_ADMIN_STATE_PFX_CT && !ss.restarting
@@ -368,14 +382,24 @@ func (s *Speaker) peerEvent(pe *apiutil.WatchEventMessage_PeerEvent, _ time.Time
 	}
 }
 
-// restart starts again the session with addr that the prefix limit closed.
+// restart starts again the session with addr that the prefix limit
+// closed, without GoBGP's limit (prefixes.go).
 func (s *Speaker) restart(addr netip.Addr) {
 	s.mu.Lock()
-	if ss := s.sessions[addr]; ss != nil {
-		ss.restarting = false
+	ss := s.sessions[addr]
+	if ss == nil {
+		s.mu.Unlock()
+		return
 	}
+	ss.restarting, ss.limited = false, false
+	clear(ss.prefixes)
+	p := ss.peer
 	s.mu.Unlock()
-	if err := s.bgp.EnablePeer(context.Background(), &api.EnablePeerRequest{Address: addr.String()}); err != nil {
+	ctx := context.Background()
+	if _, err := s.bgp.UpdatePeer(ctx, &api.UpdatePeerRequest{Peer: s.peerConf(p, 0)}); err != nil {
+		s.log.Warn("BGP peer's prefix limit not lifted", "peer", addr, "err", err)
+	}
+	if err := s.bgp.EnablePeer(ctx, &api.EnablePeerRequest{Address: addr.String()}); err != nil {
 		s.log.Warn("BGP peer not restarted after its prefix limit", "peer", addr, "err", err)
 	}
 }
