@@ -369,3 +369,37 @@ func TestEVPNNextHopsRefused(t *testing.T) {
 		t.Errorf("the listener on 127.0.0.53:4789 got %d bytes from %s: the segment's broadcasts", n, from)
 	}
 }
+
+// A peer that sends its routes one per UPDATE, past the prefix limit
+// (50 000): the session is closed at the limit with a Cease (6/1), and
+// the count costs work per UPDATE, not per route held (GoBGP's own count
+// walks and copies every route after each UPDATE).
+func TestEVPNPrefixLimitOnePerUpdate(t *testing.T) {
+	t.Parallel()
+	testenv.Require(t)
+	tb := testenv.NewForTest(t, testenv.Config{Hosts: 2})
+	h1, h2 := tb.Host(1), tb.Host(2)
+	accept := rawPeer(t, h1)
+	a2 := startEVPNAgent(t, &evpnFabric{tb: tb}, h2, []uint32{100}, "--bgp-max-type2", "60000")
+	s := accept(a2)
+	pid := a2.proc.Pid()
+	start, cpu := time.Now(), procCPU(t, pid)
+	sent := 0
+	for _, r := range macRoutes(h1.Underlay, 0xcc, 60000, 100) {
+		if err := s.SendEVPN(r, 100); err != nil {
+			break // the agent closed the session
+		}
+		sent++
+	}
+	rep := s.Watch(t.Context(), 120*time.Second)
+	took, used := time.Since(start), procCPU(t, pid)-cpu
+	c := bgpCounters(t, a2)
+	t.Logf("%d UPDATEs of one route sent; the agent answered %+v after %v, CPU %v; VmHWM %d KiB; counters %v",
+		sent, rep.Notification, took.Round(time.Millisecond), used, procStatusKB(pid, "VmHWM"), c)
+	if rep.Notification == nil || rep.Notification.Code != 6 || rep.Notification.Subcode != 1 {
+		t.Errorf("the agent answered %+v; want a Cease/Maximum Number of Prefixes Reached (6/1)", rep)
+	}
+	if err := testenv.Eventually(t.Context(), 60*time.Second, func() bool { return bgpCounters(t, a2)["prefix_limit"] > 0 }); err != nil {
+		t.Errorf("prefix_limit never counted: %v", err)
+	}
+}
