@@ -8,6 +8,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -291,7 +292,7 @@ func TestEVPNNextHopsRefused(t *testing.T) {
 	tb := testenv.NewForTest(t, testenv.Config{Hosts: 2})
 	h1, h2 := tb.Host(1), tb.Host(2)
 	accept := rawPeer(t, h1)
-	a2 := startEVPNAgent(t, &evpnFabric{tb: tb}, h2, []uint32{100})
+	a2 := startEVPNAgent(t, &evpnFabric{tb: tb}, h2, []uint32{100}, "--metrics", "127.0.0.1:9464")
 	s := accept(a2)
 	own := overlayNet(100, byte(h2.Index)).Addr() // h2's TAP address
 	bad := []struct {
@@ -349,6 +350,34 @@ func TestEVPNNextHopsRefused(t *testing.T) {
 	// refused and counted under their reason now.
 	if got, want := c["bad_vtep"], uint64(2*(len(bad)-1)); got < want {
 		t.Errorf("bad_vtep %d, want at least %d: %v", got, want, c)
+	}
+	// The same counts in `uvxlan status` and /metrics (on the namespace's
+	// loopback).
+	var st struct {
+		BGP struct {
+			Refused uint64 `json:"refused"`
+		} `json:"bgp"`
+	}
+	if _, err := newControlClient(a2.control).getInto("status", &st); err != nil || st.BGP.Refused != c["rejected"] {
+		t.Errorf("status: bgp.refused %d, want %d (%v)", st.BGP.Refused, c["rejected"], err)
+	}
+	var metrics string
+	if err := h2.Do(func() error {
+		conn, err := net.DialTimeout("tcp", "127.0.0.1:9464", 2*time.Second)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(5 * time.Second))
+		fmt.Fprintf(conn, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+		b, err := io.ReadAll(conn)
+		metrics = string(b)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf(`uvxlan_bgp_events_total{event="bad_vtep"} %d`, c["bad_vtep"]); !strings.Contains(metrics, want) {
+		t.Errorf("metrics lack %q", want)
 	}
 
 	// The attack the loopback VTEP allowed: a local listener on
