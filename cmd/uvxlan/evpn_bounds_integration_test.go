@@ -187,6 +187,9 @@ func TestEVPNImportBounded(t *testing.T) {
 	c := bgpCounters(t, a2)
 	t.Logf("30 000 type-2 routes (%d UPDATEs) handled in %v, CPU %v; VmHWM %d KiB; counters %v", ups, took.Round(time.Millisecond),
 		procCPU(t, pid)-cpu, hwm(), c)
+	idle := procCPU(t, pid)
+	time.Sleep(5 * time.Second)
+	t.Logf("h2 holding them, idle: CPU %v in 5 s (the retries of keys refused for want of room)", procCPU(t, pid)-idle)
 	endpointsReach(t, a2, a3, 1)
 
 	// 200 000 more: the prefix limit closes the session.
@@ -437,4 +440,7 @@ func TestEVPNPrefixLimitOnePerUpdate(t *testing.T) {
 	if err := testenv.Eventually(t.Context(), 60*time.Second, func() bool { return bgpCounters(t, a2)["prefix_limit"] > 0 }); err != nil {
 		t.Errorf("prefix_limit never counted: %v", err)
 	}
+	idle := procCPU(t, pid)
+	time.Sleep(5 * time.Second)
+	t.Logf("h2 after the session closed, idle: CPU %v in 5 s", procCPU(t, pid)-idle)
 }

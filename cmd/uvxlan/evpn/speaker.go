@@ -69,10 +69,11 @@ type Config struct {
 	// name, with the VXLAN port, whenever one comes or goes: they are
 	// the fabric's, to be sent plain VXLAN and accepted from.
 	VTEPsChanged func(map[netip.Addr]uint16)
-	// MaxPrefixes is each peer's prefix limit (GoBGP's PrefixLimit on the
-	// l2vpn evpn family, RFC 4486): a peer that sends more routes is sent
-	// a Cease (Maximum Number of Prefixes Reached), its routes go, and the
-	// session starts again after PrefixRestart. 0: DefaultMaxPrefixes.
+	// MaxPrefixes is each peer's prefix limit (RFC 4486; counted by the
+	// speaker, enforced through GoBGP's PrefixLimit: prefixes.go): a peer
+	// that sends more routes is sent a Cease (Maximum Number of Prefixes
+	// Reached), its routes go, and the session starts again after
+	// PrefixRestart. 0: DefaultMaxPrefixes.
 	MaxPrefixes   uint32
 	PrefixRestart time.Duration // 0: DefaultPrefixRestart
 	// MaxMACIP caps the type-2 routes held per VNI, MaxVTEPs the VTEPs
