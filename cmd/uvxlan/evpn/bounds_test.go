@@ -2,6 +2,7 @@ package evpn
 
 import (
 	"bytes"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"strings"
@@ -132,4 +133,38 @@ func TestFloodListIncremental(t *testing.T) {
 	if last != 0 || s.cfg.FDB.Flood(100) != nil {
 		t.Errorf("after the withdrawals: %d VTEPs published, flood list %v", last, s.cfg.FDB.Flood(100))
 	}
+}
+
+// A peer past b's prefix limit (3 routes; a advertises 2 type-3 routes
+// and 4 type-2): b closes the session, counts it once, drops the peer's
+// routes, and starts the session again after PrefixRestart.
+func TestPrefixLimit(t *testing.T) {
+	a, b := startPairWith(t, func(c *Config) { c.MaxPrefixes, c.PrefixRestart = 3, 2*time.Second }, 100, 200)
+	for i := range byte(4) {
+		if err := a.AnnounceMAC(100, fdb.MAC{0x02, 0xc0, 0, 0, 0, i}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "b closes the session at its prefix limit", func() error {
+		if st := b.Stats(); st.PrefixLimit != 1 {
+			return fmt.Errorf("prefix_limit %d: %+v", st.PrefixLimit, st)
+		}
+		return nil
+	})
+	eventually(t, "b drops a's routes", func() error {
+		for i := range byte(4) {
+			if err := fdbHas(b.fdb, 100, fdb.MAC{0x02, 0xc0, 0, 0, 0, i}, ""); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	// After the pause the session comes back, and is closed again: a still
+	// sends more than 3 routes.
+	eventually(t, "b starts the session again, and closes it again", func() error {
+		if st := b.Stats(); st.PrefixLimit < 2 {
+			return fmt.Errorf("prefix_limit %d", st.PrefixLimit)
+		}
+		return nil
+	})
 }

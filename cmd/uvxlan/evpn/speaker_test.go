@@ -42,26 +42,35 @@ type testSpeaker struct {
 // servers in one process must not start while the other runs (the agent
 // has one).
 func startPair(t *testing.T, vnis ...fdb.VNI) (a, b *testSpeaker) {
+	return startPairWith(t, nil, vnis...)
+}
+
+// startPairWith is startPair with b's configuration changed by opt.
+func startPairWith(t *testing.T, opt func(*Config), vnis ...fdb.VNI) (a, b *testSpeaker) {
 	port := freePort(t, "127.0.0.1")
-	a = newSpeaker(t, "127.0.0.1", port, Peer{Addr: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.2"), port)}, vnis)
-	b = newSpeaker(t, "127.0.0.2", 0, Peer{Addr: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port)}, vnis)
+	a = newSpeaker(t, "127.0.0.1", port, Peer{Addr: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.2"), port)}, vnis, nil)
+	b = newSpeaker(t, "127.0.0.2", 0, Peer{Addr: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port)}, vnis, opt)
 	a.run(t)
 	b.run(t)
 	return a, b
 }
 
-func newSpeaker(t *testing.T, addr string, listen uint16, peer Peer, vnis []fdb.VNI) *testSpeaker {
+func newSpeaker(t *testing.T, addr string, listen uint16, peer Peer, vnis []fdb.VNI, opt func(*Config)) *testSpeaker {
 	t.Helper()
 	ts := &testSpeaker{fdb: fdb.New(fdb.Config{}), neigh: fdb.NewNeighbors(0), done: make(chan error, 1)}
 	ip := netip.MustParseAddr(addr)
-	sp, err := New(Config{ASN: 65000, RouterID: ip, VTEP: netip.AddrPortFrom(ip, 4789), Peers: []Peer{peer}, HoldTime: 3 * time.Second,
+	cfg := Config{ASN: 65000, RouterID: ip, VTEP: netip.AddrPortFrom(ip, 4789), Peers: []Peer{peer}, HoldTime: 3 * time.Second,
 		ListenPort: listen, VNIs: vnis, FDB: ts.fdb, Neigh: ts.neigh,
 		Contested: func(vni fdb.VNI, ip netip.Addr, mac fdb.MAC, by string) {
 			ts.mu.Lock()
 			ts.contests = append(ts.contests, fmt.Sprintf("%d %s %s %s", vni, ip, mac, by))
 			ts.mu.Unlock()
 		},
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("speaker", addr)})
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("speaker", addr)}
+	if opt != nil {
+		opt(&cfg)
+	}
+	sp, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
