@@ -12,6 +12,10 @@ package fdb
 // Origins rank as in the FDB: static and local entries (configured, or
 // snooped from our own TAP) are never replaced by gossip nor EVPN; gossip
 // entries are never replaced by EVPN; both replace learned ones. Withdrawals go through DeleteOrigin.
+//
+// Bindings of origin evpn have room of their own, as in the FDB: at most
+// max of them, and max of the others, so a fabric's routes never keep a
+// member's or our endpoints' bindings out.
 
 import (
 	"cmp"
@@ -50,7 +54,8 @@ type neighVal struct {
 type Neighbors struct {
 	max     int
 	mu      sync.Mutex // serialises writers
-	count   int        // bindings in all shards; mu
+	count   int        // bindings in all shards but evpn's; mu
+	evpn    int        // bindings of origin evpn; mu
 	shards  [neighShards]atomic.Pointer[map[neighKey]neighVal]
 	subnets atomic.Pointer[[]SubnetNeigh]
 }
@@ -89,8 +94,8 @@ type SubnetNeigh struct {
 	MAC    MAC          `json:"mac"`
 }
 
-// NewNeighbors returns an empty table holding at most max bindings
-// (DefaultMaxEntries when max <= 0).
+// NewNeighbors returns an empty table holding at most max bindings of
+// origin evpn and max of the others (DefaultMaxEntries when max <= 0).
 func NewNeighbors(max int) *Neighbors {
 	if max <= 0 {
 		max = DefaultMaxEntries
@@ -150,8 +155,8 @@ func (n *Neighbors) SetSubnets(s []SubnetNeigh) error {
 
 // Set binds e.IP to e.MAC in e.VNI. It refuses an invalid VNI, IP or MAC,
 // a binding outranked by the one it would replace (ErrOutranked: see
-// outranks), and a new key
-// when the table is full (ErrFull). It reports whether anything changed.
+// outranks), and a new key when its origin's room is full (ErrFull:
+// evpn's, or the others'). It reports whether anything changed.
 func (n *Neighbors) Set(e Neigh) (changed bool, err error) {
 	ip := e.IP.Unmap()
 	if !e.VNI.Valid() {
@@ -181,15 +186,16 @@ func (n *Neighbors) Set(e Neigh) (changed bool, err error) {
 		return false, fmt.Errorf("neigh set vni %d ip %s: %w", e.VNI, e.IP, ErrOutranked)
 	case exists && e.Origin == OriginLearned && old.origin != OriginLearned:
 		return false, fmt.Errorf("neigh set vni %d ip %s: %w", e.VNI, e.IP, ErrOutranked)
-	case !exists && n.count >= n.max:
+	case (!exists || (old.origin == OriginEVPN) != (e.Origin == OriginEVPN)) && *n.room(e.Origin) >= n.max:
 		return false, fmt.Errorf("neigh set vni %d ip %s: %w", e.VNI, e.IP, ErrFull)
 	}
 	m := maps.Clone(cur)
 	m[k] = neighVal{mac: e.MAC, origin: e.Origin, updated: time.Now()}
 	sh.Store(&m)
-	if !exists {
-		n.count++
+	if exists {
+		*n.room(old.origin)--
 	}
+	*n.room(e.Origin)++
 	return true, nil
 }
 
@@ -207,14 +213,24 @@ func (n *Neighbors) deleteIf(vni VNI, ip netip.Addr, o Origin) bool {
 	defer n.mu.Unlock()
 	sh := n.shard(k)
 	cur := *sh.Load()
-	if v, ok := cur[k]; !ok || (o != 0 && v.origin != o) {
+	v, ok := cur[k]
+	if !ok || (o != 0 && v.origin != o) {
 		return false
 	}
 	m := maps.Clone(cur)
 	delete(m, k)
 	sh.Store(&m)
-	n.count--
+	*n.room(v.origin)--
 	return true
+}
+
+// room returns the count of bindings that origin o's count in: evpn's, or
+// the others'. mu must be held.
+func (n *Neighbors) room(o Origin) *int {
+	if o == OriginEVPN {
+		return &n.evpn
+	}
+	return &n.count
 }
 
 // Entries returns a copy of the table sorted by VNI, then IP.

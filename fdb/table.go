@@ -67,8 +67,14 @@ package fdb
 //     never age. Expire may race with a refresh of the entry it removes; the
 //     entry is then learned again from the next frame, which is harmless.
 //
-//   - Cap: the table holds at most MaxEntries entries of all origins, counted
-//     by an atomic counter. A new key reserves a slot with a compare-and-swap
+//   - Cap: the table holds at most MaxEntries entries of all origins but
+//     evpn, counted by an atomic counter, and at most MaxEVPN of origin evpn,
+//     counted apart: EVPN entries have slots of their own, so a fabric's
+//     routes can never keep a member's endpoint, ours or a static entry out
+//     of the table, and those never take EVPN's room. An entry that changes
+//     origin across that line (gossip replacing an EVPN entry, EVPN a
+//     learned one) takes a slot on its new side first, and fails with
+//     ErrFull when there is none. A new key reserves a slot with a compare-and-swap
 //     before it is published, so the cap holds exactly even when shards are
 //     written in parallel. When the table is full, learning a new MAC is
 //     refused (LearnRefusedFull) without taking a lock, so a MAC flood from
@@ -156,6 +162,7 @@ var (
 	errBadOrigin = errors.New("invalid origin")
 
 	errReservedLearned = errors.New("a learned entry cannot be reserved")
+	errReservedEVPN    = errors.New("an evpn entry cannot be reserved")
 )
 
 // Config for a Table. Zero values take the defaults.
@@ -170,6 +177,10 @@ type Config struct {
 	// (Entry.Reserved: members' TAP MACs) may take: the other entries are
 	// capped at MaxEntries-Reserve. Default 0; at most MaxEntries.
 	Reserve int
+	// MaxEVPN caps the entries of origin evpn (a BGP peer's type-2
+	// routes), which have slots of their own: they take none of
+	// MaxEntries', nor the other origins theirs. Default MaxEntries.
+	MaxEVPN int
 	// MaxLearned caps the learned entries behind one VTEP (all VNIs
 	// together): learning a new MAC behind a VTEP that has as many is
 	// refused (LearnRefusedQuota). Default 0: no cap but MaxEntries.
@@ -195,9 +206,11 @@ type Table struct {
 	// count packs the entries (slots taken, including those claimed
 	// before publication): ordinary ones in the low 32 bits, reserved ones
 	// (entry.reserved) in the high 32 bits.
-	count  atomic.Uint64
-	shards [numShards]shard
-	quota  vtepQuota // learned entries per VTEP (Config.MaxLearned)
+	count   atomic.Uint64
+	evpn    atomic.Int64 // entries of origin evpn, apart from count
+	maxEVPN int64        // Config.MaxEVPN
+	shards  [numShards]shard
+	quota   vtepQuota // learned entries per VTEP (Config.MaxLearned)
 
 	floodMu sync.Mutex // serialises SetFlood and SetFloodFrom
 	flood   atomic.Pointer[map[VNI][]netip.AddrPort]
@@ -254,6 +267,10 @@ func New(cfg Config) *Table {
 		now:     cfg.Now,
 	}
 	t.quota.max = cfg.MaxLearned
+	t.maxEVPN = int64(cfg.MaxEVPN)
+	if cfg.MaxEVPN <= 0 {
+		t.maxEVPN = int64(cfg.MaxEntries)
+	}
 	for i := range t.shards {
 		m := map[key]*entry{}
 		t.shards[i].m.Store(&m)
@@ -329,15 +346,46 @@ func (t *Table) reserve(reserved bool) bool {
 	}
 }
 
+// takeEVPN takes one of the slots of origin evpn (Config.MaxEVPN); it
+// reports false when there is none.
+func (t *Table) takeEVPN() bool {
+	for {
+		n := t.evpn.Load()
+		if n >= t.maxEVPN {
+			return false
+		}
+		if t.evpn.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// take takes a slot for a new entry of origin o: one of evpn's, or one
+// under the caps of the others (reserved or ordinary).
+func (t *Table) take(o Origin, reserved bool) bool {
+	if o == OriginEVPN {
+		return t.takeEVPN()
+	}
+	return t.reserve(reserved)
+}
+
 // release gives back the slot of a removed entry (and its place in its
 // VTEP's quota, when learned).
 func (t *Table) release(e *entry) {
 	if e.origin == OriginLearned {
 		t.quota.give(e.vtep)
 	}
-	if e.reserved {
+	t.releaseSlot(e)
+}
+
+// releaseSlot gives back e's slot only.
+func (t *Table) releaseSlot(e *entry) {
+	switch {
+	case e.origin == OriginEVPN:
+		t.evpn.Add(-1)
+	case e.reserved:
 		t.count.Add(^(oneReserved - 1)) // minus oneReserved
-	} else {
+	default:
 		t.count.Add(^(oneOrdinary - 1))
 	}
 }
@@ -548,10 +596,12 @@ func (t *Table) learnLocked(s *shard, k key, vtep netip.AddrPort) LearnResult {
 // unusable VTEP (invalid or unspecified address, port 0) or an unknown
 // origin, and ErrFull (wrapped) when the table is full and the key is new.
 // e.Reserved puts the entry in the reserve (see Config.Reserve): use it for
-// members' TAP MACs only; a learned entry cannot be reserved. A new entry
-// that is not reserved fails with ErrFull when the ordinary slots are
-// taken, even if the reserve has room; so does turning a reserved entry
-// into an ordinary one.
+// members' TAP MACs only; a learned or evpn entry cannot be reserved. A
+// new entry that is not reserved fails with ErrFull when the ordinary slots
+// are taken, even if the reserve has room; so does turning a reserved entry
+// into an ordinary one. Entries of origin evpn have their own slots
+// (Config.MaxEVPN): a new one fails with ErrFull when those are taken,
+// whatever room the others have, and the others' room is never theirs.
 // It is safe for concurrent use and never makes readers wait.
 func (t *Table) Set(e Entry) error {
 	k := key{e.VNI, e.MAC}
@@ -574,6 +624,9 @@ func (t *Table) Set(e Entry) error {
 	if old, ok := s.load()[k]; ok && outranks(old.origin, e.Origin) {
 		return fail(ErrOutranked)
 	}
+	if e.Origin == OriginEVPN && e.Reserved {
+		return fail(errReservedEVPN)
+	}
 	if e.Origin == OriginLearned {
 		if e.Reserved {
 			return fail(errReservedLearned)
@@ -589,9 +642,14 @@ func (t *Table) Set(e Entry) error {
 		return nil
 	}
 	old, ok := s.load()[k]
+	crosses := ok && (old.origin == OriginEVPN) != (e.Origin == OriginEVPN) // from evpn's slots to the others' or back
 	switch {
-	case !ok && !t.reserve(e.Reserved):
+	case !ok && !t.take(e.Origin, e.Reserved):
 		return fail(ErrFull)
+	case crosses && !t.take(e.Origin, e.Reserved):
+		return fail(ErrFull)
+	case crosses:
+		t.releaseSlot(old)
 	case ok && old.reserved != e.Reserved && !t.swapSlot(e.Reserved):
 		return fail(ErrFull)
 	}
@@ -723,7 +781,7 @@ func (t *Table) LearnedBehind(vtep netip.AddrPort) int { return t.quota.count(no
 // Len returns the number of entries. It is safe for concurrent use.
 func (t *Table) Len() int {
 	ord, res := counts(t.count.Load())
-	return int(ord + res)
+	return int(ord + res + t.evpn.Load())
 }
 
 // SetFlood replaces the flood list (head-end replication targets) of vni

@@ -258,14 +258,46 @@ func (r *BGPRawReport) parseOpen(b []byte) error {
 // 100 on iBGP, and the extended communities route target ASN:vni (two-octet
 // AS form; ASN must fit in 16 bits for it to be sent) and encapsulation VXLAN.
 func (s *BGPRawSpeaker) SendEVPN(nlri []byte, vni uint32) error {
-	if err := s.write(bgpUpdate, updateBody(s.cfg, nlri, vni)); err != nil {
+	return s.SendEVPNVia(nlri, vni, s.cfg.RouterID)
+}
+
+// SendEVPNVia is SendEVPN with next hop nh (IPv4) instead of our router id.
+func (s *BGPRawSpeaker) SendEVPNVia(nlri []byte, vni uint32, nh netip.Addr) error {
+	if err := s.write(bgpUpdate, updateBody(s.cfg, nlri, vni, nh)); err != nil {
 		return fmt.Errorf("testenv: bgp: send update: %w", err)
 	}
 	return nil
 }
 
-// updateBody builds an UPDATE body (RFC 4271 §4.3) around one MP_REACH_NLRI.
-func updateBody(cfg BGPRawConfig, nlri []byte, vni uint32) []byte {
+// SendEVPNRoutes sends routes (whole NLRIs each) with next hop nh, as many
+// in each UPDATE as fit in 4096 bytes, as a route reflector packs them. It
+// returns the number of UPDATEs sent, and stops at the first error (the
+// peer closing the session, say).
+func (s *BGPRawSpeaker) SendEVPNRoutes(routes [][]byte, vni uint32, nh netip.Addr) (int, error) {
+	room := bgpMaxLen - bgpHeaderLen - len(updateBody(s.cfg, nil, vni, nh))
+	sent := 0
+	for len(routes) > 0 {
+		var nlri []byte
+		n := 0
+		for n < len(routes) && len(nlri)+len(routes[n]) <= room {
+			nlri = append(nlri, routes[n]...)
+			n++
+		}
+		if n == 0 {
+			return sent, fmt.Errorf("testenv: bgp: a route of %d bytes does not fit an UPDATE", len(routes[0]))
+		}
+		if err := s.SendEVPNVia(nlri, vni, nh); err != nil {
+			return sent, err
+		}
+		routes = routes[n:]
+		sent++
+	}
+	return sent, nil
+}
+
+// updateBody builds an UPDATE body (RFC 4271 §4.3) around one MP_REACH_NLRI
+// with next hop nh.
+func updateBody(cfg BGPRawConfig, nlri []byte, vni uint32, nh4 netip.Addr) []byte {
 	attr := func(b []byte, flags, typ byte, v []byte) []byte {
 		if len(v) > 255 || flags&0x10 != 0 {
 			b = append(b, flags|0x10, typ, byte(len(v)>>8), byte(len(v)))
@@ -293,7 +325,7 @@ func updateBody(cfg BGPRawConfig, nlri []byte, vni uint32) []byte {
 		binary.BigEndian.PutUint32(ec[4:], vni)
 		attrs = attr(attrs, 0xc0, 16, ec)
 	}
-	nh := cfg.RouterID.As4()
+	nh := nh4.As4()
 	mp := append([]byte{0, afiL2VPN, safiEVPN, 4}, nh[:]...)
 	mp = append(mp, 0) // reserved
 	mp = append(mp, nlri...)
@@ -499,6 +531,21 @@ func EVPNMACRoute(rid netip.Addr, mac net.HardwareAddr, vni uint32) []byte {
 	r = append(r, m[:]...)
 	r = append(r, 0) // IP length
 	return append(r, byte(vni>>16), byte(vni>>8), byte(vni))
+}
+
+// EVPNIMETRoute returns a type-3 (inclusive multicast Ethernet tag) EVPN
+// NLRI (RFC 7432 §7.3): RD rid:1, Ethernet tag 0, originating router vtep
+// (IPv4). Its VNI comes from the UPDATE's route target (SendEVPN's vni).
+//
+//	RD 8 | Ethernet tag 4 | IP length 1 (32) | IP 4
+func EVPNIMETRoute(rid, vtep netip.Addr) []byte {
+	r := make([]byte, 0, 19)
+	r = append(r, 3, 17)
+	id := rid.As4()
+	r = append(r, 0, 1, id[0], id[1], id[2], id[3], 0, 1) // RD type 1
+	r = append(r, 0, 0, 0, 0, 32)                         // Ethernet tag, IP length
+	v := vtep.As4()
+	return append(r, v[:]...)
 }
 
 // SendMalformedEVPN is the whole robustness probe: from inside host it

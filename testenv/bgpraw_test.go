@@ -36,14 +36,14 @@ func TestBGPRawBytes(t *testing.T) {
 		{"truncated", EVPNTruncated.NLRI(rawRID, rawMAC, 100), "02 05 0001 c61200"},
 		{"MAC length field", EVPNMACLengthField.NLRI(rawRID, rawMAC, 100),
 			"02 21 0001 c6120002 0001 00000000000000000000 00000000 38 02005e100001 00 000064"},
-		{"UPDATE, iBGP", updateBody(BGPRawConfig{ASN: 65000, PeerASN: 65000, RouterID: rawRID}, []byte{0xaa}, 100),
+		{"UPDATE, iBGP", updateBody(BGPRawConfig{ASN: 65000, PeerASN: 65000, RouterID: rawRID}, []byte{0xaa}, 100, rawRID),
 			"0000 002f" + // no withdrawn routes, 47 bytes of attributes
 				" 40 01 01 00" + // ORIGIN IGP
 				" 40 02 00" + // AS_PATH, empty
 				" 40 05 04 00000064" + // LOCAL_PREF 100
 				" c0 10 10 0002 fde8 00000064 030c 0000 0000 0008" + // RT 65000:100, encapsulation VXLAN
 				" 90 0e 000a 0019 46 04 c6120002 00 aa"}, // MP_REACH_NLRI l2vpn/evpn, next hop, NLRI
-		{"UPDATE, eBGP", updateBody(BGPRawConfig{ASN: 65002, PeerASN: 65000, RouterID: rawRID}, []byte{0xaa}, 100),
+		{"UPDATE, eBGP", updateBody(BGPRawConfig{ASN: 65002, PeerASN: 65000, RouterID: rawRID}, []byte{0xaa}, 100, rawRID),
 			"0000 002e 40 01 01 00 40 02 06 02 01 0000fdea" +
 				" c0 10 10 0002 fdea 00000064 030c 0000 0000 0008 90 0e 000a 0019 46 04 c6120002 00 aa"},
 	}

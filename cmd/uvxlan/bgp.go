@@ -28,6 +28,9 @@ func bgpFlags() []cli.Flag {
 		&cli.Uint64Flag{Name: "bgp-asn", Category: bgpCategory, Usage: "this node's AS `NUMBER`; route targets are ASN:VNI and route distinguishers router-id:N, as FRR derives them, so an FRR neighbour with advertise-all-vni needs nothing per VNI", EnvVars: env("bgp-asn")},
 		&cli.StringFlag{Name: "router-id", Category: bgpCategory, Usage: "BGP router `ID`, an IPv4 address (default: --local)", EnvVars: env("router-id")},
 		&cli.DurationFlag{Name: "bgp-hold-time", Category: bgpCategory, Value: evpn.DefaultHoldTime, Usage: "BGP hold time offered (keepalives every third): a peer silent this long is down, and its routes withdrawn", EnvVars: env("bgp-hold-time")},
+		&cli.Uint64Flag{Name: "bgp-max-prefixes", Category: bgpCategory, Value: evpn.DefaultMaxPrefixes, Usage: "prefix limit of each peer (RFC 4486): a peer that sends more routes is sent a Cease, its routes go, and its session starts again 30 s later", EnvVars: env("bgp-max-prefixes")},
+		&cli.IntFlag{Name: "bgp-max-type2", Category: bgpCategory, Value: evpn.DefaultMaxMACIP, Usage: "type-2 routes held per VNI: more are refused, counted (over_type2_cap) and logged", EnvVars: env("bgp-max-type2")},
+		&cli.IntFlag{Name: "bgp-max-vteps", Category: bgpCategory, Value: evpn.DefaultMaxVTEPs, Usage: "VTEPs per VNI that routes may name (a broadcast is sent to each): routes naming more are refused, counted (over_vtep_cap) and logged", EnvVars: env("bgp-max-vteps")},
 	}
 }
 
@@ -62,6 +65,19 @@ func bgpConfig(c *cli.Context, cfg *node.Config) error {
 	}
 	if h := b.HoldTime; h != 0 && (h < 3*time.Second || h > 65535*time.Second) {
 		return badFlag("bgp-hold-time", h.String(), "must be 0 or between 3s and 65535s (RFC 4271)")
+	}
+	if n := c.Uint64("bgp-max-prefixes"); n == 0 || n > 1<<24 {
+		return badFlag("bgp-max-prefixes", c.String("bgp-max-prefixes"), "must be between 1 and 16777216")
+	}
+	b.MaxPrefixes = uint32(c.Uint64("bgp-max-prefixes"))
+	for _, f := range []struct {
+		name string
+		dst  *int
+	}{{"bgp-max-type2", &b.MaxMACIP}, {"bgp-max-vteps", &b.MaxVTEPs}} {
+		if n := c.Int(f.name); n <= 0 || n > 1<<24 {
+			return badFlag(f.name, c.String(f.name), "must be between 1 and 16777216")
+		}
+		*f.dst = c.Int(f.name)
 	}
 	cfg.BGP = b
 	return nil
@@ -138,6 +154,8 @@ func printBGP(w io.Writer, st evpn.Status) error {
 	s := st.Stats
 	fmt.Fprintf(tw, "\nupdates %d, imported %d, withdrawn %d, rejected %d, outranked %d, contested %d, session resets %d\n",
 		s.Updates, s.Imported, s.Withdrawn, s.Rejected, s.Outranked, s.Contested, s.Resets)
+	fmt.Fprintf(tw, "refused: bad VTEP %d, over the type-2 cap %d, over the VTEP cap %d; prefix limit reached %d\n",
+		s.BadVTEP, s.OverType2Cap, s.OverVTEPCap, s.PrefixLimit)
 	for r, v := range s.RejectedBy {
 		fmt.Fprintf(tw, "  rejected: %s\t%d\n", r, v)
 	}

@@ -483,6 +483,9 @@ func TestBGPBadFlags(t *testing.T) {
 		{"--router-id", "fd00::1", "--bgp-peer", "198.18.0.1", "--bgp-asn", "65000"},
 		{"--bgp-hold-time", "1s", "--bgp-peer", "198.18.0.1", "--bgp-asn", "65000"},
 		{"--bgp-asn", "4294967296", "--bgp-peer", "198.18.0.1"},
+		{"--bgp-max-prefixes", "0", "--bgp-peer", "198.18.0.1", "--bgp-asn", "65000"},
+		{"--bgp-max-type2", "-1", "--bgp-peer", "198.18.0.1", "--bgp-asn", "65000"},
+		{"--bgp-max-vteps", "0", "--bgp-peer", "198.18.0.1", "--bgp-asn", "65000"},
 	} {
 		code, stderr := runBinary(t, nil, append([]string{"run", "--local", "127.0.0.1", "--mtu", "1400", "--gossip=false"}, args...)...)
 		flag := args[0]

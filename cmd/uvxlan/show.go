@@ -30,7 +30,8 @@ func printStatus(w io.Writer, st node.Status) error {
 	}
 	fmt.Fprintf(tw, "members\t%d alive of %d\n", st.MembersAlive, st.MembersTotal)
 	if b := st.BGP; b != nil {
-		fmt.Fprintf(tw, "bgp\tAS %d, %d of %d sessions established, %d routes imported (uvxlan bgp)\n", b.ASN, b.Established, b.Sessions, b.Imported)
+		fmt.Fprintf(tw, "bgp\tAS %d, %d of %d sessions established, %d routes imported, %d refused, prefix limit reached %d times (uvxlan bgp)\n",
+			b.ASN, b.Established, b.Sessions, b.Imported, b.Refused, b.PrefixLimit)
 	}
 	fmt.Fprintf(tw, "fdb\t%s\n", byOrigin(st.FDB))
 	fmt.Fprintf(tw, "neigh\t%s\n", byOrigin(st.Neigh))

@@ -14,19 +14,42 @@ package evpn
 //
 // The tables rank origins (fdb: local and static, then gossip, then evpn,
 // then learned): a key our own TAP or a gossip member holds refuses the
-// route (counted as outranked) and the rib keeps trying it every second,
-// so it takes the key once gossip withdraws. A key pinned to a gossip
-// member (its TAP MAC and addresses, Config.CheckClaim) is refused for good.
+// route (counted as outranked) and the rib looks at it again every second,
+// so it takes the key once gossip withdraws; the look is a lock-free
+// lookup, so the keys still held cost no write. A key refused for want of
+// room (the FDB's room for evpn, fdb.Config.MaxEVPN) is tried again every
+// second until one fails again. A key pinned to a gossip member (its TAP
+// MAC and addresses, Config.CheckClaim) is refused for good.
 // A route for an address one of our endpoints holds, at a higher sequence
 // than our own, is a move or a duplicate: Config.Contested has the node
 // verify its endpoint, which then withdraws, or wins back at a higher
 // sequence.
+//
+// What a peer can make the rib hold is bounded: per VNI, at most
+// Config.MaxMACIP type-2 routes and Config.MaxVTEPs VTEPs (the next hops
+// and type-3 VTEPs of its routes); a route past either is refused, counted
+// (over_type2_cap, over_vtep_cap) and logged, at most once a minute per
+// VNI and cap. Routes are not taken back when room frees: the peer's next
+// session sends them again. A route whose VTEP no VTEP may have (loopback,
+// unless ours is; broadcast, link-local, multicast, unspecified:
+// vtepProblem; this host's
+// own addresses and, under --encrypt, a gossip member's: Config.RefuseVTEP)
+// is refused and counted (bad_vtep).
+//
+// Work per route is proportional to the route: each keeps counts of its
+// VNI's routes, VTEPs and flood list up to date, and the flood lists and
+// the set of VTEPs (Config.VTEPsChanged), which the tables hold as
+// immutable copies, are published at the end of each batch of routes
+// GoBGP hands over, at most every publishEvery, so a flood of routes costs
+// a copy per interval, not per route.
 
 import (
 	"cmp"
 	"errors"
+	"fmt"
 	"net/netip"
 	"slices"
+	"time"
 
 	"github.com/uvxlan/uvxlan/fdb"
 )
@@ -47,13 +70,16 @@ type rib struct {
 	routes map[string]*route // by key(): the routes accepted
 	macs   map[macKey]map[string]*route
 	ips    map[ipKey]map[string]*route
-	imets  map[fdb.VNI]map[string]*route
-	// applied is what the rib wrote to the tables; retry the keys it
-	// could not write (outranked), tried again every second.
-	applied   map[macKey]netip.AddrPort
-	appliedIP map[ipKey]fdb.MAC
-	retry     map[macKey]bool
-	retryIP   map[ipKey]bool
+	vnis   map[fdb.VNI]*vniRoutes
+	// applied is what the rib wrote to the tables; outranked the keys it
+	// could not write because a higher origin holds them, full those it
+	// could not for want of room: both tried again every second.
+	applied     map[macKey]netip.AddrPort
+	appliedIP   map[ipKey]fdb.MAC
+	outranked   map[macKey]bool
+	outrankedIP map[ipKey]bool
+	full        map[macKey]bool
+	fullIP      map[ipKey]bool
 	// maxSeq is the highest MAC mobility sequence received for each MAC,
 	// kept after its routes go (at most maxSeqKept MACs): a MAC that
 	// comes back here outbids every route it ever had, even one being
@@ -62,15 +88,54 @@ type rib struct {
 	// vteps counts the routes per VTEP: Config.VTEPsChanged hears of a
 	// VTEP's first route and of its last going.
 	vteps map[netip.Addr]int
+	// dirtyFlood are the VNIs whose flood list changed, dirtyVTEPs
+	// whether vteps' keys did, since they were last published.
+	dirtyFlood map[fdb.VNI]bool
+	dirtyVTEPs bool
+	published  time.Time
+}
+
+// vniRoutes counts the routes held in one VNI.
+type vniRoutes struct {
+	macip, imet int
+	vteps       map[netip.Addr]int // routes per VTEP, both types (Config.MaxVTEPs)
+	flood       map[netip.Addr]int // type-3 routes per VTEP: the flood list
 }
 
 // maxSeqKept bounds rib.maxSeq.
 const maxSeqKept = 1 << 16
 
+// publishEvery is how often, at most, the flood lists and the VTEPs are
+// published while routes arrive.
+const publishEvery = 100 * time.Millisecond
+
 func newRIB() rib {
 	return rib{routes: map[string]*route{}, macs: map[macKey]map[string]*route{}, ips: map[ipKey]map[string]*route{},
-		imets: map[fdb.VNI]map[string]*route{}, applied: map[macKey]netip.AddrPort{}, appliedIP: map[ipKey]fdb.MAC{},
-		retry: map[macKey]bool{}, retryIP: map[ipKey]bool{}, maxSeq: map[macKey]uint32{}, vteps: map[netip.Addr]int{}}
+		vnis: map[fdb.VNI]*vniRoutes{}, applied: map[macKey]netip.AddrPort{}, appliedIP: map[ipKey]fdb.MAC{},
+		outranked: map[macKey]bool{}, outrankedIP: map[ipKey]bool{}, full: map[macKey]bool{}, fullIP: map[ipKey]bool{},
+		maxSeq: map[macKey]uint32{}, vteps: map[netip.Addr]int{}, dirtyFlood: map[fdb.VNI]bool{}}
+}
+
+// vni returns the counts of v, made on first use.
+func (r *rib) vni(v fdb.VNI) *vniRoutes {
+	vr := r.vnis[v]
+	if vr == nil {
+		vr = &vniRoutes{vteps: map[netip.Addr]int{}, flood: map[netip.Addr]int{}}
+		r.vnis[v] = vr
+	}
+	return vr
+}
+
+// count adds d (1 or -1) to m[k], deleting it at 0; it reports whether k
+// came or went.
+func count[K comparable](m map[K]int, k K, d int) bool {
+	n := m[k] + d
+	if n <= 0 {
+		delete(m, k)
+		return true
+	}
+	m[k] = n
+	return n == 1 && d > 0
 }
 
 // better reports whether a ranks above b (RFC 7432 §15).
@@ -135,21 +200,42 @@ func (s *Speaker) received(r route, withdraw bool) {
 		return
 	}
 	r.vnis = []fdb.VNI{vni}
+	if why := s.refuseVTEP(r.vtep); why != "" {
+		s.stats.badVTEP.Add(1)
+		s.reject(fmt.Errorf("%w: %s", errBadVTEP, why))
+		return
+	}
 	if r.kind == typeMACIP && s.cfg.CheckClaim != nil {
 		if err := s.cfg.CheckClaim(vni, r.ip, r.mac); err != nil {
 			s.reject(errPinned)
 			return
 		}
 	}
+	vr := s.rib.vni(vni)
+	switch {
+	case r.kind == typeMACIP && vr.macip >= s.cfg.MaxMACIP:
+		s.stats.overType2.Add(1)
+		s.reject(errOverType2)
+		s.warnCap(vni, "type-2 routes", s.cfg.MaxMACIP, "--bgp-max-type2")
+		return
+	case vr.vteps[r.vtep] == 0 && len(vr.vteps) >= s.cfg.MaxVTEPs:
+		s.stats.overVTEPs.Add(1)
+		s.reject(errOverVTEPs)
+		s.warnCap(vni, "VTEPs", s.cfg.MaxVTEPs, "--bgp-max-vteps")
+		return
+	}
 	nr := &r
 	s.rib.routes[k] = nr
-	s.refVTEP(r.vtep, 1)
+	s.refVTEP(vr, r.vtep, 1)
 	s.stats.imported.Add(1)
 	switch r.kind {
 	case typeIMET:
-		add(s.rib.imets, vni, nr)
-		s.setFlood(vni)
+		vr.imet++
+		if count(vr.flood, r.vtep, 1) {
+			s.rib.dirtyFlood[vni] = true
+		}
 	case typeMACIP:
+		vr.macip++
 		mk := macKey{vni, r.mac}
 		s.noteSeq(mk, r.seq)
 		add(s.rib.macs, mk, nr)
@@ -163,16 +249,61 @@ func (s *Speaker) received(r route, withdraw bool) {
 	}
 }
 
+// refuseVTEP returns why a route's VTEP cannot be used ("" if it can).
+func (s *Speaker) refuseVTEP(a netip.Addr) string {
+	if why := vtepProblem(a); why != "" && (why != "loopback" || !s.cfg.VTEP.Addr().IsLoopback()) {
+		return why // a loopback VTEP peers with others on loopback (agents on one host), never on an underlay
+	}
+	if s.cfg.RefuseVTEP != nil {
+		return s.cfg.RefuseVTEP(a)
+	}
+	return ""
+}
+
+// vtepProblem returns why a can be no VTEP: an address that is not one
+// host's on the underlay ("" if it can be).
+func vtepProblem(a netip.Addr) string {
+	switch {
+	case !a.IsValid() || a.IsUnspecified():
+		return "unspecified"
+	case a.IsLoopback():
+		return "loopback"
+	case a.IsMulticast():
+		return "multicast"
+	case a == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
+		return "broadcast"
+	case a.IsLinkLocalUnicast():
+		return "link-local"
+	}
+	return ""
+}
+
+// warnCap logs that a route was refused by a cap of vni, at most once a
+// minute per VNI and cap.
+func (s *Speaker) warnCap(vni fdb.VNI, what string, limit int, flag string) {
+	k := fmt.Sprintf("%d %s", vni, what)
+	if t, ok := s.warned[k]; ok && time.Since(t) < time.Minute {
+		return
+	}
+	s.warned[k] = time.Now()
+	s.log.Warn("BGP routes refused: the VNI holds as many "+what+" as allowed", "vni", vni, "max", limit, "flag", flag,
+		"refused_type2", s.stats.overType2.Load(), "refused_vteps", s.stats.overVTEPs.Load())
+}
+
 // forget takes a route out of the rib and recomputes its keys.
 func (s *Speaker) forget(r *route) {
 	delete(s.rib.routes, r.key())
-	s.refVTEP(r.vtep, -1)
 	vni := r.vnis[0]
+	vr := s.rib.vni(vni)
+	s.refVTEP(vr, r.vtep, -1)
 	switch r.kind {
 	case typeIMET:
-		del(s.rib.imets, vni, r)
-		s.setFlood(vni)
+		vr.imet--
+		if count(vr.flood, r.vtep, -1) {
+			s.rib.dirtyFlood[vni] = true
+		}
 	case typeMACIP:
+		vr.macip--
 		mk := macKey{vni, r.mac}
 		del(s.rib.macs, mk, r)
 		s.applyMAC(mk)
@@ -182,17 +313,45 @@ func (s *Speaker) forget(r *route) {
 			s.applyIP(ik)
 		}
 	}
+	if vr.macip == 0 && vr.imet == 0 {
+		delete(s.rib.vnis, vni)
+	}
+}
+
+// publishLocked gives the tables the flood lists that changed and
+// Config.VTEPsChanged the VTEPs, if they changed: at once when force is
+// set or publishEvery has passed since the last time, else at Run's next
+// tick.
+func (s *Speaker) publishLocked(force bool) {
+	if !force && time.Since(s.rib.published) < publishEvery {
+		return
+	}
+	s.rib.published = time.Now()
+	for vni := range s.rib.dirtyFlood {
+		s.setFlood(vni)
+	}
+	clear(s.rib.dirtyFlood)
+	if s.rib.dirtyVTEPs && s.cfg.VTEPsChanged != nil {
+		m := make(map[netip.Addr]uint16, len(s.rib.vteps))
+		for v := range s.rib.vteps {
+			m[v] = s.port
+		}
+		s.cfg.VTEPsChanged(m)
+	}
+	s.rib.dirtyVTEPs = false
 }
 
 // setFlood gives the table vni's EVPN flood list: the VTEPs of its type-3
 // routes, sorted.
 func (s *Speaker) setFlood(vni fdb.VNI) {
 	var vteps []netip.AddrPort
-	for _, r := range s.rib.imets[vni] {
-		vteps = append(vteps, netip.AddrPortFrom(r.vtep, s.port))
+	if vr := s.rib.vnis[vni]; vr != nil {
+		vteps = make([]netip.AddrPort, 0, len(vr.flood))
+		for v := range vr.flood {
+			vteps = append(vteps, netip.AddrPortFrom(v, s.port))
+		}
 	}
 	slices.SortFunc(vteps, netip.AddrPort.Compare)
-	vteps = slices.Compact(vteps)
 	s.cfg.FDB.SetFloodFrom(fdb.OriginEVPN, vni, vteps)
 }
 
@@ -200,7 +359,8 @@ func (s *Speaker) setFlood(vni fdb.VNI) {
 // wrote there when no route is left.
 func (s *Speaker) applyMAC(mk macKey) {
 	b := best(s.rib.macs[mk])
-	delete(s.rib.retry, mk)
+	delete(s.rib.outranked, mk)
+	delete(s.rib.full, mk)
 	if b == nil {
 		if _, ok := s.rib.applied[mk]; ok {
 			s.cfg.FDB.DeleteOrigin(mk.vni, mk.mac, fdb.OriginEVPN)
@@ -215,21 +375,25 @@ func (s *Speaker) applyMAC(mk macKey) {
 		}
 	}
 	err := s.cfg.FDB.Set(fdb.Entry{VNI: mk.vni, MAC: mk.mac, VTEP: vtep, Origin: fdb.OriginEVPN})
-	settle(s, err, mk, vtep, s.rib.applied, s.rib.retry)
+	settle(s, err, mk, vtep, s.rib.applied, s.rib.outranked, s.rib.full)
 }
 
 // settle records how the write of k = v to a table went: applied, or to
 // try again (outranked by a higher origin, or the table full), counted.
-func settle[K comparable, V any](s *Speaker, err error, k K, v V, applied map[K]V, retry map[K]bool) {
+func settle[K comparable, V any](s *Speaker, err error, k K, v V, applied map[K]V, outranked, full map[K]bool) {
 	if err == nil {
 		applied[k] = v
 		return
 	}
 	delete(applied, k)
-	retry[k] = true
-	if errors.Is(err, fdb.ErrOutranked) {
+	switch {
+	case errors.Is(err, fdb.ErrOutranked):
+		outranked[k] = true
 		s.stats.outranked.Add(1)
-	} else {
+	case errors.Is(err, fdb.ErrFull):
+		full[k] = true
+		s.stats.tableErrors.Add(1)
+	default:
 		s.stats.tableErrors.Add(1)
 	}
 }
@@ -238,7 +402,8 @@ func settle[K comparable, V any](s *Speaker, err error, k K, v V, applied map[K]
 // suppression), or removes what the rib wrote there.
 func (s *Speaker) applyIP(ik ipKey) {
 	b := best(s.rib.ips[ik])
-	delete(s.rib.retryIP, ik)
+	delete(s.rib.outrankedIP, ik)
+	delete(s.rib.fullIP, ik)
 	if b == nil {
 		if _, ok := s.rib.appliedIP[ik]; ok {
 			s.cfg.Neigh.DeleteOrigin(ik.vni, ik.ip, fdb.OriginEVPN)
@@ -247,7 +412,7 @@ func (s *Speaker) applyIP(ik ipKey) {
 		return
 	}
 	_, err := s.cfg.Neigh.Set(fdb.Neigh{VNI: ik.vni, IP: ik.ip, MAC: b.mac, Origin: fdb.OriginEVPN})
-	settle(s, err, ik, b.mac, s.rib.appliedIP, s.rib.retryIP)
+	settle(s, err, ik, b.mac, s.rib.appliedIP, s.rib.outrankedIP, s.rib.fullIP)
 }
 
 // contest tells the node when a received route claims an address one of
@@ -266,21 +431,13 @@ func (s *Speaker) contest(ik ipKey, r *route) {
 	}
 }
 
-// refVTEP counts a route of vtep in (d 1) or out (d -1), and tells
-// Config.VTEPsChanged when vtep's first route comes or its last goes.
-func (s *Speaker) refVTEP(vtep netip.Addr, d int) {
-	n := s.rib.vteps[vtep] + d
-	if n <= 0 {
-		delete(s.rib.vteps, vtep)
-	} else {
-		s.rib.vteps[vtep] = n
-	}
-	if (n == 1 && d > 0 || n <= 0) && s.cfg.VTEPsChanged != nil {
-		m := make(map[netip.Addr]uint16, len(s.rib.vteps))
-		for v := range s.rib.vteps {
-			m[v] = s.port
-		}
-		s.cfg.VTEPsChanged(m)
+// refVTEP counts a route of vtep in (d 1) or out (d -1), in its VNI's
+// counts vr and in all, and marks the VTEPs to be published when vtep's
+// first route comes or its last goes.
+func (s *Speaker) refVTEP(vr *vniRoutes, vtep netip.Addr, d int) {
+	count(vr.vteps, vtep, d)
+	if count(s.rib.vteps, vtep, d) {
+		s.rib.dirtyVTEPs = true
 	}
 }
 
@@ -299,14 +456,36 @@ func (s *Speaker) noteSeq(mk macKey, seq uint32) {
 	s.rib.maxSeq[mk] = seq
 }
 
-// retryOutranked tries again the keys the tables refused.
-func (s *Speaker) retryOutranked() {
-	for mk := range s.rib.retry {
-		s.applyMAC(mk)
+// retryRefused tries again the keys the tables refused: those a higher
+// origin held and no longer holds (a lock-free look at each), and those
+// refused for want of room, until one is refused again.
+func (s *Speaker) retryRefused() {
+	for mk := range s.rib.outranked {
+		if _, o, ok := s.cfg.FDB.LookupOrigin(mk.vni, mk.mac); !ok || !outranks(o) {
+			s.applyMAC(mk)
+		}
 	}
-	for ik := range s.rib.retryIP {
-		s.applyIP(ik)
+	for ik := range s.rib.outrankedIP {
+		if _, o, ok := s.cfg.Neigh.LookupOrigin(ik.vni, ik.ip); !ok || !outranks(o) {
+			s.applyIP(ik)
+		}
 	}
+	for mk := range s.rib.full {
+		if s.applyMAC(mk); s.rib.full[mk] {
+			break
+		}
+	}
+	for ik := range s.rib.fullIP {
+		if s.applyIP(ik); s.rib.fullIP[ik] {
+			break
+		}
+	}
+}
+
+// outranks reports whether an entry of origin o keeps EVPN's out (fdb's
+// ranks).
+func outranks(o fdb.Origin) bool {
+	return o == fdb.OriginLocal || o == fdb.OriginStatic || o == fdb.OriginGossip
 }
 
 // remoteSeq returns the highest sequence number of the routes received for
@@ -338,12 +517,8 @@ func (s *Speaker) perVNI() map[fdb.VNI]*VNIRoutes {
 		}
 		return m[v]
 	}
-	for _, r := range s.rib.routes {
-		if r.kind == typeIMET {
-			get(r.vnis[0]).ReceivedIMET++
-		} else {
-			get(r.vnis[0]).ReceivedMACIP++
-		}
+	for v, vr := range s.rib.vnis {
+		get(v).ReceivedMACIP, get(v).ReceivedIMET = vr.macip, vr.imet
 	}
 	for k := range s.local.routes {
 		if k.kind == typeIMET {

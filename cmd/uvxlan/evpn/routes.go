@@ -223,8 +223,8 @@ func fromPath(p *apiutil.Path) (route, error) {
 			}
 		}
 	}
-	if !r.vtep.IsValid() || r.vtep.IsUnspecified() || r.vtep.IsMulticast() {
-		return r, errNextHop
+	if !r.vtep.IsValid() {
+		return r, errNextHop // what no VTEP may be is the rib's to refuse (vtepProblem)
 	}
 	for _, v := range append(labels, rts...) {
 		if vni := fdb.VNI(v); vni.Valid() {

@@ -24,6 +24,15 @@ import (
 // within 9 s.
 const DefaultHoldTime = 9 * time.Second
 
+// Defaults of the bounds on what the peers may make the speaker hold
+// (Config.MaxPrefixes, MaxMACIP, MaxVTEPs; PrefixRestart).
+const (
+	DefaultMaxPrefixes   = 50000
+	DefaultMaxMACIP      = 16384 // fdb.DefaultMaxEntries: the FDB's room for EVPN
+	DefaultMaxVTEPs      = 1024
+	DefaultPrefixRestart = 30 * time.Second
+)
+
 // Peer is one BGP neighbour.
 type Peer struct {
 	Addr netip.AddrPort // port 179 unless set
@@ -60,7 +69,26 @@ type Config struct {
 	// name, with the VXLAN port, whenever one comes or goes: they are
 	// the fabric's, to be sent plain VXLAN and accepted from.
 	VTEPsChanged func(map[netip.Addr]uint16)
-	Logger       *slog.Logger
+	// MaxPrefixes is each peer's prefix limit (RFC 4486; counted by the
+	// speaker, enforced through GoBGP's PrefixLimit: prefixes.go): a peer
+	// that sends more routes is sent a Cease (Maximum Number of Prefixes
+	// Reached), its routes go, and the session starts again after
+	// PrefixRestart. 0: DefaultMaxPrefixes.
+	MaxPrefixes   uint32
+	PrefixRestart time.Duration // 0: DefaultPrefixRestart
+	// MaxMACIP caps the type-2 routes held per VNI, MaxVTEPs the VTEPs
+	// (type-2 next hops, type-3 VTEPs) per VNI: a route past either is
+	// refused (rib.go). 0: DefaultMaxMACIP, DefaultMaxVTEPs.
+	MaxMACIP, MaxVTEPs int
+	// RefuseVTEP, when set, returns why a route's VTEP (its next hop, a
+	// type-3 route's tunnel end) cannot be used, "" if it can: the node's
+	// checks (this host's addresses; a gossip member's under --encrypt),
+	// beside the speaker's own (vtepProblem). It is called with the
+	// speaker's lock held, for every route: it must be quick, must not
+	// block nor call the speaker, and must return one of a few fixed
+	// reasons (they are counters' names).
+	RefuseVTEP func(netip.Addr) string
+	Logger     *slog.Logger
 }
 
 func (c *Config) check() error {
@@ -99,6 +127,7 @@ type Speaker struct {
 	local     local
 	sessions  map[netip.Addr]*session
 	stats     counters
+	warned    map[string]time.Time // warnCap's last warning per VNI and cap
 	closeOnce sync.Once
 }
 
@@ -117,44 +146,38 @@ type localKey struct {
 }
 
 type session struct {
+	peer   Peer
 	state  string
 	since  time.Time
 	resets uint64
+	// prefixes are the routes (NLRIs) the peer sent that stand: its
+	// prefix limit's count (prefixes.go); limited once they passed it,
+	// restarting once the session closed for it, until it starts again.
+	prefixes            map[string]struct{}
+	limited, restarting bool
 }
 
 type counters struct {
 	updates, imported, withdrawn, rejected, outranked, tableErrors, contested, resets atomic.Uint64
+	badVTEP, overType2, overVTEPs, prefixLimit                                        atomic.Uint64
 	byReason                                                                          sync.Map // string → *atomic.Uint64
 }
 
 var (
 	errVNINotServed = errors.New("VNI not served")
 	errPinned       = errors.New("pinned to a gossip member")
+	errBadVTEP      = errors.New("VTEP")
+	errOverType2    = errors.New("over the VNI's cap of type-2 routes")
+	errOverVTEPs    = errors.New("over the VNI's cap of VTEPs")
 	evpnFamily      = &api.Family{Afi: api.Family_AFI_L2VPN, Safi: api.Family_SAFI_EVPN}
 )
 
 // New starts GoBGP (not yet speaking to the peers: Run does) and puts the
 // type-3 route of every segment in its table.
 func New(cfg Config) (*Speaker, error) {
-	if err := cfg.check(); err != nil {
+	s, err := build(cfg)
+	if err != nil {
 		return nil, err
-	}
-	if cfg.HoldTime <= 0 {
-		cfg.HoldTime = DefaultHoldTime
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	s := &Speaker{cfg: cfg, log: cfg.Logger.With("bgp", cfg.RouterID), serves: map[fdb.VNI]bool{}, rds: map[fdb.VNI]bgp.RouteDistinguisherInterface{},
-		port: cfg.VTEP.Port(), rib: newRIB(), sessions: map[netip.Addr]*session{}, started: time.Now(),
-		local: local{routes: map[localKey]uint32{}, ips: map[ipKey]fdb.MAC{}, seq: map[macKey]uint32{}}}
-	for i, v := range cfg.VNIs {
-		rd, err := makeRD(cfg.RouterID, uint16(i+1))
-		if err != nil {
-			return nil, fmt.Errorf("evpn: route distinguisher: %w", err)
-		}
-		s.serves[v] = true
-		s.rds[v] = rd
 	}
 	// GoBGP logs every configuration step at info: the speaker logs the
 	// sessions itself, GoBGP's warnings and errors go to the node's log.
@@ -167,7 +190,7 @@ func New(cfg Config) (*Speaker, error) {
 	if cfg.ListenPort != 0 {
 		g.ListenPort, g.ListenAddresses = int32(cfg.ListenPort), []string{cfg.VTEP.Addr().String()}
 	}
-	err := s.bgp.StartBgp(ctx, &api.StartBgpRequest{Global: g})
+	err = s.bgp.StartBgp(ctx, &api.StartBgpRequest{Global: g})
 	if err != nil {
 		s.bgp.Stop()
 		return nil, fmt.Errorf("evpn: start: %w", err)
@@ -181,13 +204,51 @@ func New(cfg Config) (*Speaker, error) {
 	return s, nil
 }
 
+// build checks cfg, gives its zero values their defaults and makes the
+// speaker, without GoBGP.
+func build(cfg Config) (*Speaker, error) {
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	if cfg.HoldTime <= 0 {
+		cfg.HoldTime = DefaultHoldTime
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.MaxPrefixes == 0 {
+		cfg.MaxPrefixes = DefaultMaxPrefixes
+	}
+	if cfg.PrefixRestart <= 0 {
+		cfg.PrefixRestart = DefaultPrefixRestart
+	}
+	if cfg.MaxMACIP <= 0 {
+		cfg.MaxMACIP = DefaultMaxMACIP
+	}
+	if cfg.MaxVTEPs <= 0 {
+		cfg.MaxVTEPs = DefaultMaxVTEPs
+	}
+	s := &Speaker{cfg: cfg, log: cfg.Logger.With("bgp", cfg.RouterID), serves: map[fdb.VNI]bool{}, rds: map[fdb.VNI]bgp.RouteDistinguisherInterface{},
+		port: cfg.VTEP.Port(), rib: newRIB(), sessions: map[netip.Addr]*session{}, started: time.Now(), warned: map[string]time.Time{},
+		local: local{routes: map[localKey]uint32{}, ips: map[ipKey]fdb.MAC{}, seq: map[macKey]uint32{}}}
+	for i, v := range cfg.VNIs {
+		rd, err := makeRD(cfg.RouterID, uint16(i+1))
+		if err != nil {
+			return nil, fmt.Errorf("evpn: route distinguisher: %w", err)
+		}
+		s.serves[v] = true
+		s.rds[v] = rd
+	}
+	return s, nil
+}
+
 // Run connects to the peers and imports what they advertise until ctx is
 // done; then it closes the sessions (a Cease: the peers withdraw our routes
 // at once).
 func (s *Speaker) Run(ctx context.Context) error {
 	defer s.Close()
-	err := s.bgp.WatchEvent(ctx, server.WatchEventMessageCallbacks{OnBestPath: s.bestPaths, OnPeerUpdate: s.peerEvent},
-		server.WatchBestPath(true), server.WatchPeer())
+	err := s.bgp.WatchEvent(ctx, server.WatchEventMessageCallbacks{OnBestPath: s.bestPaths, OnPeerUpdate: s.peerEvent, OnPathUpdate: s.pathUpdates},
+		server.WatchBestPath(true), server.WatchPeer(), server.WatchUpdate(false, "", ""))
 	if err != nil {
 		return fmt.Errorf("evpn: watch: %w", err)
 	}
@@ -196,21 +257,38 @@ func (s *Speaker) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
+	retry, publish := time.NewTicker(time.Second), time.NewTicker(publishEvery)
+	defer retry.Stop()
+	defer publish.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-t.C:
+		case <-retry.C:
 			s.mu.Lock()
-			s.retryOutranked()
+			s.retryRefused()
+			s.mu.Unlock()
+		case <-publish.C:
+			s.mu.Lock()
+			s.publishLocked(false)
 			s.mu.Unlock()
 		}
 	}
 }
 
 func (s *Speaker) addPeer(ctx context.Context, p Peer) error {
+	if err := s.bgp.AddPeer(ctx, &api.AddPeerRequest{Peer: s.peerConf(p, 0)}); err != nil {
+		return fmt.Errorf("evpn: peer %s: %w", p.Addr, err)
+	}
+	s.mu.Lock()
+	s.sessions[p.Addr.Addr()] = &session{peer: p, state: "idle", since: time.Now(), prefixes: map[string]struct{}{}}
+	s.mu.Unlock()
+	return nil
+}
+
+// peerConf is GoBGP's configuration of p; limit, when not 0, is its
+// prefix limit (prefixes.go).
+func (s *Speaker) peerConf(p Peer, limit uint32) *api.Peer {
 	asn := p.ASN
 	if asn == 0 {
 		asn = s.cfg.ASN
@@ -220,19 +298,16 @@ func (s *Speaker) addPeer(ctx context.Context, p Peer) error {
 		port = 179
 	}
 	hold := uint64(s.cfg.HoldTime / time.Second)
-	err := s.bgp.AddPeer(ctx, &api.AddPeerRequest{Peer: &api.Peer{
+	af := &api.AfiSafi{Config: &api.AfiSafiConfig{Family: evpnFamily, Enabled: true}}
+	if limit > 0 {
+		af.PrefixLimits = &api.PrefixLimit{Family: evpnFamily, MaxPrefixes: limit}
+	}
+	return &api.Peer{
 		Conf:      &api.PeerConf{NeighborAddress: p.Addr.Addr().String(), PeerAsn: asn},
 		Transport: &api.Transport{LocalAddress: s.cfg.VTEP.Addr().String(), RemotePort: uint32(port)},
 		Timers:    &api.Timers{Config: &api.TimersConfig{HoldTime: hold, KeepaliveInterval: max(hold/3, 1), ConnectRetry: 2}},
-		AfiSafis:  []*api.AfiSafi{{Config: &api.AfiSafiConfig{Family: evpnFamily, Enabled: true}}},
-	}})
-	if err != nil {
-		return fmt.Errorf("evpn: peer %s: %w", p.Addr, err)
+		AfiSafis:  []*api.AfiSafi{af},
 	}
-	s.mu.Lock()
-	s.sessions[p.Addr.Addr()] = &session{state: "idle", since: time.Now()}
-	s.mu.Unlock()
-	return nil
 }
 
 // Close stops GoBGP: the sessions end with a Cease. It is safe to call
@@ -264,6 +339,7 @@ func (s *Speaker) bestPaths(paths []*apiutil.Path, _ time.Time) {
 		}
 		s.received(r, p.Withdrawal)
 	}
+	s.publishLocked(false)
 }
 
 // peerEvent follows the sessions' states.
@@ -288,11 +364,44 @@ func (s *Speaker) peerEvent(pe *apiutil.WatchEventMessage_PeerEvent, _ time.Time
 		if was == "established" {
 			ss.resets++
 			s.stats.resets.Add(1)
+			clear(ss.prefixes) // GoBGP drops what the session held
 		}
+	}
+	limited := pe.Peer.State.AdminState == api.PeerState_ADMIN_STATE_PFX_CT && !ss.restarting
+	if limited {
+		ss.restarting = true
+		s.stats.prefixLimit.Add(1)
 	}
 	s.mu.Unlock()
 	if was != state && (state == "established" || was == "established") {
 		s.log.Info("BGP session "+state, "peer", addr, "was", was, "reason", pe.Peer.State.DisconnectMessage)
+	}
+	if limited {
+		s.log.Warn("BGP peer sent more routes than its prefix limit: session closed, its routes withdrawn", "peer", addr,
+			"max", s.cfg.MaxPrefixes, "flag", "--bgp-max-prefixes", "restart_in", s.cfg.PrefixRestart)
+		time.AfterFunc(s.cfg.PrefixRestart, func() { s.restart(addr) })
+	}
+}
+
+// restart starts again the session with addr that the prefix limit
+// closed, without GoBGP's limit (prefixes.go).
+func (s *Speaker) restart(addr netip.Addr) {
+	s.mu.Lock()
+	ss := s.sessions[addr]
+	if ss == nil {
+		s.mu.Unlock()
+		return
+	}
+	ss.restarting, ss.limited = false, false
+	clear(ss.prefixes)
+	p := ss.peer
+	s.mu.Unlock()
+	ctx := context.Background()
+	if _, err := s.bgp.UpdatePeer(ctx, &api.UpdatePeerRequest{Peer: s.peerConf(p, 0)}); err != nil {
+		s.log.Warn("BGP peer's prefix limit not lifted", "peer", addr, "err", err)
+	}
+	if err := s.bgp.EnablePeer(ctx, &api.EnablePeerRequest{Address: addr.String()}); err != nil {
+		s.log.Warn("BGP peer not restarted after its prefix limit", "peer", addr, "err", err)
 	}
 }
 
@@ -318,7 +427,7 @@ func sessionState(st bgp.FSMState) string {
 func (s *Speaker) reject(err error) {
 	s.stats.rejected.Add(1)
 	reason := err.Error()
-	for _, e := range []error{errFamily, errKind, errMAC, errNextHop, errIP, errNoVNI, errNotVXLAN, errDecode, errVNINotServed, errPinned} {
+	for _, e := range []error{errFamily, errKind, errMAC, errNextHop, errIP, errNoVNI, errNotVXLAN, errDecode, errVNINotServed, errPinned, errOverType2, errOverVTEPs} {
 		if errors.Is(err, e) {
 			reason = e.Error()
 		}
@@ -541,24 +650,31 @@ type Status struct {
 	Stats    Stats       `json:"stats"`
 }
 
-// Stats are the speaker's counters.
+// Stats are the speaker's counters. Rejected counts every route refused,
+// under its reason in RejectedBy; BadVTEP, OverType2Cap and OverVTEPCap
+// count the refusals of rib.go's bounds among them.
 type Stats struct {
-	Updates     uint64            `json:"updates"`
-	Imported    uint64            `json:"imported"`
-	Withdrawn   uint64            `json:"withdrawn"`
-	Rejected    uint64            `json:"rejected"`
-	RejectedBy  map[string]uint64 `json:"rejected_by,omitempty"`
-	Outranked   uint64            `json:"outranked"`
-	TableErrors uint64            `json:"table_errors"`
-	Contested   uint64            `json:"contested"`
-	Resets      uint64            `json:"session_resets"`
+	Updates      uint64            `json:"updates"`
+	Imported     uint64            `json:"imported"`
+	Withdrawn    uint64            `json:"withdrawn"`
+	Rejected     uint64            `json:"rejected"`
+	RejectedBy   map[string]uint64 `json:"rejected_by,omitempty"`
+	BadVTEP      uint64            `json:"bad_vtep"`
+	OverType2Cap uint64            `json:"over_type2_cap"`
+	OverVTEPCap  uint64            `json:"over_vtep_cap"`
+	PrefixLimit  uint64            `json:"prefix_limit"` // sessions closed by the peer's prefix limit
+	Outranked    uint64            `json:"outranked"`
+	TableErrors  uint64            `json:"table_errors"`
+	Contested    uint64            `json:"contested"`
+	Resets       uint64            `json:"session_resets"`
 }
 
 // Stats returns the counters.
 func (s *Speaker) Stats() Stats {
 	st := Stats{Updates: s.stats.updates.Load(), Imported: s.stats.imported.Load(), Withdrawn: s.stats.withdrawn.Load(),
 		Rejected: s.stats.rejected.Load(), Outranked: s.stats.outranked.Load(), TableErrors: s.stats.tableErrors.Load(),
-		Contested: s.stats.contested.Load(), Resets: s.stats.resets.Load()}
+		Contested: s.stats.contested.Load(), Resets: s.stats.resets.Load(), BadVTEP: s.stats.badVTEP.Load(),
+		OverType2Cap: s.stats.overType2.Load(), OverVTEPCap: s.stats.overVTEPs.Load(), PrefixLimit: s.stats.prefixLimit.Load()}
 	s.stats.byReason.Range(func(k, v any) bool {
 		if st.RejectedBy == nil {
 			st.RejectedBy = map[string]uint64{}

@@ -42,26 +42,35 @@ type testSpeaker struct {
 // servers in one process must not start while the other runs (the agent
 // has one).
 func startPair(t *testing.T, vnis ...fdb.VNI) (a, b *testSpeaker) {
+	return startPairWith(t, nil, vnis...)
+}
+
+// startPairWith is startPair with b's configuration changed by opt.
+func startPairWith(t *testing.T, opt func(*Config), vnis ...fdb.VNI) (a, b *testSpeaker) {
 	port := freePort(t, "127.0.0.1")
-	a = newSpeaker(t, "127.0.0.1", port, Peer{Addr: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.2"), port)}, vnis)
-	b = newSpeaker(t, "127.0.0.2", 0, Peer{Addr: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port)}, vnis)
+	a = newSpeaker(t, "127.0.0.1", port, Peer{Addr: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.2"), port)}, vnis, nil)
+	b = newSpeaker(t, "127.0.0.2", 0, Peer{Addr: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port)}, vnis, opt)
 	a.run(t)
 	b.run(t)
 	return a, b
 }
 
-func newSpeaker(t *testing.T, addr string, listen uint16, peer Peer, vnis []fdb.VNI) *testSpeaker {
+func newSpeaker(t *testing.T, addr string, listen uint16, peer Peer, vnis []fdb.VNI, opt func(*Config)) *testSpeaker {
 	t.Helper()
 	ts := &testSpeaker{fdb: fdb.New(fdb.Config{}), neigh: fdb.NewNeighbors(0), done: make(chan error, 1)}
 	ip := netip.MustParseAddr(addr)
-	sp, err := New(Config{ASN: 65000, RouterID: ip, VTEP: netip.AddrPortFrom(ip, 4789), Peers: []Peer{peer}, HoldTime: 3 * time.Second,
+	cfg := Config{ASN: 65000, RouterID: ip, VTEP: netip.AddrPortFrom(ip, 4789), Peers: []Peer{peer}, HoldTime: 3 * time.Second,
 		ListenPort: listen, VNIs: vnis, FDB: ts.fdb, Neigh: ts.neigh,
 		Contested: func(vni fdb.VNI, ip netip.Addr, mac fdb.MAC, by string) {
 			ts.mu.Lock()
 			ts.contests = append(ts.contests, fmt.Sprintf("%d %s %s %s", vni, ip, mac, by))
 			ts.mu.Unlock()
 		},
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("speaker", addr)})
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("speaker", addr)}
+	if opt != nil {
+		opt(&cfg)
+	}
+	sp, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,8 +280,7 @@ func TestBetter(t *testing.T) {
 // routes were withdrawn (a move back while the old route is being
 // replaced).
 func TestSequenceOutlivesRoutes(t *testing.T) {
-	s := &Speaker{cfg: Config{FDB: fdb.New(fdb.Config{}), Neigh: fdb.NewNeighbors(0)}, serves: map[fdb.VNI]bool{100: true},
-		port: 4789, rib: newRIB(), local: local{routes: map[localKey]uint32{}, ips: map[ipKey]fdb.MAC{}, seq: map[macKey]uint32{}}}
+	s := bareSpeaker(t, Config{})
 	r := route{kind: typeMACIP, rd: "198.18.0.3:1", vnis: []fdb.VNI{100}, mac: macEP, vtep: netip.MustParseAddr("198.18.0.3"), seq: 4}
 	s.mu.Lock()
 	s.received(r, false)
@@ -284,4 +292,24 @@ func TestSequenceOutlivesRoutes(t *testing.T) {
 	if got := s.seqFor(100, macA, nil, false); got != 0 {
 		t.Errorf("sequence of a MAC never seen elsewhere: %d, want 0", got)
 	}
+}
+
+// bareSpeaker is a speaker without GoBGP, VTEP 198.18.0.1:4789, serving
+// VNI 100, with cfg's bounds and hooks and tables of its own (unless cfg
+// has them), for tests that hand it routes.
+func bareSpeaker(t *testing.T, cfg Config) *Speaker {
+	t.Helper()
+	cfg.ASN, cfg.RouterID, cfg.VTEP = 65000, netip.MustParseAddr("198.18.0.1"), netip.MustParseAddrPort("198.18.0.1:4789")
+	cfg.Peers, cfg.VNIs = []Peer{{Addr: netip.MustParseAddrPort("198.18.0.9:179")}}, []fdb.VNI{100}
+	if cfg.FDB == nil {
+		cfg.FDB = fdb.New(fdb.Config{})
+	}
+	if cfg.Neigh == nil {
+		cfg.Neigh = fdb.NewNeighbors(0)
+	}
+	s, err := build(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

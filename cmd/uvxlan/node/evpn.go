@@ -29,6 +29,10 @@ type BGP struct {
 	// ListenPort, when set, accepts sessions on Local at that port too
 	// (the speaker always connects to its peers itself).
 	ListenPort uint16
+	// What a peer may make the speaker hold (0: evpn's defaults):
+	MaxPrefixes uint32 // --bgp-max-prefixes, per peer
+	MaxMACIP    int    // --bgp-max-type2, type-2 routes per VNI
+	MaxVTEPs    int    // --bgp-max-vteps, VTEPs per VNI
 }
 
 // checkBGP checks the speaker's configuration, giving RouterID its
@@ -61,6 +65,7 @@ func (n *Node) startBGP() error {
 	}
 	sp, err := evpn.New(evpn.Config{
 		ASN: b.ASN, RouterID: b.RouterID, VTEP: n.vtep, Peers: b.Peers, HoldTime: b.HoldTime, ListenPort: b.ListenPort,
+		MaxPrefixes: b.MaxPrefixes, MaxMACIP: b.MaxMACIP, MaxVTEPs: b.MaxVTEPs, RefuseVTEP: n.refuseVTEP(),
 		VNIs: n.cfg.VNIs(), FDB: n.table, Neigh: n.neigh,
 		CheckClaim: func(vni fdb.VNI, ip netip.Addr, mac fdb.MAC) error {
 			return n.gossip.CheckClaim(vni, ip, mac)

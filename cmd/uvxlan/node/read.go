@@ -70,6 +70,10 @@ type BGPSummary struct {
 	Sessions    int    `json:"sessions"`
 	Established int    `json:"established"`
 	Imported    uint64 `json:"imported"`
+	// Refused are the routes refused (malformed, a bad VTEP, over a
+	// cap...), PrefixLimit the sessions closed by the prefix limit.
+	Refused     uint64 `json:"refused"`
+	PrefixLimit uint64 `json:"prefix_limit"`
 }
 
 // version is the binary's module version and VCS revision, as Go recorded
@@ -125,7 +129,7 @@ func (n *Node) Status() Status {
 	}
 	st.Silent = n.Silent()
 	if b, ok := n.BGPStatus(context.Background()); ok {
-		st.BGP = &BGPSummary{ASN: b.ASN, Sessions: len(b.Sessions), Imported: b.Stats.Imported}
+		st.BGP = &BGPSummary{ASN: b.ASN, Sessions: len(b.Sessions), Imported: b.Stats.Imported, Refused: b.Stats.Rejected, PrefixLimit: b.Stats.PrefixLimit}
 		for _, s := range b.Sessions {
 			if s.State == "established" {
 				st.BGP.Established++
