@@ -234,10 +234,20 @@ func (n *Neighbors) room(o Origin) *int {
 }
 
 // Entries returns a copy of the table sorted by VNI, then IP.
-func (n *Neighbors) Entries() []Neigh {
+func (n *Neighbors) Entries() []Neigh { return n.entries(0) }
+
+// EntriesOf is Entries of origin o only (see Table.EntriesOf). It is safe
+// for concurrent use.
+func (n *Neighbors) EntriesOf(o Origin) []Neigh { return n.entries(o) }
+
+// entries returns the bindings of origin o (0: all), sorted.
+func (n *Neighbors) entries(o Origin) []Neigh {
 	var out []Neigh
 	for i := range n.shards {
 		for k, v := range *n.shards[i].Load() {
+			if o != 0 && v.origin != o {
+				continue
+			}
 			out = append(out, Neigh{VNI: k.vni, IP: k.ip, MAC: v.mac, Origin: v.origin, Updated: v.updated})
 		}
 	}

@@ -751,10 +751,24 @@ func (t *Table) Run(ctx context.Context) {
 // is the caller's. Entry.Updated is the last-seen time for learned entries
 // and the time of Set for the others. It is safe for concurrent use; each
 // shard is read atomically, the table as a whole is not.
-func (t *Table) Entries() []Entry {
-	out := make([]Entry, 0, t.Len())
+func (t *Table) Entries() []Entry { return t.entries(0) }
+
+// EntriesOf is Entries of origin o only: what a periodic look at a node's
+// own entries takes, without copying and sorting the others (a fabric's
+// routes, a cluster's endpoints). It is safe for concurrent use.
+func (t *Table) EntriesOf(o Origin) []Entry { return t.entries(o) }
+
+// entries returns the entries of origin o (0: all), sorted.
+func (t *Table) entries(o Origin) []Entry {
+	var out []Entry
+	if o == 0 {
+		out = make([]Entry, 0, t.Len())
+	}
 	for i := range t.shards {
 		for k, e := range t.shards[i].load() {
+			if o != 0 && e.origin != o {
+				continue
+			}
 			out = append(out, Entry{
 				VNI:      k.vni,
 				MAC:      k.mac,

@@ -741,3 +741,29 @@ func TestValidVTEP(t *testing.T) {
 		}
 	}
 }
+
+// EntriesOf holds the entries of one origin, sorted as Entries.
+func TestEntriesOf(t *testing.T) {
+	tb := New(Config{})
+	vtep := netip.MustParseAddrPort("198.18.0.2:4789")
+	macs := []MAC{{2, 0, 0, 0, 0, 3}, {2, 0, 0, 0, 0, 1}, {2, 0, 0, 0, 0, 2}}
+	for i, m := range macs {
+		o := OriginLocal
+		if i == 2 {
+			o = OriginStatic
+		}
+		if err := tb.Set(Entry{VNI: 1, MAC: m, VTEP: vtep, Origin: o}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := tb.EntriesOf(OriginLocal)
+	if len(got) != 2 || got[0].MAC != macs[1] || got[1].MAC != macs[0] {
+		t.Errorf("EntriesOf(local) = %v, want %v then %v", got, macs[1], macs[0])
+	}
+	if got := tb.EntriesOf(OriginEVPN); len(got) != 0 {
+		t.Errorf("EntriesOf(evpn) = %v, want none", got)
+	}
+	if got := tb.Entries(); len(got) != 3 {
+		t.Errorf("Entries() holds %d, want 3", len(got))
+	}
+}

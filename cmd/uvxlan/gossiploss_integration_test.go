@@ -56,12 +56,13 @@ func memberRowOf(t *testing.T, a *agent, name string) (memberRow, bool) {
 // address (by h1, with a raw socket) is dropped by h2 and counted
 // (plain_from_encrypting_member). The loss is visible: h2's `members` shows
 // h3 dead with the wire "esp-held", the node counter esp_held counts it,
-// and h2 logs a warning. The pings' fate is logged, not asserted: each
-// member keeps the other's SAs of the last keys agreed, so with the
-// default rekey interval (2 minutes) they cross in ESP while the reflected
-// routes lead to the lost member's VTEP; with rekeys every 3 s, those that
-// gossip no longer carries retire the keys before the pings start, and
-// the pings fail closed (esp_unknown_spi).
+// and h2 logs a warning. The reflector's copies of each member's own
+// routes name a member's VTEP: refused and counted (rejected_by "VTEP:
+// encrypting member"), so once gossip has withdrawn the lost member's
+// endpoint nothing leads there and the pings fail closed, with the default
+// rekey interval and with rekeys every 3 s (whose keys retire while
+// gossip is cut). The pings' fate is logged, not asserted: what is
+// asserted is that none crosses in plain.
 func TestGossipLossNoDowngrade(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -208,6 +209,12 @@ func gossipLossNoDowngrade(t *testing.T, extra ...string) {
 		plainDrops, after.Counters[0]-before.Counters[0])
 	if plainDrops != 10 {
 		t.Errorf("plain_from_encrypting_member counted %d of the 10 forged datagrams", plainDrops)
+	}
+
+	// The reflector's copies of h3's own routes name h3's VTEP: refused
+	// by h2 as an encrypting member's, never a plain VTEP.
+	if c := bgpCounters(t, a2); c["rejected_by/VTEP: encrypting member"] == 0 {
+		t.Errorf("h2 refused no route naming a member's VTEP: %v", c)
 	}
 
 	// Visible: members, a counter, a warning.

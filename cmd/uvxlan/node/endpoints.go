@@ -168,7 +168,7 @@ func (e *endpoints) addNeigh(ip netip.Addr, mac fdb.MAC) {
 // age withdraws the endpoints last seen more than the ageing time before
 // now.
 func (e *endpoints) age(now time.Time) {
-	for _, mac := range staleEndpoints(e.table.Entries(), e.vni, e.own, now.Add(-e.ageing)) {
+	for _, mac := range staleEndpoints(e.table.EntriesOf(fdb.OriginLocal), e.vni, e.own, now.Add(-e.ageing)) {
 		e.withdraw(mac, "aged out: sent nothing for the ageing time")
 	}
 }
@@ -196,7 +196,7 @@ func (e *endpoints) withdraw(mac fdb.MAC, why string) {
 		return
 	}
 	e.gossip.WithdrawMAC(e.vni, mac)
-	for _, b := range e.neigh.Entries() {
+	for _, b := range e.neigh.EntriesOf(fdb.OriginLocal) {
 		if b.VNI == e.vni && b.Origin == fdb.OriginLocal && b.MAC == mac && e.neigh.DeleteOrigin(b.VNI, b.IP, fdb.OriginLocal) {
 			e.gossip.WithdrawNeigh(b.VNI, b.IP)
 			if e.bindings[b.IP] {

@@ -6,7 +6,8 @@ package node
 // (evpn.Config.RefuseVTEP) this host's own addresses, on any interface
 // (the TAPs' too: a VTEP there would hand the segment's frames to a local
 // socket, or back to the agent), and the directed broadcast addresses of
-// its IPv4 networks. Each refusal is counted under its reason (`uvxlan
+// its IPv4 networks, and under --encrypt the addresses bound to members'
+// keys (node/encrypt.go). Each refusal is counted under its reason (`uvxlan
 // bgp`: bad_vtep, rejected_by). The addresses are read again at most every
 // hostAddrsTTL, so one route costs a map lookup.
 
@@ -28,9 +29,13 @@ func (n *Node) refuseVTEP() func(netip.Addr) string {
 		if why := own.refuse(a); why != "" {
 			return why
 		}
-		// Under --encrypt, a gossip member's VTEP is refused here too: an
-		// EVPN route must not make a member's address a plain VXLAN
-		// peer (the member check).
+		// Under --encrypt, an address bound to a member's key (alive or
+		// held: esp.Table.Keyed) is refused too: an EVPN route must not
+		// make a member's address a plain VXLAN peer, nor put the
+		// fabric's word above gossip's for a member's MACs.
+		if n.keyed(a) {
+			return "encrypting member"
+		}
 		return ""
 	}
 }

@@ -82,13 +82,13 @@ func (e *endpoints) probeTick(now time.Time) {
 		return
 	}
 	seen := map[fdb.MAC]time.Time{}
-	for _, en := range e.table.Entries() {
+	for _, en := range e.table.EntriesOf(fdb.OriginLocal) {
 		if en.VNI == e.vni && en.Origin == fdb.OriginLocal {
 			seen[en.MAC] = en.Updated
 		}
 	}
 	live := map[netip.Addr]bool{}
-	for _, b := range e.neigh.Entries() {
+	for _, b := range e.neigh.EntriesOf(fdb.OriginLocal) {
 		if b.VNI != e.vni || b.Origin != fdb.OriginLocal || b.MAC == e.own {
 			continue
 		}
@@ -167,7 +167,7 @@ func (e *endpoints) withdrawBinding(ip netip.Addr, st *probeState, seen map[fdb.
 	} else {
 		e.log.Info("endpoint behind the TAP did not answer its probes; withdrawn", "ip", ip, "mac", st.mac, "probes", st.sent)
 	}
-	for _, b := range e.neigh.Entries() {
+	for _, b := range e.neigh.EntriesOf(fdb.OriginLocal) {
 		if b.VNI == e.vni && b.Origin == fdb.OriginLocal && b.MAC == st.mac {
 			return // the MAC has another binding
 		}

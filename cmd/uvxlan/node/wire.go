@@ -101,7 +101,7 @@ func (n *Node) refreshStatic() {
 			}
 		}
 	}
-	for _, e := range n.table.Entries() {
+	for _, e := range n.table.EntriesOf(fdb.OriginStatic) {
 		if e.Origin == fdb.OriginStatic {
 			m[e.VTEP.Addr().Unmap()] = e.VTEP.Port()
 		}
