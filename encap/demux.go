@@ -82,8 +82,8 @@ type Demux struct {
 }
 
 // NewDemux builds a demultiplexer of rx for engines, which must serve
-// distinct VNIs and have no socket of their own. The Demux owns rx: Run
-// closes it.
+// distinct VNIs and have no socket of their own. Close closes rx, which
+// ends Run; Run itself leaves rx open.
 func NewDemux(rx Transport, engines []*Engine) (*Demux, error) {
 	if rx == nil || len(engines) == 0 {
 		return nil, errors.New("encap: a demultiplexer needs a socket and at least one engine")
@@ -110,8 +110,9 @@ func newDemux(rx Transport, engines []*Engine) *Demux {
 }
 
 // Stats returns the Demux's own counters: the drops of datagrams that
-// belong to no engine (a bad header, a VNI nobody serves). Safe for
-// concurrent use.
+// belong to no engine (a bad header, a VNI nobody serves) and those of
+// step 1a, made before the VNI is read (esp_unknown_spi, esp_auth_failed,
+// esp_replay, plain_from_encrypting_member). Safe for concurrent use.
 func (d *Demux) Stats() Stats { return d.c.snapshot() }
 
 // Run receives until rx is closed (by Close, or by an engine's Run on the

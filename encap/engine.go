@@ -82,7 +82,8 @@ const (
 	maxDatagram = 65535
 )
 
-// EngineConfig configures an Engine. VNI, MAC and Port are required.
+// EngineConfig configures an Engine. VNI and Port are required (NewEngine
+// refuses a config without them), as are the device and table it is given.
 type EngineConfig struct {
 	VNI fdb.VNI
 	// MAC is the TAP's own address: frames arriving from the underlay with

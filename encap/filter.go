@@ -28,7 +28,7 @@ package encap
 //
 // What the filter cannot stop: a host that forges a member's source address
 // and port (anyone on the path, or root on any host of the underlay). That
-// takes authentication of the datagrams themselves (encryption, issue 15).
+// takes authentication of the datagrams themselves: --encrypt (encap/esp).
 //
 // The checks read immutable snapshots (the flood list, the member and
 // static sets) without locking and allocate nothing; the Demux makes them

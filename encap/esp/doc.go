@@ -34,7 +34,7 @@
 // rule also catches the decrypted inner datagram (its port is 4789 too);
 // captures meant for tshark run with another --port (8472, Linux's default,
 // as the tests do), or read the field esp.decrypted_data.
-
+//
 // The IV is the 64-bit sequence number, so under one key a nonce never
 // repeats: a sequence number is used once (SA.Seal takes it with an atomic
 // increment) and a key is used by one sender (one SA per direction of a

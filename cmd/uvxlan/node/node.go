@@ -96,10 +96,13 @@ type segment struct {
 	offloads string
 }
 
-// New opens everything a node needs: the underlay sockets first (a port in
-// use fails before a TAP appears), then each segment's TAP and engines, the
-// tables, and the gossip member. On error whatever was opened is closed
-// again. Errors caused by a configuration value are *ConfigError.
+// New opens everything a node needs, in this order: the underlay sockets
+// (a port in use fails before a TAP appears) and the check of the state
+// directory; the tables; each segment's TAP; the underlay filter and the
+// path MTU prober; the gossip member with its extensions (leases,
+// encryption); the BGP speaker; the segments' announcements; and last the
+// engines, which read all of the above. On error whatever was opened is
+// closed again. Errors caused by a configuration value are *ConfigError.
 func New(cfg Config) (_ *Node, err error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
