@@ -723,7 +723,7 @@ func readKeyring(path string) ([][]byte, error) {
 }
 
 // defaultBUMRate is --bum-rate's default, in frames per second and segment
-// (see the README's storm control section for how it was chosen).
+// (see docs/operations.md, "Storm control", for how it was chosen).
 const defaultBUMRate = 1000
 
 // trustConfig reads the underlay filter and storm control flags:

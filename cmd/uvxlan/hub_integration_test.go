@@ -14,7 +14,7 @@ import (
 	"github.com/uvxlan/uvxlan/testenv"
 )
 
-// KohakuRiver's layout (README, "A hub with a fixed address"): a cluster
+// KohakuRiver's layout (docs/routed.md, "A hub with a fixed address"): a cluster
 // network 10.0.0.0/8 cut into /16s, a hub h1 whose address 10.0.0.1 every
 // container reaches, runners h2 and h3 with their own /16 and a container
 // each. The hub serves 10.0.0.1 either from its reserved subnet
