@@ -188,8 +188,8 @@ func (m *memberlistNode) node() *memberlist.Node {
 // The VTEP rules off loopback: loopback is refused, --allow-vtep admits a
 // VTEP away from the gossip address.
 func TestVTEPAllowed(t *testing.T) {
-	n := &Node{cfg: Config{BindAddr: netip.MustParseAddr("198.18.0.1"), AllowVTEPs: []netip.Prefix{netip.MustParsePrefix("198.19.0.0/24")}},
-		members: map[string]*member{"m": {name: "m", alive: true, meta: meta{vtep: netip.MustParseAddrPort("198.18.0.9:4789")}}}}
+	n := &Node{cfg: Config{BindAddr: netip.MustParseAddr("198.18.0.1"), AllowVTEPs: []netip.Prefix{netip.MustParsePrefix("198.19.0.0/24")}}}
+	n.cluster.members = map[string]*member{"m": {name: "m", alive: true, meta: meta{vtep: netip.MustParseAddrPort("198.18.0.9:4789")}}}
 	gossipAddr := netip.MustParseAddr("198.18.0.5")
 	for _, tc := range []struct {
 		vtep string
@@ -219,9 +219,9 @@ func TestMetaUpdatesThrottled(t *testing.T) {
 	waitMembers(t, nodes)
 	a, b := nodes[0], nodes[1]
 	d := &delegate{a.Node}
-	b.mu.Lock()
-	md := b.self
-	b.mu.Unlock()
+	b.cluster.mu.Lock()
+	md := b.cluster.self
+	b.cluster.mu.Unlock()
 	const updates = 200
 	start := time.Now()
 	accepted, last := 0, md

@@ -96,9 +96,9 @@ func TestCluster20(t *testing.T) {
 }
 
 func ownVersion(n *Node, k key) uint64 {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if r := n.store.get(k, n.name); r != nil {
+	n.cluster.mu.Lock()
+	defer n.cluster.mu.Unlock()
+	if r := n.cluster.store.get(k, n.name); r != nil {
 		return r.version
 	}
 	return 0
@@ -333,9 +333,9 @@ func TestMove(t *testing.T) {
 	}
 	eventually(t, converge, "A's withdrawal reaches everyone", func() error {
 		for _, n := range nodes {
-			n.mu.Lock()
-			r := n.store.get(key{kind: kindFDB, vni: testVNI, mac: mac}, a.name)
-			n.mu.Unlock()
+			n.cluster.mu.Lock()
+			r := n.cluster.store.get(key{kind: kindFDB, vni: testVNI, mac: mac}, a.name)
+			n.cluster.mu.Unlock()
 			if r == nil || !r.deleted {
 				return fmt.Errorf("%s has A's record %+v", n.name, r)
 			}
@@ -524,12 +524,12 @@ func TestIncompatibleNode(t *testing.T) {
 	// (chooseVersionLocked).
 	cfg.v4 = true
 	b := start(t, cfg) // not joined yet
-	b.mu.Lock()
-	b.self.version = protoVersion + 1
-	b.metaMu.Lock()
-	b.meta = b.encodeSelfLocked() // what b's NodeMeta returns from now on
-	b.metaMu.Unlock()
-	b.mu.Unlock()
+	b.cluster.mu.Lock()
+	b.cluster.self.version = protoVersion + 1
+	b.meta.mu.Lock()
+	b.meta.encoded = b.encodeSelfLocked() // what b's NodeMeta returns from now on
+	b.meta.mu.Unlock()
+	b.cluster.mu.Unlock()
 	if err := b.ml.UpdateNode(time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -594,13 +594,13 @@ func snapshot(n *testNode) ([]string, []string, []string) {
 	for _, e := range n.neigh.Entries() {
 		nb = append(nb, fmt.Sprint(e.VNI, e.IP, e.MAC, e.Origin))
 	}
-	n.mu.Lock()
-	n.store.owners(func(_ string, recs []*stored) {
+	n.cluster.mu.Lock()
+	n.cluster.store.owners(func(_ string, recs []*stored) {
 		for _, r := range recs {
 			s = append(s, fmt.Sprintf("%+v", r.record))
 		}
 	})
-	n.mu.Unlock()
+	n.cluster.mu.Unlock()
 	slices.Sort(s)
 	return f, nb, s
 }
@@ -621,7 +621,7 @@ func TestDeadThenAlive(t *testing.T) {
 		}
 		return neighOn([]*testNode{a}, "", testVNI, ip, testMAC(1))()
 	})
-	node := &memberlist.Node{Name: b.name, Addr: b.Addr().Addr().AsSlice(), Port: b.Addr().Port(), Meta: b.meta}
+	node := &memberlist.Node{Name: b.name, Addr: b.Addr().Addr().AsSlice(), Port: b.Addr().Port(), Meta: b.meta.encoded}
 	d := &delegate{a.Node}
 	a.deadGrace = 0 // withdrawn at once (TestDeadGrace: after the grace)
 	d.NotifyLeave(node)
@@ -658,9 +658,9 @@ func TestDeadGrace(t *testing.T) {
 	eventually(t, converge, "b's entries on a", func() error {
 		return neighOn([]*testNode{a}, "", testVNI, ip, testMAC(1))()
 	})
-	b.metaMu.Lock()
-	node := &memberlist.Node{Name: b.name, Addr: b.Addr().Addr().AsSlice(), Port: b.Addr().Port(), Meta: slices.Clone(b.meta)}
-	b.metaMu.Unlock()
+	b.meta.mu.Lock()
+	node := &memberlist.Node{Name: b.name, Addr: b.Addr().Addr().AsSlice(), Port: b.Addr().Port(), Meta: slices.Clone(b.meta.encoded)}
+	b.meta.mu.Unlock()
 	d := &delegate{a.Node}
 	a.deadGrace = 300 * time.Millisecond
 	kept := func(when string) {
@@ -912,9 +912,9 @@ func TestLeaveIntentEndsWithItsRun(t *testing.T) {
 	nodes := startCluster(t, 2, nil)
 	waitMembers(t, nodes)
 	a, b := nodes[0], nodes[1]
-	b.metaMu.Lock()
-	md, err := decodeMeta(b.meta)
-	b.metaMu.Unlock()
+	b.meta.mu.Lock()
+	md, err := decodeMeta(b.meta.encoded)
+	b.meta.mu.Unlock()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -924,16 +924,16 @@ func TestLeaveIntentEndsWithItsRun(t *testing.T) {
 	md.boot++                                      // ... and is back as a new run before it was declared gone
 	node := &memberlist.Node{Name: b.name, Addr: b.Addr().Addr().AsSlice(), Port: b.Addr().Port(), Meta: md.encode()}
 	d.NotifyUpdate(node)
-	a.mu.Lock()
-	leaving := a.members[b.name].leaving
-	a.mu.Unlock()
+	a.cluster.mu.Lock()
+	leaving := a.cluster.members[b.name].leaving
+	a.cluster.mu.Unlock()
 	if leaving {
 		t.Error("b's new run is taken as leaving: its old run's leave intent was kept")
 	}
 	d.NotifyLeave(node) // the new run fails
-	a.mu.Lock()
-	alive := a.members[b.name].alive
-	a.mu.Unlock()
+	a.cluster.mu.Lock()
+	alive := a.cluster.members[b.name].alive
+	a.cluster.mu.Unlock()
 	if !alive {
 		t.Error("the new run's failure was withdrawn at once, as a leave, instead of after the dead grace")
 	}

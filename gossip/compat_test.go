@@ -81,14 +81,14 @@ func protocolsAre(nodes []*testNode, want uint8) func() error {
 func digestsOn(nodes []*testNode) func() error {
 	return func() error {
 		for _, n := range nodes {
-			n.mu.Lock()
+			n.cluster.mu.Lock()
 			for _, o := range nodes {
-				if m := n.members[o.name]; m == nil || !m.meta.hasDigest {
-					n.mu.Unlock()
+				if m := n.cluster.members[o.name]; m == nil || !m.meta.hasDigest {
+					n.cluster.mu.Unlock()
 					return fmt.Errorf("%s holds no digest for %s", n.name, o.name)
 				}
 			}
-			n.mu.Unlock()
+			n.cluster.mu.Unlock()
 		}
 		return nil
 	}

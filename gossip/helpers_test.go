@@ -266,9 +266,9 @@ func noVTEP(nodes []*testNode, skip string, vtep netip.AddrPort) func() error {
 // it.
 func ownRecord(t testing.TB, n *Node, k key) []byte {
 	t.Helper()
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	r := n.store.get(k, n.name)
+	n.cluster.mu.Lock()
+	defer n.cluster.mu.Unlock()
+	r := n.cluster.store.get(k, n.name)
 	if r == nil {
 		t.Fatalf("%s holds no record for %s", n.name, k)
 	}

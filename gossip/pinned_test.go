@@ -121,13 +121,13 @@ func TestPinnedKeyWinsOverEarlierRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 5*time.Second, "n02's binding on n00", neighOn(nodes[:1], owner.name, testVNI, pinnedIP, testMAC(2)))
-	nodes[0].mu.Lock()
+	nodes[0].cluster.mu.Lock()
 	w := nodes[0].winnerLocked(key{kind: kindNeigh, vni: testVNI, ip: pinnedIP})
 	var effective bool
-	if r := nodes[0].store.get(key{kind: kindNeigh, vni: testVNI, ip: pinnedIP}, nodes[1].name); r != nil {
+	if r := nodes[0].cluster.store.get(key{kind: kindNeigh, vni: testVNI, ip: pinnedIP}, nodes[1].name); r != nil {
 		effective = nodes[0].effectiveLocked(r)
 	}
-	nodes[0].mu.Unlock()
+	nodes[0].cluster.mu.Unlock()
 	if w == nil || w.owner != owner.name {
 		t.Errorf("n00: winner of %s is %+v, want n02's record", pinnedIP, w)
 	}

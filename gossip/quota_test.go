@@ -65,11 +65,11 @@ func quotaPeer(t testing.TB, n *Node, tapMAC fdb.MAC) func(k key, version uint64
 	t.Helper()
 	vtep := netip.MustParseAddrPort("198.18.0.77:4789")
 	md := meta{version: protoVersion, boot: 1000, vtep: vtep, mac: tapMAC, vnis: []fdb.VNI{testVNI}}
-	n.mu.Lock()
+	n.cluster.mu.Lock()
 	if !n.memberUpLocked(&memberlist.Node{Name: "peer", Addr: []byte{127, 0, 0, 1}, Port: 1, Meta: md.encode(), State: memberlist.StateAlive}) {
 		t.Fatal("peer refused")
 	}
-	n.mu.Unlock()
+	n.cluster.mu.Unlock()
 	return func(k key, version uint64, deleted bool) record {
 		r := record{key: k, owner: "peer", version: version, deleted: deleted}
 		if k.kind == kindFDB {
@@ -129,9 +129,9 @@ func TestQuotaMerge(t *testing.T) {
 		recs = append(recs, rec(key{kind: kindFDB, vni: testVNI, mac: quotaMAC(8, i)}, uint64(10000+i), i%2 == 0))
 	}
 	n.merge(recs, false)
-	n.mu.Lock()
-	held := len(n.store.owned("peer"))
-	n.mu.Unlock()
+	n.cluster.mu.Lock()
+	held := len(n.cluster.store.owned("peer"))
+	n.cluster.mu.Unlock()
 	if bound := 4*max + maxVNIs; held > bound {
 		t.Errorf("the store holds %d records of the peer, more than %d", held, bound)
 	}
@@ -183,9 +183,9 @@ func TestQuotaCluster(t *testing.T) {
 		t.Error(err)
 	}
 	for _, n := range nodes[1:3] {
-		n.mu.Lock()
-		held := n.store.live[ownerKind{testName(0), kindFDB}]
-		n.mu.Unlock()
+		n.cluster.mu.Lock()
+		held := n.cluster.store.live[ownerKind{testName(0), kindFDB}]
+		n.cluster.mu.Unlock()
 		var inFDB int
 		for _, e := range n.fdb.Entries() {
 			if e.VTEP == testVTEP(0) {

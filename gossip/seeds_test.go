@@ -21,9 +21,9 @@ func TestSetSeedsMergesFounders(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitMembers(t, nodes)
-	b.mu.Lock()
-	found := b.found
-	b.mu.Unlock()
+	b.cluster.mu.Lock()
+	found := b.cluster.found
+	b.cluster.mu.Unlock()
 	if len(found) != 1 || found[0] != a.Addr().String() {
 		t.Errorf("found seeds %v, want only a's (not b's own address)", found)
 	}

@@ -10,13 +10,13 @@ import "time"
 // the digest of our records (from version 5 on), our source ports (from
 // version 6 on) and our features (from version 7 on).
 func (n *Node) encodeSelfLocked() []byte {
-	n.self.digest, n.self.hasDigest = n.store.digest(n.name), n.self.version >= 5
-	n.self.hasPorts = n.self.version >= 6
-	n.self.features = 0
-	if n.self.version >= 7 {
-		n.self.features = n.cfg.features()
+	n.cluster.self.digest, n.cluster.self.hasDigest = n.cluster.store.digest(n.name), n.cluster.self.version >= 5
+	n.cluster.self.hasPorts = n.cluster.self.version >= 6
+	n.cluster.self.features = 0
+	if n.cluster.self.version >= 7 {
+		n.cluster.self.features = n.cfg.features()
 	}
-	return n.self.encode()
+	return n.cluster.self.encode()
 }
 
 // maxVersion is the highest metadata version this node speaks and reads:
@@ -57,7 +57,7 @@ func (n *Node) chooseVersionLocked() {
 	}
 	var dmax []uint8
 	oldest := ""
-	for _, m := range n.members {
+	for _, m := range n.cluster.members {
 		if m.alive && m.name != n.name {
 			dmax = append(dmax, m.dmax)
 			if m.dmax < n.maxVersion() {
@@ -66,17 +66,17 @@ func (n *Node) chooseVersionLocked() {
 		}
 	}
 	v := spokenVersion(n.maxVersion(), dmax)
-	if v == n.self.version {
+	if v == n.cluster.self.version {
 		return
 	}
 	if v < n.maxVersion() {
 		n.log.Info("speaking an older gossip metadata version: a member reads no later one",
-			"version", v, "was", n.self.version, "member", oldest)
+			"version", v, "was", n.cluster.self.version, "member", oldest)
 	} else {
 		n.log.Info("speaking the current gossip metadata version again: every member reads it",
-			"version", v, "was", n.self.version)
+			"version", v, "was", n.cluster.self.version)
 	}
-	n.self.version = v
+	n.cluster.self.version = v
 	n.stats.protocolSwitches.Add(1)
 	select {
 	case n.metaDirty <- struct{}{}:
@@ -92,13 +92,13 @@ func (n *Node) publishMeta() bool {
 	if !n.metaBusy.CompareAndSwap(false, true) {
 		return false
 	}
-	n.mu.Lock()
+	n.cluster.mu.Lock()
 	b := n.encodeSelfLocked()
-	n.mu.Unlock()
-	n.metaMu.Lock()
-	same := string(b) == string(n.meta)
-	n.meta = b
-	n.metaMu.Unlock()
+	n.cluster.mu.Unlock()
+	n.meta.mu.Lock()
+	same := string(b) == string(n.meta.encoded)
+	n.meta.encoded = b
+	n.meta.mu.Unlock()
 	if same || n.ml == nil {
 		n.metaBusy.Store(false)
 		return true
