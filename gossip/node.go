@@ -197,8 +197,8 @@ func settleAgain(before, now, settles int) bool {
 // Its fields are grouped by what guards them, as wireguard-go's Device: the
 // fields New sets and nothing changes after, the atomics and channels, and
 // one struct per lock holding the lock and what it guards. Lock order:
-// cluster.mu before meta.mu; refused.mu is taken alone. None is held across
-// network I/O or a call into memberlist.
+// publish, cluster.mu, meta.mu; refused.mu is taken alone. None but
+// publish is held across network I/O or a call into memberlist.
 type Node struct {
 	// Set by New, never changed after: read without a lock.
 	cfg   Config
@@ -295,11 +295,18 @@ type Node struct {
 	}
 
 	// meta is our metadata as memberlist gets it (NodeMeta), encoded from
-	// cluster.self.
+	// cluster.self and stored with cluster.mu held, so the encodings are
+	// stored in the order they were made (setMetaLocked).
 	meta struct {
 		mu      sync.Mutex
 		encoded []byte
 	}
+
+	// publish is held across memberlist's UpdateNode, so the updates of
+	// our metadata reach memberlist one at a time, in order (updateNode).
+	// It is taken before the others (memberlist calls our delegate, which
+	// takes cluster.mu, from UpdateNode).
+	publish sync.Mutex
 
 	// refused are the nodes refused as members: node name → why (each
 	// logged once).

@@ -303,7 +303,9 @@ func (n *Node) checkPins(peers []*memberlist.Node, merge bool) error {
 // SetPinnedAddrs replaces the node's pinned addresses (Config.PinnedAddrs),
 // for addresses known only once the node runs (routed mode's lease: the
 // TAP's /32 and the gateway), and tells the cluster (memberlist's
-// UpdateNode, waiting at most a second for the broadcast). It fails, and
+// UpdateNode, waiting at most a second for the broadcast, after the
+// metadata update under way if there is one: at most five seconds more).
+// It fails, and
 // changes nothing, for bad addresses and for metadata that would not fit
 // (ErrMetaTooLarge).
 func (n *Node) SetPinnedAddrs(addrs []PinnedAddr) error {
@@ -323,15 +325,12 @@ func (n *Node) SetPinnedAddrs(addrs []PinnedAddr) error {
 		return fmt.Errorf("gossip: %w: %d bytes with %d pinned addresses, more than %d", ErrMetaTooLarge, len(b), len(addrs), memberlist.MetaMaxSize)
 	}
 	n.cluster.self.addrs = addrs
-	b = n.encodeSelfLocked()
+	n.setMetaLocked(n.encodeSelfLocked())
 	n.cluster.mu.Unlock()
-	n.meta.mu.Lock()
-	n.meta.encoded = b
-	n.meta.mu.Unlock()
 	if n.ml == nil {
 		return nil // offline: nobody to tell
 	}
-	if err := n.ml.UpdateNode(time.Second); err != nil {
+	if err := n.updateNode(time.Second); err != nil {
 		return fmt.Errorf("gossip: announce the pinned addresses: %w", err)
 	}
 	return nil

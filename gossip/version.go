@@ -4,7 +4,10 @@ package gossip
 // reads, so a cluster keeps working through a rolling upgrade or a
 // rollback (see "Protocol versions" in node.go's comments).
 
-import "time"
+import (
+	"bytes"
+	"time"
+)
 
 // encodeSelfLocked encodes our metadata, in the version we speak now, with
 // the digest of our records (from version 5 on), our source ports (from
@@ -93,21 +96,43 @@ func (n *Node) publishMeta() bool {
 		return false
 	}
 	n.cluster.mu.Lock()
-	b := n.encodeSelfLocked()
+	changed := n.setMetaLocked(n.encodeSelfLocked())
 	n.cluster.mu.Unlock()
-	n.meta.mu.Lock()
-	same := string(b) == string(n.meta.encoded)
-	n.meta.encoded = b
-	n.meta.mu.Unlock()
-	if same || n.ml == nil {
+	if !changed || n.ml == nil {
 		n.metaBusy.Store(false)
 		return true
 	}
 	go func() {
 		defer n.metaBusy.Store(false)
-		if err := n.ml.UpdateNode(5 * time.Second); err != nil {
+		if err := n.updateNode(5 * time.Second); err != nil {
 			n.log.Debug("publish metadata", "err", err)
 		}
 	}()
 	return true
+}
+
+// setMetaLocked stores b, our metadata just encoded, as what memberlist
+// gets (NodeMeta), and reports whether it changed. n.cluster.mu is held
+// from the encoding to here, so the encodings are stored in the order they
+// were made: an older one never replaces a newer one
+// (TestMetaPublishKeepsTheLast).
+func (n *Node) setMetaLocked(b []byte) (changed bool) {
+	n.meta.mu.Lock()
+	defer n.meta.mu.Unlock()
+	changed = !bytes.Equal(b, n.meta.encoded)
+	n.meta.encoded = b
+	return changed
+}
+
+// updateNode tells the cluster our metadata (memberlist's UpdateNode),
+// one update at a time, waiting at most timeout for the broadcast. An
+// update reads the metadata (NodeMeta) before memberlist numbers it (the
+// incarnation), and memberlist keeps the highest number: two at once could
+// publish the older metadata under the newer number, and it would stay
+// until the next change (TestMetaUpdatesInOrder). So a caller waits for
+// the update under way, at most its timeout.
+func (n *Node) updateNode(timeout time.Duration) error {
+	n.publish.Lock()
+	defer n.publish.Unlock()
+	return n.ml.UpdateNode(timeout)
 }
