@@ -51,7 +51,7 @@ func (lc *logCounter) check(t *testing.T) {
 // and gives Run's error; it fails the test if Run does not return.
 func runDuplicate(t *testing.T, cfg Config) error {
 	t.Helper()
-	n, err := New(cfg)
+	n, err := New(inNetwork(t, cfg))
 	if err != nil {
 		t.Fatalf("New(%s): %v", cfg.Name, err)
 	}
@@ -174,7 +174,9 @@ func TestDuplicateNameRefused(t *testing.T) {
 
 // A node that waits alone for its seeds (not joined yet) keeps its name when
 // a duplicate, started later, joins it: the duplicate is the newcomer.
-func TestDuplicateNameAloneHolder(t *testing.T) {
+func TestDuplicateNameAloneHolder(t *testing.T) { inBubble(t, testDuplicateNameAloneHolder) }
+
+func testDuplicateNameAloneHolder(t *testing.T) {
 	cfg := testConfig(0, 0, nil)
 	cfg.Seeds = []string{"127.0.0.1:1"} // nobody there
 	holder := start(t, cfg)

@@ -273,10 +273,14 @@ func putQuietly(n *Node, r record) {
 // Nodes that missed every broadcast of a member's new records, and of its
 // withdrawal, catch up by pulling from it, with memberlist's push/pull out
 // of the way (an hour): the member's digest told them.
-func TestPullCatchesUp(t *testing.T) {
+func TestPullCatchesUp(t *testing.T) { inBubble(t, testPullCatchesUp) }
+
+func testPullCatchesUp(t *testing.T) {
 	nodes := startCluster(t, 4, noPushPull)
 	waitMembers(t, nodes)
-	time.Sleep(2 * time.Second) // past the settling syncs (20 gossip intervals after the joins)
+	// Past the settling syncs (20 gossip intervals after the joins; in
+	// the bubble's virtual time, exactly).
+	time.Sleep(2 * time.Second)
 	owner := nodes[1]
 	macs := []fdb.MAC{{2, 0xcc, 0, 0, 0, 1}, {2, 0xcc, 0, 0, 0, 2}, {2, 0xcc, 0, 0, 0, 3}}
 	for _, mac := range macs {
@@ -331,7 +335,9 @@ func TestPullCatchesUp(t *testing.T) {
 
 // A node that joins a cluster whose broadcasts are over learns every entry
 // through its join and its pulls, without push/pull or settling sync.
-func TestPullLateJoiner(t *testing.T) {
+func TestPullLateJoiner(t *testing.T) { inBubble(t, testPullLateJoiner) }
+
+func testPullLateJoiner(t *testing.T) {
 	nodes := startCluster(t, 3, noPushPull)
 	waitMembers(t, nodes)
 	for i, n := range nodes {
@@ -341,7 +347,14 @@ func TestPullLateJoiner(t *testing.T) {
 			}
 		}
 	}
-	time.Sleep(time.Second) // the broadcasts are done
+	eventually(t, converge, "the broadcasts done", func() error {
+		for _, n := range nodes {
+			if q := n.queue.NumQueued(); q > 0 {
+				return fmt.Errorf("%s has %d broadcasts queued", n.name, q)
+			}
+		}
+		return nil
+	})
 	cfg := testConfig(3, 0, noPushPull)
 	cfg.Seeds = []string{nodes[0].Addr().String()}
 	late := start(t, cfg)
@@ -356,7 +369,9 @@ func TestPullLateJoiner(t *testing.T) {
 
 // A member lying in its digest (more records than it sends) costs a bounded
 // number of pulls, and the tables keep exactly what it announced.
-func TestPullLiar(t *testing.T) {
+func TestPullLiar(t *testing.T) { inBubble(t, testPullLiar) }
+
+func testPullLiar(t *testing.T) {
 	nodes := startCluster(t, 3, noPushPull)
 	waitMembers(t, nodes)
 	liar := nodes[2]

@@ -23,7 +23,9 @@ func quotaIP(owner, i int) netip.Addr {
 // The announcing side: beyond MaxEndpoints live entries of a kind,
 // AnnounceMAC and AnnounceNeigh fail with ErrQuota; the TAP MAC does not
 // count; a withdrawal makes room again.
-func TestQuotaAnnounce(t *testing.T) {
+func TestQuotaAnnounce(t *testing.T) { inBubble(t, testQuotaAnnounce) }
+
+func testQuotaAnnounce(t *testing.T) {
 	cfg := testConfig(0, 0, nil)
 	cfg.MaxEndpoints = 5
 	n := start(t, cfg)
@@ -84,7 +86,9 @@ func quotaPeer(t testing.TB, n *Node, tapMAC fdb.MAC) func(k key, version uint64
 // The receiving side: a peer's live records beyond the quota are rejected
 // and counted, its TAP MAC is not, and lands in the FDB's reserve; its
 // records of all states stay bounded whatever it sends.
-func TestQuotaMerge(t *testing.T) {
+func TestQuotaMerge(t *testing.T) { inBubble(t, testQuotaMerge) }
+
+func testQuotaMerge(t *testing.T) {
 	const max = 5
 	cfg := testConfig(0, 0, nil)
 	cfg.MaxEndpoints = max
@@ -146,7 +150,9 @@ func TestQuotaMerge(t *testing.T) {
 // hold at most their quota of them, count the rest, and a node that joins
 // afterwards still gets its TAP MAC into every table (the FDB's reserve),
 // though the endpoints fill the others.
-func TestQuotaCluster(t *testing.T) {
+func TestQuotaCluster(t *testing.T) { inBubble(t, testQuotaCluster) }
+
+func testQuotaCluster(t *testing.T) {
 	const max, flood = 20, 60
 	nodes := make([]*testNode, 0, 4)
 	for i := range 3 {

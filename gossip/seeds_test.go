@@ -6,7 +6,9 @@ import (
 
 // Two nodes that both founded a cluster (no Seeds) merge once one of them
 // finds the other (SetSeeds), and a bad seed changes nothing.
-func TestSetSeedsMergesFounders(t *testing.T) {
+func TestSetSeedsMergesFounders(t *testing.T) { inBubble(t, testSetSeedsMergesFounders) }
+
+func testSetSeedsMergesFounders(t *testing.T) {
 	a := start(t, testConfig(0, 0, nil))
 	b := start(t, testConfig(1, 0, nil))
 	nodes := []*testNode{a, b}
