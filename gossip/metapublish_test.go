@@ -81,7 +81,9 @@ func (h *heldMeta) NodeMeta(limit int) []byte {
 // older metadata and was held before memberlist numbered it does not
 // replace the newer one (memberlist would number it last and keep it: the
 // cluster, and the node's own pins, would have the older pinned addresses).
-func TestMetaUpdatesInOrder(t *testing.T) {
+func TestMetaUpdatesInOrder(t *testing.T) { inBubble(t, testMetaUpdatesInOrder) }
+
+func testMetaUpdatesInOrder(t *testing.T) {
 	held := &heldMeta{read: make(chan []byte), release: make(chan struct{})}
 	cfg := testConfig(0, 0, nil)
 	tune := cfg.Tune
@@ -109,7 +111,7 @@ func TestMetaUpdatesInOrder(t *testing.T) {
 	case err := <-second: // the second update went out meanwhile (no order kept)
 		errs = append(errs, err)
 		second = nil
-	case <-time.After(time.Second): // it waits for the first one
+	case <-time.After(time.Second): // it waits for the first one (virtual time: once both wait)
 	}
 	close(held.release)
 	errs = append(errs, <-first)

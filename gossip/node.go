@@ -302,11 +302,14 @@ type Node struct {
 		encoded []byte
 	}
 
-	// publish is held across memberlist's UpdateNode, so the updates of
-	// our metadata reach memberlist one at a time, in order (updateNode).
-	// It is taken before the others (memberlist calls our delegate, which
-	// takes cluster.mu, from UpdateNode).
-	publish sync.Mutex
+	// publish is held (a token in it) across memberlist's UpdateNode, so
+	// the updates of our metadata reach memberlist one at a time, in order
+	// (updateNode). It is taken before the others (memberlist calls our
+	// delegate, which takes cluster.mu, from UpdateNode). A channel rather
+	// than a mutex: a goroutine waiting for it, while the update under way
+	// waits for its broadcast, counts as blocked in a testing/synctest
+	// bubble, so virtual time goes on.
+	publish chan struct{}
 
 	// refused are the nodes refused as members: node name → why (each
 	// logged once).
@@ -359,6 +362,7 @@ func New(cfg Config) (*Node, error) {
 		memberSeen:   make(chan struct{}, 1),
 		joinedCh:     make(chan struct{}),
 		metaDirty:    make(chan struct{}, 1),
+		publish:      make(chan struct{}, 1),
 	}
 	n.cluster.store = newStore()
 	n.cluster.pending = map[pendingKey]*stored{}

@@ -132,7 +132,7 @@ func (n *Node) setMetaLocked(b []byte) (changed bool) {
 // until the next change (TestMetaUpdatesInOrder). So a caller waits for
 // the update under way, at most its timeout.
 func (n *Node) updateNode(timeout time.Duration) error {
-	n.publish.Lock()
-	defer n.publish.Unlock()
+	n.publish <- struct{}{}
+	defer func() { <-n.publish }()
 	return n.ml.UpdateNode(timeout)
 }
