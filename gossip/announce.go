@@ -52,20 +52,20 @@ func (n *Node) announce(r record, again bool) error {
 	if err := r.validate(); err != nil {
 		return fmt.Errorf("gossip: announce %s: %w", r.key, err)
 	}
-	if !n.self.serves(r.vni) {
+	if !n.cluster.self.serves(r.vni) {
 		return fmt.Errorf("gossip: announce %s: VNI %d is not served by this node", r.key, r.vni)
 	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
+	n.cluster.mu.Lock()
+	defer n.cluster.mu.Unlock()
 	if n.pinnedElsewhereLocked(&r) {
 		n.stats.refusedPinned.Add(1)
-		return fmt.Errorf("gossip: announce %s: %w: it is pinned to member %q", r.key, ErrKeyPinned, n.pins[recordPin(&r)])
+		return fmt.Errorf("gossip: announce %s: %w: it is pinned to member %q", r.key, ErrKeyPinned, n.cluster.pins[recordPin(&r)])
 	}
-	cur := n.store.get(r.key, n.name)
+	cur := n.cluster.store.get(r.key, n.name)
 	if cur != nil && !cur.deleted && cur.sameValue(&r) && !again {
 		return nil
 	}
-	if cur == nil && n.store.n >= maxRecords {
+	if cur == nil && n.cluster.store.n >= maxRecords {
 		return fmt.Errorf("gossip: announce %s: %d records held, the limit", r.key, maxRecords)
 	}
 	if !n.roomLocked(&r) {
@@ -81,9 +81,9 @@ func (n *Node) withdraw(k key) error {
 	if !k.vni.Valid() {
 		return fmt.Errorf("gossip: withdraw %s: invalid VNI", k)
 	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	cur := n.store.get(k, n.name)
+	n.cluster.mu.Lock()
+	defer n.cluster.mu.Unlock()
+	cur := n.cluster.store.get(k, n.name)
 	if cur == nil || cur.deleted {
 		return nil
 	}
@@ -94,7 +94,7 @@ func (n *Node) withdraw(k key) error {
 	n.broadcastLocked(&r)
 	// Another member's record that won over ours could not take the
 	// table's entry while ours was local there; the caller removed it.
-	if w := n.winnerLocked(k); w != nil && w.owner != n.name && n.self.serves(k.vni) {
+	if w := n.winnerLocked(k); w != nil && w.owner != n.name && n.cluster.self.serves(k.vni) {
 		n.setLocked(w)
 	}
 	return nil

@@ -42,7 +42,9 @@ func restartNode(t *testing.T, x *testNode, seed *testNode, others []*testNode) 
 // address to the forger's MAC. Both are refused everywhere (counted), so
 // the victim's TAP MAC stays and its own binding, announced after, wins;
 // and so after its restart with no memory.
-func TestFarFutureRecordsRefused(t *testing.T) {
+func TestFarFutureRecordsRefused(t *testing.T) { inBubble(t, testFarFutureRecordsRefused) }
+
+func testFarFutureRecordsRefused(t *testing.T) {
 	nodes := startCluster(t, 3, nil)
 	waitMembers(t, nodes)
 	a, b, c := nodes[0], nodes[1], nodes[2]
@@ -79,7 +81,9 @@ func TestFarFutureRecordsRefused(t *testing.T) {
 // answered a forged binding (an hour ahead) with a tombstone above it, then
 // crashed; its next run, whose clock is an hour behind that tombstone,
 // announces the address again, and that wins everywhere.
-func TestOwnerWinsAfterRestart(t *testing.T) {
+func TestOwnerWinsAfterRestart(t *testing.T) { inBubble(t, testOwnerWinsAfterRestart) }
+
+func testOwnerWinsAfterRestart(t *testing.T) {
 	nodes := startCluster(t, 3, nil)
 	waitMembers(t, nodes)
 	a, b, c := nodes[0], nodes[1], nodes[2]
@@ -108,7 +112,9 @@ func TestOwnerWinsAfterRestart(t *testing.T) {
 // in Config.AllowVTEPs), never loopback (unless the cluster runs on
 // loopback), broadcast, multicast, unspecified or another live member's:
 // such a node is refused (counted) and never enters a flood list.
-func TestBadMetadataVTEPRefused(t *testing.T) {
+func TestBadMetadataVTEPRefused(t *testing.T) { inBubble(t, testBadMetadataVTEPRefused) }
+
+func testBadMetadataVTEPRefused(t *testing.T) {
 	nodes := startCluster(t, 2, nil)
 	waitMembers(t, nodes)
 	a := nodes[0]
@@ -146,7 +152,7 @@ func TestBadMetadataVTEPRefused(t *testing.T) {
 		cfg := testConfig(3+i, 0, nil)
 		cfg.VTEP = netip.MustParseAddrPort(vtep)
 		cfg.Seeds = []string{a.Addr().String()}
-		n, err := New(cfg)
+		n, err := New(inNetwork(t, cfg))
 		if err != nil {
 			t.Fatalf("New with VTEP %s: %v", vtep, err)
 		}
@@ -188,8 +194,8 @@ func (m *memberlistNode) node() *memberlist.Node {
 // The VTEP rules off loopback: loopback is refused, --allow-vtep admits a
 // VTEP away from the gossip address.
 func TestVTEPAllowed(t *testing.T) {
-	n := &Node{cfg: Config{BindAddr: netip.MustParseAddr("198.18.0.1"), AllowVTEPs: []netip.Prefix{netip.MustParsePrefix("198.19.0.0/24")}},
-		members: map[string]*member{"m": {name: "m", alive: true, meta: meta{vtep: netip.MustParseAddrPort("198.18.0.9:4789")}}}}
+	n := &Node{cfg: Config{BindAddr: netip.MustParseAddr("198.18.0.1"), AllowVTEPs: []netip.Prefix{netip.MustParsePrefix("198.19.0.0/24")}}}
+	n.cluster.members = map[string]*member{"m": {name: "m", alive: true, meta: meta{vtep: netip.MustParseAddrPort("198.18.0.9:4789")}}}
 	gossipAddr := netip.MustParseAddr("198.18.0.5")
 	for _, tc := range []struct {
 		vtep string
@@ -214,14 +220,16 @@ func TestVTEPAllowed(t *testing.T) {
 // burst, alive messages that change its metadata faster than the rate are
 // refused (counted); those that change only the digest, or nothing, are
 // not.
-func TestMetaUpdatesThrottled(t *testing.T) {
+func TestMetaUpdatesThrottled(t *testing.T) { inBubble(t, testMetaUpdatesThrottled) }
+
+func testMetaUpdatesThrottled(t *testing.T) {
 	nodes := startCluster(t, 2, nil)
 	waitMembers(t, nodes)
 	a, b := nodes[0], nodes[1]
 	d := &delegate{a.Node}
-	b.mu.Lock()
-	md := b.self
-	b.mu.Unlock()
+	b.cluster.mu.Lock()
+	md := b.cluster.self
+	b.cluster.mu.Unlock()
 	const updates = 200
 	start := time.Now()
 	accepted, last := 0, md
@@ -269,7 +277,9 @@ func TestMetaUpdatesThrottled(t *testing.T) {
 // known: a pull answer (its sender is not known to memberlist's delegate)
 // is taken only from an owner we pulled from, and only with that owner's
 // records.
-func TestUnsolicitedAnswerRefused(t *testing.T) {
+func TestUnsolicitedAnswerRefused(t *testing.T) { inBubble(t, testUnsolicitedAnswerRefused) }
+
+func testUnsolicitedAnswerRefused(t *testing.T) {
 	nodes := startCluster(t, 2, nil)
 	waitMembers(t, nodes)
 	a, b := nodes[0], nodes[1]
@@ -291,7 +301,9 @@ func TestUnsolicitedAnswerRefused(t *testing.T) {
 // owner's digest differ, pulls, and when the answer does not settle it
 // shows the owner what it holds in its name; the owner answers with its
 // own view, above, and that wins everywhere.
-func TestForgedStateAnsweredByOwner(t *testing.T) {
+func TestForgedStateAnsweredByOwner(t *testing.T) { inBubble(t, testForgedStateAnsweredByOwner) }
+
+func testForgedStateAnsweredByOwner(t *testing.T) {
 	nodes := startCluster(t, 3, nil)
 	waitMembers(t, nodes)
 	a, b := nodes[0], nodes[1]

@@ -19,7 +19,9 @@ const converge = 20 * time.Second
 
 // A 20-node cluster: announcements reach every node, flood lists hold every
 // other VTEP, withdrawals remove entries everywhere.
-func TestCluster20(t *testing.T) {
+func TestCluster20(t *testing.T) { inBubble(t, testCluster20) }
+
+func testCluster20(t *testing.T) {
 	nodes := startCluster(t, 20, nil)
 	waitMembers(t, nodes)
 
@@ -96,9 +98,9 @@ func TestCluster20(t *testing.T) {
 }
 
 func ownVersion(n *Node, k key) uint64 {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if r := n.store.get(k, n.name); r != nil {
+	n.cluster.mu.Lock()
+	defer n.cluster.mu.Unlock()
+	if r := n.cluster.store.get(k, n.name); r != nil {
 		return r.version
 	}
 	return 0
@@ -114,7 +116,9 @@ func memberIndex(t *testing.T, name string) int {
 
 // A node that crashes, then one that leaves: their entries and VTEPs vanish
 // from every other node.
-func TestFailureAndLeave(t *testing.T) {
+func TestFailureAndLeave(t *testing.T) { inBubble(t, testFailureAndLeave) }
+
+func testFailureAndLeave(t *testing.T) {
 	nodes := startCluster(t, 5, nil)
 	waitMembers(t, nodes)
 	ip := netip.MustParseAddr("10.100.0.3")
@@ -193,7 +197,9 @@ func memberState(n *Node, name string) string {
 
 // A crashed node started again under the same name announces again; what
 // its previous run announced and this one does not stays gone.
-func TestRestart(t *testing.T) {
+func TestRestart(t *testing.T) { inBubble(t, testRestart) }
+
+func testRestart(t *testing.T) {
 	nodes := startCluster(t, 3, nil)
 	waitMembers(t, nodes)
 	kept, dropped := fdb.MAC{0x02, 0xee, 0, 0, 0, 1}, fdb.MAC{0x02, 0xee, 0, 0, 0, 2}
@@ -241,7 +247,9 @@ func TestRestart(t *testing.T) {
 }
 
 // A captured announcement replayed after its withdrawal changes nothing.
-func TestStaleReplay(t *testing.T) {
+func TestStaleReplay(t *testing.T) { inBubble(t, testStaleReplay) }
+
+func testStaleReplay(t *testing.T) {
 	nodes := startCluster(t, 3, nil)
 	waitMembers(t, nodes)
 	a, b := nodes[0], nodes[1]
@@ -297,7 +305,9 @@ func TestStaleReplay(t *testing.T) {
 
 // A MAC (and an IP) moving from A to B: everyone follows B, and A's later
 // withdrawal does not remove B's entry.
-func TestMove(t *testing.T) {
+func TestMove(t *testing.T) { inBubble(t, testMove) }
+
+func testMove(t *testing.T) {
 	nodes := startCluster(t, 3, nil)
 	waitMembers(t, nodes)
 	a, b := nodes[0], nodes[1]
@@ -333,9 +343,9 @@ func TestMove(t *testing.T) {
 	}
 	eventually(t, converge, "A's withdrawal reaches everyone", func() error {
 		for _, n := range nodes {
-			n.mu.Lock()
-			r := n.store.get(key{kind: kindFDB, vni: testVNI, mac: mac}, a.name)
-			n.mu.Unlock()
+			n.cluster.mu.Lock()
+			r := n.cluster.store.get(key{kind: kindFDB, vni: testVNI, mac: mac}, a.name)
+			n.cluster.mu.Unlock()
 			if r == nil || !r.deleted {
 				return fmt.Errorf("%s has A's record %+v", n.name, r)
 			}
@@ -352,7 +362,9 @@ func TestMove(t *testing.T) {
 
 // Records claiming a VTEP that is not their owner's are refused; records of
 // owners that are not members wait, and are merged when the owner joins.
-func TestForeignVTEPAndPending(t *testing.T) {
+func TestForeignVTEPAndPending(t *testing.T) { inBubble(t, testForeignVTEPAndPending) }
+
+func testForeignVTEPAndPending(t *testing.T) {
 	nodes := startCluster(t, 3, nil)
 	waitMembers(t, nodes)
 	a, c := nodes[0], nodes[2]
@@ -397,7 +409,9 @@ func TestForeignVTEPAndPending(t *testing.T) {
 // every seed because of the key (another key, a key against none, none
 // against a key) fails with ErrKeyMismatch, and the cluster is untouched. A
 // bad key is a config error.
-func TestKeys(t *testing.T) {
+func TestKeys(t *testing.T) { inBubble(t, testKeys) }
+
+func testKeys(t *testing.T) {
 	key1, key2 := []byte(strings.Repeat("k", 16)), []byte(strings.Repeat("K", 32))
 	withKeys := func(i int, keys ...[]byte) Config {
 		cfg := testConfig(i, 0, nil)
@@ -516,7 +530,9 @@ func TestConfigErrors(t *testing.T) {
 
 // A node whose metadata speaks another protocol version never becomes a
 // member, so never enters a flood list.
-func TestIncompatibleNode(t *testing.T) {
+func TestIncompatibleNode(t *testing.T) { inBubble(t, testIncompatibleNode) }
+
+func testIncompatibleNode(t *testing.T) {
 	a := start(t, testConfig(0, 0, nil))
 	cfg := testConfig(1, 0, nil)
 	// An emulated old release never changes the version it speaks, while
@@ -524,32 +540,37 @@ func TestIncompatibleNode(t *testing.T) {
 	// (chooseVersionLocked).
 	cfg.v4 = true
 	b := start(t, cfg) // not joined yet
-	b.mu.Lock()
-	b.self.version = protoVersion + 1
-	b.metaMu.Lock()
-	b.meta = b.encodeSelfLocked() // what b's NodeMeta returns from now on
-	b.metaMu.Unlock()
-	b.mu.Unlock()
+	b.cluster.mu.Lock()
+	b.cluster.self.version = protoVersion + 1
+	b.meta.mu.Lock()
+	b.meta.encoded = b.encodeSelfLocked() // what b's NodeMeta returns from now on
+	b.meta.mu.Unlock()
+	b.cluster.mu.Unlock()
 	if err := b.ml.UpdateNode(time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.ml.Join([]string{a.Addr().String()}); err == nil {
 		t.Log("join reported success; a must still refuse b")
 	}
-	time.Sleep(time.Second) // b gossips its alive message to a meanwhile
+	// b gossips its alive message to a: a refuses it.
+	eventually(t, converge, "a refuses b", func() error {
+		if a.Stats().RefusedNodes == 0 {
+			return errors.New("RefusedNodes = 0")
+		}
+		return nil
+	})
 	if n := a.ml.NumMembers(); n != 1 {
 		t.Errorf("a has %d members, want 1 (b refused)", n)
 	}
 	if slices.Contains(a.fdb.Flood(testVNI), testVTEP(1)) {
 		t.Error("a floods to the refused node")
 	}
-	if a.Stats().RefusedNodes == 0 {
-		t.Error("RefusedNodes = 0")
-	}
 }
 
 // Merging the same remote state twice leaves the same tables and store.
-func TestMergeRemoteStateIdempotent(t *testing.T) {
+func TestMergeRemoteStateIdempotent(t *testing.T) { inBubble(t, testMergeRemoteStateIdempotent) }
+
+func testMergeRemoteStateIdempotent(t *testing.T) {
 	nodes := startCluster(t, 3, nil)
 	waitMembers(t, nodes)
 	b, c := nodes[1], nodes[2]
@@ -594,20 +615,22 @@ func snapshot(n *testNode) ([]string, []string, []string) {
 	for _, e := range n.neigh.Entries() {
 		nb = append(nb, fmt.Sprint(e.VNI, e.IP, e.MAC, e.Origin))
 	}
-	n.mu.Lock()
-	n.store.owners(func(_ string, recs []*stored) {
+	n.cluster.mu.Lock()
+	n.cluster.store.owners(func(_ string, recs []*stored) {
 		for _, r := range recs {
 			s = append(s, fmt.Sprintf("%+v", r.record))
 		}
 	})
-	n.mu.Unlock()
+	n.cluster.mu.Unlock()
 	slices.Sort(s)
 	return f, nb, s
 }
 
 // A member declared dead and then alive again (a refuted suspicion, a
 // healed partition) gets its entries back without announcing them again.
-func TestDeadThenAlive(t *testing.T) {
+func TestDeadThenAlive(t *testing.T) { inBubble(t, testDeadThenAlive) }
+
+func testDeadThenAlive(t *testing.T) {
 	nodes := startCluster(t, 2, nil)
 	waitMembers(t, nodes)
 	a, b := nodes[0], nodes[1]
@@ -621,7 +644,7 @@ func TestDeadThenAlive(t *testing.T) {
 		}
 		return neighOn([]*testNode{a}, "", testVNI, ip, testMAC(1))()
 	})
-	node := &memberlist.Node{Name: b.name, Addr: b.Addr().Addr().AsSlice(), Port: b.Addr().Port(), Meta: b.meta}
+	node := &memberlist.Node{Name: b.name, Addr: b.Addr().Addr().AsSlice(), Port: b.Addr().Port(), Meta: b.meta.encoded}
 	d := &delegate{a.Node}
 	a.deadGrace = 0 // withdrawn at once (TestDeadGrace: after the grace)
 	d.NotifyLeave(node)
@@ -647,7 +670,9 @@ func TestDeadThenAlive(t *testing.T) {
 // the grace (deadGrace): back alive within it (a dead claim it refuted, the
 // claim of a node healing from a partition), nothing was withdrawn and a
 // refuted death is counted; still dead after it, it is withdrawn.
-func TestDeadGrace(t *testing.T) {
+func TestDeadGrace(t *testing.T) { inBubble(t, testDeadGrace) }
+
+func testDeadGrace(t *testing.T) {
 	nodes := startCluster(t, 2, nil)
 	waitMembers(t, nodes)
 	a, b := nodes[0], nodes[1]
@@ -658,9 +683,9 @@ func TestDeadGrace(t *testing.T) {
 	eventually(t, converge, "b's entries on a", func() error {
 		return neighOn([]*testNode{a}, "", testVNI, ip, testMAC(1))()
 	})
-	b.metaMu.Lock()
-	node := &memberlist.Node{Name: b.name, Addr: b.Addr().Addr().AsSlice(), Port: b.Addr().Port(), Meta: slices.Clone(b.meta)}
-	b.metaMu.Unlock()
+	b.meta.mu.Lock()
+	node := &memberlist.Node{Name: b.name, Addr: b.Addr().Addr().AsSlice(), Port: b.Addr().Port(), Meta: slices.Clone(b.meta.encoded)}
+	b.meta.mu.Unlock()
 	d := &delegate{a.Node}
 	a.deadGrace = 300 * time.Millisecond
 	kept := func(when string) {
@@ -697,7 +722,9 @@ func TestDeadGrace(t *testing.T) {
 
 // Our records coming back newer than ours, or live while we hold none, are
 // answered with a newer version of what we hold.
-func TestOwnRecordAuthority(t *testing.T) {
+func TestOwnRecordAuthority(t *testing.T) { inBubble(t, testOwnRecordAuthority) }
+
+func testOwnRecordAuthority(t *testing.T) {
 	nodes := startCluster(t, 2, nil)
 	waitMembers(t, nodes)
 	a, b := nodes[0], nodes[1]
@@ -798,7 +825,9 @@ func TestOffline(t *testing.T) {
 // is reported (Contested: the endpoint moved, or a duplicate address);
 // once the node withdraws its own, the other's binding takes the table's
 // entry, which the node's local one held until then.
-func TestContested(t *testing.T) {
+func TestContested(t *testing.T) { inBubble(t, testContested) }
+
+func testContested(t *testing.T) {
 	type claim struct {
 		ip    netip.Addr
 		mac   fdb.MAC
@@ -866,7 +895,9 @@ func TestContested(t *testing.T) {
 // these fast timings the others find a successor without Known soon too;
 // the agent's TestFounderUpgrade, at memberlist's real timings, is the test
 // that fails without it.)
-func TestKnownMembers(t *testing.T) {
+func TestKnownMembers(t *testing.T) { inBubble(t, testKnownMembers) }
+
+func testKnownMembers(t *testing.T) {
 	tune := func(c *memberlist.Config) {
 		fastTimings(c)
 		c.PushPullInterval = time.Hour // only a join brings the view
@@ -908,13 +939,15 @@ func TestKnownMembers(t *testing.T) {
 // quick restart), a later failure of the new run is a failure, withdrawn
 // after the dead grace and logged left=false, not a leave. (`bench chaos`,
 // seed 7: h9 logged h8 "left=true" after h8's restart.)
-func TestLeaveIntentEndsWithItsRun(t *testing.T) {
+func TestLeaveIntentEndsWithItsRun(t *testing.T) { inBubble(t, testLeaveIntentEndsWithItsRun) }
+
+func testLeaveIntentEndsWithItsRun(t *testing.T) {
 	nodes := startCluster(t, 2, nil)
 	waitMembers(t, nodes)
 	a, b := nodes[0], nodes[1]
-	b.metaMu.Lock()
-	md, err := decodeMeta(b.meta)
-	b.metaMu.Unlock()
+	b.meta.mu.Lock()
+	md, err := decodeMeta(b.meta.encoded)
+	b.meta.mu.Unlock()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -924,16 +957,16 @@ func TestLeaveIntentEndsWithItsRun(t *testing.T) {
 	md.boot++                                      // ... and is back as a new run before it was declared gone
 	node := &memberlist.Node{Name: b.name, Addr: b.Addr().Addr().AsSlice(), Port: b.Addr().Port(), Meta: md.encode()}
 	d.NotifyUpdate(node)
-	a.mu.Lock()
-	leaving := a.members[b.name].leaving
-	a.mu.Unlock()
+	a.cluster.mu.Lock()
+	leaving := a.cluster.members[b.name].leaving
+	a.cluster.mu.Unlock()
 	if leaving {
 		t.Error("b's new run is taken as leaving: its old run's leave intent was kept")
 	}
 	d.NotifyLeave(node) // the new run fails
-	a.mu.Lock()
-	alive := a.members[b.name].alive
-	a.mu.Unlock()
+	a.cluster.mu.Lock()
+	alive := a.cluster.members[b.name].alive
+	a.cluster.mu.Unlock()
 	if !alive {
 		t.Error("the new run's failure was withdrawn at once, as a leave, instead of after the dead grace")
 	}

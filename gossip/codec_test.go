@@ -269,7 +269,8 @@ func TestMetaIncompatible(t *testing.T) {
 		t.Errorf("decodeMeta(short future version) = %v; want errIncompatible", err)
 	}
 
-	d := &delegate{&Node{name: "me", refused: map[string]string{}, log: discardLogger()}}
+	d := &delegate{&Node{name: "me", log: discardLogger()}}
+	d.n.refused.why = map[string]string{}
 	if err := d.NotifyAlive(nodeWithMeta("other", b)); err == nil {
 		t.Error("NotifyAlive accepted a node speaking another protocol version")
 	}

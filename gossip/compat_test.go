@@ -81,14 +81,14 @@ func protocolsAre(nodes []*testNode, want uint8) func() error {
 func digestsOn(nodes []*testNode) func() error {
 	return func() error {
 		for _, n := range nodes {
-			n.mu.Lock()
+			n.cluster.mu.Lock()
 			for _, o := range nodes {
-				if m := n.members[o.name]; m == nil || !m.meta.hasDigest {
-					n.mu.Unlock()
+				if m := n.cluster.members[o.name]; m == nil || !m.meta.hasDigest {
+					n.cluster.mu.Unlock()
 					return fmt.Errorf("%s holds no digest for %s", n.name, o.name)
 				}
 			}
-			n.mu.Unlock()
+			n.cluster.mu.Unlock()
 		}
 		return nil
 	}
@@ -123,7 +123,9 @@ func announceEach(t *testing.T, nodes []*testNode, tag byte) {
 // Both speak version 4 and are members everywhere; entries go both ways.
 // When the old nodes crash and are declared dead, the new ones speak
 // version 5 again, with digests.
-func TestRollingUpgrade(t *testing.T) {
+func TestRollingUpgrade(t *testing.T) { inBubble(t, testRollingUpgrade) }
+
+func testRollingUpgrade(t *testing.T) {
 	old := []*testNode{startNode(t, 0, nil, true)}
 	old = append(old, startNode(t, 1, old[0], true), startNode(t, 2, old[0], true))
 	t.Cleanup(func() { stopAll(old) })
@@ -170,7 +172,9 @@ func TestRollingUpgrade(t *testing.T) {
 // An upgrade in place: an old node stops (leaving) and starts again, of
 // this release, under the same name, address and port; the others still
 // hold its previous run, at a higher incarnation than the new run's first.
-func TestUpgradeInPlace(t *testing.T) {
+func TestUpgradeInPlace(t *testing.T) { inBubble(t, testUpgradeInPlace) }
+
+func testUpgradeInPlace(t *testing.T) {
 	old := []*testNode{startNode(t, 0, nil, true)}
 	old = append(old, startNode(t, 1, old[0], true), startNode(t, 2, old[0], true))
 	t.Cleanup(func() { stopAll(old) })
@@ -199,7 +203,9 @@ func TestUpgradeInPlace(t *testing.T) {
 // A rollback: an old node joins a cluster of new ones. They switch to
 // version 4 and it becomes a member everywhere; entries go both ways. When
 // it leaves, they speak version 5 again, with digests.
-func TestRollback(t *testing.T) {
+func TestRollback(t *testing.T) { inBubble(t, testRollback) }
+
+func testRollback(t *testing.T) {
 	news := startCluster(t, 3, nil)
 	waitMembers(t, news)
 	eventually(t, converge, "version 5", protocolsAre(news, protoVersion))
@@ -256,7 +262,9 @@ func sourcesOf(n *testNode) map[string]*SourcePorts {
 // port (Sources says nil). When the old nodes are gone, the new ones speak
 // version 6 and know each other's ports; SourcesChanged tells the
 // dataplane each time.
-func TestRollingUpgradeFromV5(t *testing.T) {
+func TestRollingUpgradeFromV5(t *testing.T) { inBubble(t, testRollingUpgradeFromV5) }
+
+func testRollingUpgradeFromV5(t *testing.T) {
 	startV5 := func(i int, seed *testNode) *testNode {
 		cfg := testConfig(i, 0, nil)
 		if seed != nil {
@@ -342,7 +350,9 @@ func partialOf(n *testNode) map[string]bool {
 // full checksums to every member (Sources says false). When the old node
 // is gone, the new ones speak version 7 and know each other's features;
 // a new node with the feature off is told apart.
-func TestRollingUpgradeFromV6(t *testing.T) {
+func TestRollingUpgradeFromV6(t *testing.T) { inBubble(t, testRollingUpgradeFromV6) }
+
+func testRollingUpgradeFromV6(t *testing.T) {
 	cfg := testConfig(0, 0, nil)
 	cfg.v6 = true
 	old := start(t, cfg)

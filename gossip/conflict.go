@@ -108,9 +108,9 @@ func (n *Node) checkNames(peers []*memberlist.Node) error {
 // NotifyMerge, so n.addr, set later, is not needed); the zero AddrPort if
 // there is none.
 func (n *Node) holder(name string) netip.AddrPort {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if m := n.members[name]; m != nil && m.alive {
+	n.cluster.mu.Lock()
+	defer n.cluster.mu.Unlock()
+	if m := n.cluster.members[name]; m != nil && m.alive {
 		return m.addr
 	}
 	return netip.AddrPort{}
@@ -130,8 +130,8 @@ func (n *Node) newcomer(p *memberlist.Node, addr, ours netip.AddrPort, inCluster
 	if err != nil {
 		return true // not a node we could live with anyway
 	}
-	if md.boot != n.self.boot {
-		return md.boot < n.self.boot
+	if md.boot != n.cluster.self.boot {
+		return md.boot < n.cluster.self.boot
 	}
 	return addr.Compare(ours) < 0
 }

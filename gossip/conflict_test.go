@@ -51,7 +51,7 @@ func (lc *logCounter) check(t *testing.T) {
 // and gives Run's error; it fails the test if Run does not return.
 func runDuplicate(t *testing.T, cfg Config) error {
 	t.Helper()
-	n, err := New(cfg)
+	n, err := New(inNetwork(t, cfg))
 	if err != nil {
 		t.Fatalf("New(%s): %v", cfg.Name, err)
 	}
@@ -97,7 +97,9 @@ func memberAlive(n *Node, name string, addr netip.AddrPort, entries int) error {
 // ErrNameTaken naming the member's address, and the member keeps its
 // entries and its membership everywhere, with nothing refuted, reannounced
 // or marked dead.
-func TestDuplicateNameRefused(t *testing.T) {
+func TestDuplicateNameRefused(t *testing.T) { inBubble(t, testDuplicateNameRefused) }
+
+func testDuplicateNameRefused(t *testing.T) {
 	logs := newLogCounter("Refuting an alive message", "Refuting a dead message", "Conflicting address")
 	nodes := make([]*testNode, 3)
 	for i := range nodes {
@@ -127,20 +129,18 @@ func TestDuplicateNameRefused(t *testing.T) {
 	})
 	reannounced := holder.Stats().Reannounced
 
-	for i, via := range []*testNode{nodes[0], nodes[1]} {
-		t.Run("via "+via.name, func(t *testing.T) {
-			cfg := testConfig(5+i, 0, nil)
-			cfg.Name = holder.name
-			cfg.Seeds = []string{via.Addr().String()}
-			cfg.Logger = logs.logger("duplicate")
-			wantNameTaken(t, runDuplicate(t, cfg), holder.name, holder.Addr())
-			// It refuses after it sent its state: perhaps after Run returned.
-			eventually(t, 5*time.Second, via.name+" counts the refusal", func() error {
-				if via.Stats().RefusedNodes == 0 {
-					return errors.New("no refused node")
-				}
-				return nil
-			})
+	for i, via := range []*testNode{nodes[0], nodes[1]} { // no t.Run in a bubble
+		cfg := testConfig(5+i, 0, nil)
+		cfg.Name = holder.name
+		cfg.Seeds = []string{via.Addr().String()}
+		cfg.Logger = logs.logger("duplicate")
+		wantNameTaken(t, runDuplicate(t, cfg), holder.name, holder.Addr())
+		// It refuses after it sent its state: perhaps after Run returned.
+		eventually(t, 5*time.Second, via.name+" counts the refusal", func() error {
+			if via.Stats().RefusedNodes == 0 {
+				return errors.New("no refused node")
+			}
+			return nil
 		})
 	}
 
@@ -174,7 +174,9 @@ func TestDuplicateNameRefused(t *testing.T) {
 
 // A node that waits alone for its seeds (not joined yet) keeps its name when
 // a duplicate, started later, joins it: the duplicate is the newcomer.
-func TestDuplicateNameAloneHolder(t *testing.T) {
+func TestDuplicateNameAloneHolder(t *testing.T) { inBubble(t, testDuplicateNameAloneHolder) }
+
+func testDuplicateNameAloneHolder(t *testing.T) {
 	cfg := testConfig(0, 0, nil)
 	cfg.Seeds = []string{"127.0.0.1:1"} // nobody there
 	holder := start(t, cfg)

@@ -18,7 +18,7 @@ import (
 // delegate is how memberlist calls the Node: it implements memberlist's
 // delegate interfaces, which are kept off Node's exported method set.
 // memberlist calls them from its own goroutines, concurrently; each takes
-// n.mu briefly and never does network I/O.
+// n.cluster.mu briefly and never does network I/O.
 type delegate struct{ n *Node }
 
 var (
@@ -31,12 +31,12 @@ var (
 // NodeMeta returns our metadata; New and SetPinnedAddrs checked that it
 // fits the limit.
 func (d *delegate) NodeMeta(limit int) []byte {
-	d.n.metaMu.Lock()
-	defer d.n.metaMu.Unlock()
-	if len(d.n.meta) > limit {
+	d.n.meta.mu.Lock()
+	defer d.n.meta.mu.Unlock()
+	if len(d.n.meta.encoded) > limit {
 		return nil
 	}
-	return d.n.meta
+	return d.n.meta.encoded
 }
 
 // NotifyMsg handles a message from a peer (a broadcast): entries, a leave
@@ -132,12 +132,12 @@ func (d *delegate) NotifyJoin(node *memberlist.Node) { d.memberUp(node) }
 func (d *delegate) NotifyUpdate(node *memberlist.Node) { d.memberUp(node) }
 
 func (d *delegate) memberUp(node *memberlist.Node) {
-	d.n.mu.Lock()
+	d.n.cluster.mu.Lock()
 	up := d.n.memberUpLocked(node)
 	if up {
 		d.n.chooseVersionLocked()
 	}
-	d.n.mu.Unlock()
+	d.n.cluster.mu.Unlock()
 	d.n.publishPins()
 	d.n.publishSources()
 	if up {
@@ -160,14 +160,14 @@ func (d *delegate) NotifyLeave(node *memberlist.Node) {
 
 // memberDown withdraws a member that memberlist declared dead or left.
 func (n *Node) memberDown(name string) {
-	n.mu.Lock()
+	n.cluster.mu.Lock()
 	down := n.memberDownLocked(name)
 	left := false
 	if down {
-		left = n.members[name].left
+		left = n.cluster.members[name].left
 		n.chooseVersionLocked()
 	}
-	n.mu.Unlock()
+	n.cluster.mu.Unlock()
 	n.publishPins()
 	n.publishSources()
 	if down {
@@ -196,14 +196,14 @@ func (n *Node) deferDown(name string) bool {
 	if n.deadGrace <= 0 {
 		return false
 	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	m := n.members[name]
+	n.cluster.mu.Lock()
+	defer n.cluster.mu.Unlock()
+	m := n.cluster.members[name]
 	if m == nil || !m.alive || m.leaving || name == n.name {
 		return false
 	}
-	n.downSeq++
-	seq := n.downSeq
+	n.cluster.downSeq++
+	seq := n.cluster.downSeq
 	m.downSeq = seq
 	time.AfterFunc(n.deadGrace, func() {
 		select {
@@ -211,13 +211,13 @@ func (n *Node) deferDown(name string) bool {
 			return
 		default:
 		}
-		n.mu.Lock()
-		still := n.members[name] == m && m.downSeq == seq
+		n.cluster.mu.Lock()
+		still := n.cluster.members[name] == m && m.downSeq == seq
 		back := m.downSeq == 0
 		if still {
 			m.downSeq = 0
 		}
-		n.mu.Unlock()
+		n.cluster.mu.Unlock()
 		if still {
 			n.memberDown(name)
 		} else if back {
@@ -291,9 +291,9 @@ const metaUpdateBurst = 20
 // each costs every node its lock, the pins and flood lists rebuilt, and a
 // rescan of its records when its VTEP changes.
 func (n *Node) updateAllowed(p *memberlist.Node) bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	m := n.members[p.Name]
+	n.cluster.mu.Lock()
+	defer n.cluster.mu.Unlock()
+	m := n.cluster.members[p.Name]
 	if m == nil || !m.alive {
 		return true
 	}
@@ -321,9 +321,9 @@ func (n *Node) acceptable(p *memberlist.Node) error {
 	md, err := n.readMeta(p.Meta)
 	if err == nil {
 		addr, _ := netip.AddrFromSlice(p.Addr)
-		n.mu.Lock()
+		n.cluster.mu.Lock()
 		err = n.vtepAllowedLocked(p.Name, addr.Unmap(), md.vtep)
-		n.mu.Unlock()
+		n.cluster.mu.Unlock()
 		if err != nil {
 			n.stats.refusedVTEP.Add(1)
 		}
@@ -354,7 +354,7 @@ func (n *Node) vtepAllowedLocked(name string, addr netip.Addr, vtep netip.AddrPo
 	case a != addr && !slices.ContainsFunc(n.cfg.AllowVTEPs, func(p netip.Prefix) bool { return p.Contains(a) }):
 		return fmt.Errorf("metadata VTEP %s is not at its gossip address %s (nor in --allow-vtep)", vtep, addr)
 	}
-	for _, m := range n.members {
+	for _, m := range n.cluster.members {
 		if m.alive && m.name != name && m.meta.vtep == vtep {
 			return fmt.Errorf("metadata VTEP %s is the VTEP of the member %q", vtep, m.name)
 		}
@@ -375,15 +375,15 @@ func (n *Node) readMeta(b []byte) (meta, error) {
 // refuse counts a refused node and logs why, once per node and reason.
 func (n *Node) refuse(name string, err error) {
 	n.stats.refused.Add(1)
-	n.refusedMu.Lock()
-	defer n.refusedMu.Unlock()
-	if n.refused[name] == err.Error() {
+	n.refused.mu.Lock()
+	defer n.refused.mu.Unlock()
+	if n.refused.why[name] == err.Error() {
 		return
 	}
-	if len(n.refused) > 1024 { // bound the memory of a stream of bad names
-		clear(n.refused)
+	if len(n.refused.why) > 1024 { // bound the memory of a stream of bad names
+		clear(n.refused.why)
 	}
-	n.refused[name] = err.Error()
+	n.refused.why[name] = err.Error()
 	n.log.Warn("refusing gossip node", "node", name, "err", err)
 }
 

@@ -168,9 +168,9 @@ func (h *Handle) Member(name string) (vtep netip.AddrPort, alive bool) {
 	if name == h.n.name {
 		return h.n.cfg.VTEP, true
 	}
-	h.n.mu.Lock()
-	defer h.n.mu.Unlock()
-	m := h.n.members[name]
+	h.n.cluster.mu.Lock()
+	defer h.n.cluster.mu.Unlock()
+	m := h.n.cluster.members[name]
 	if m == nil || !m.alive {
 		return netip.AddrPort{}, false
 	}
@@ -238,14 +238,14 @@ func (n *Node) startExtensions() error {
 			return fmt.Errorf("extension %d: metadata of %d bytes, more than %d", e.Type(), len(m), MaxExtensionMeta)
 		}
 		if len(m) > 0 { // none: the extension is optional
-			n.self.ext = append(n.self.ext, section{typ: e.Type(), data: m})
+			n.cluster.self.ext = append(n.cluster.self.ext, section{typ: e.Type(), data: m})
 		}
 	}
 	return nil
 }
 
-// notifyMember tells the extensions that a member came or went. n.mu must
-// not be held.
+// notifyMember tells the extensions that a member came or went.
+// n.cluster.mu must not be held.
 func (n *Node) notifyMember(name string, alive bool) {
 	if name == n.name {
 		return
@@ -297,13 +297,13 @@ func (n *Node) settle() {
 	// Our members map, not memberlist's nodes, whose fields memberlist
 	// changes under its own lock.
 	var peers []string
-	n.mu.Lock()
-	for _, m := range n.members {
+	n.cluster.mu.Lock()
+	for _, m := range n.cluster.members {
 		if m.alive && m.name != n.name {
 			peers = append(peers, m.addr.String())
 		}
 	}
-	n.mu.Unlock()
+	n.cluster.mu.Unlock()
 	rand.Shuffle(len(peers), func(i, j int) { peers[i], peers[j] = peers[j], peers[i] })
 	peers = peers[:min(len(peers), settlePeers)]
 	if len(peers) == 0 {

@@ -127,7 +127,9 @@ func (t *toy) word(w string) string {
 // A toy extension's broadcasts reach the other nodes, its state reaches a
 // node that joins later by push/pull, it hears of members, and it runs
 // while the node runs.
-func TestExtensionToy(t *testing.T) {
+func TestExtensionToy(t *testing.T) { inBubble(t, testExtensionToy) }
+
+func testExtensionToy(t *testing.T) {
 	toys := []*toy{newToy("vanilla"), newToy("vanilla"), newToy("vanilla")}
 	var nodes []*testNode
 	for i := range 2 {
@@ -197,7 +199,9 @@ func TestExtensionToy(t *testing.T) {
 
 // A node whose extension refuses the cluster's metadata (or that lacks an
 // extension the cluster runs) cannot join, and Run says why.
-func TestExtensionMetaMismatch(t *testing.T) {
+func TestExtensionMetaMismatch(t *testing.T) { inBubble(t, testExtensionMetaMismatch) }
+
+func testExtensionMetaMismatch(t *testing.T) {
 	cfg := testConfig(0, 0, nil)
 	cfg.Extensions = []Extension{newToy("vanilla")}
 	a := start(t, cfg)
@@ -213,7 +217,7 @@ func TestExtensionMetaMismatch(t *testing.T) {
 		cfg := testConfig(1, 0, nil)
 		cfg.Extensions = tt.exts
 		cfg.Seeds = []string{a.Addr().String()}
-		n, err := New(cfg)
+		n, err := New(inNetwork(t, cfg))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -236,7 +240,9 @@ func TestExtensionMetaMismatch(t *testing.T) {
 // An extension without metadata is optional: a node that does not run it
 // is a member of a cluster that does, both ways, and what the extension
 // sends it is skipped.
-func TestOptionalExtension(t *testing.T) {
+func TestOptionalExtension(t *testing.T) { inBubble(t, testOptionalExtension) }
+
+func testOptionalExtension(t *testing.T) {
 	cfg := testConfig(0, 0, nil)
 	ty := newToy("") // no metadata
 	cfg.Extensions = []Extension{ty}
@@ -286,7 +292,9 @@ func (t *typed) Type() byte { return t.typ }
 
 // A push/pull state or broadcast of an extension this node does not run is
 // skipped and counted; what else the state holds is merged.
-func TestUnknownExtensionSkipped(t *testing.T) {
+func TestUnknownExtensionSkipped(t *testing.T) { inBubble(t, testUnknownExtensionSkipped) }
+
+func testUnknownExtensionSkipped(t *testing.T) {
 	cfg := testConfig(0, 0, nil)
 	ty := newToy("vanilla")
 	cfg.Extensions = []Extension{ty}

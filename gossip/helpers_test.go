@@ -10,17 +10,22 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/hashicorp/memberlist"
 
 	"github.com/uvxlan/uvxlan/fdb"
+	"github.com/uvxlan/uvxlan/testenv/memnet"
 )
 
-// Clusters in tests run in this process on 127.0.0.x (loopback only), each
-// node on its own address, with ports chosen by the kernel and fast
-// memberlist timings. Set UVXLAN_TEST_LOG=1 (or a level: info, warn) to see
-// their logs.
+// Clusters in tests run in this process, each node on its own address
+// 127.0.0.x, with fast memberlist timings: on an in-memory network
+// (testenv/memnet) in a testing/synctest bubble, in virtual time (inBubble,
+// startClusterOn), where a test needs nothing of the kernel; or on
+// loopback, with ports chosen by the kernel, in real time (startCluster),
+// where it does (real sockets, streams cut by the kernel). Set
+// UVXLAN_TEST_LOG=1 (or a level: info, warn) to see their logs.
 
 const testVNI fdb.VNI = 100
 
@@ -44,8 +49,9 @@ func nodeWithMeta(name string, b []byte) *memberlist.Node {
 const testPushPull = 2 * time.Second
 
 // fastTimings makes dissemination take a fraction of a second and failure
-// detection a few seconds on loopback, while leaving margin for -race on two
-// busy cores (faster probing there brings false suspicions).
+// detection a few seconds, while leaving margin for -race on two busy cores
+// for the tests on loopback (faster probing there brings false
+// suspicions).
 func fastTimings(c *memberlist.Config) {
 	c.TCPTimeout = 2 * time.Second
 	c.RetransmitMult = 3
@@ -99,9 +105,12 @@ func testConfig(i, port int, tune func(*memberlist.Config)) Config {
 	}
 }
 
-// start creates a node from cfg and runs it until the test ends (or stop).
+// start creates a node from cfg and runs it until the test ends (or stop):
+// on the in-memory network when the test runs in a bubble (inBubble), on
+// loopback otherwise.
 func start(t testing.TB, cfg Config) *testNode {
 	t.Helper()
+	cfg = inNetwork(t, cfg)
 	n, err := New(cfg)
 	if err != nil {
 		t.Fatalf("New(%s): %v", cfg.Name, err)
@@ -130,6 +139,62 @@ func (tn *testNode) kill() {
 	tn.stop()
 }
 
+// inBubble runs f in a testing/synctest bubble, and the nodes its start
+// and startCluster make on an in-memory network: the clock is virtual, so
+// memberlist's timers and the tests' waits take no real time, and a busy
+// machine slows the test down without changing what it sees. f must not
+// call t.Run (synctest forbids it).
+func inBubble(t *testing.T, f func(t *testing.T)) {
+	synctest.Test(t, func(t *testing.T) {
+		bubbles.Store(t, memnet.New(0))
+		defer bubbles.Delete(t)
+		// Last of the cleanups: a leaving node's pings wait for their acks
+		// (memberlist's ProbeTimeout) even once it is shut down; let those
+		// timers run out, in virtual time, before the bubble ends (it ends
+		// only when every goroutine in it has).
+		t.Cleanup(func() { time.Sleep(time.Minute) })
+		f(t)
+	})
+}
+
+// bubbles are the in-memory networks of the tests running in a bubble
+// (inBubble), by test.
+var bubbles sync.Map // testing.TB → *memnet.Network
+
+// network returns the in-memory network of t's bubble, or nil (loopback).
+func network(t testing.TB) *memnet.Network {
+	if mn, ok := bubbles.Load(t); ok {
+		return mn.(*memnet.Network)
+	}
+	return nil
+}
+
+// inNetwork returns cfg attached to the in-memory network of t's bubble
+// (onMemnet), or as it is (loopback) when t runs in none.
+func inNetwork(t testing.TB, cfg Config) Config {
+	t.Helper()
+	if mn := network(t); mn != nil && cfg.Transport == nil && !cfg.Offline {
+		return onMemnet(t, mn, cfg)
+	}
+	return cfg
+}
+
+// onMemnet attaches cfg's node to mn, at its BindAddr and port 7946.
+func onMemnet(t testing.TB, mn *memnet.Network, cfg Config) Config {
+	t.Helper()
+	tr, err := mn.Transport(netip.AddrPortFrom(cfg.BindAddr, 7946), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Transport = tr
+	tune := cfg.Tune
+	cfg.Tune = func(c *memberlist.Config) {
+		tune(c)
+		c.BindPort, c.AdvertisePort = 7946, 7946
+	}
+	return cfg
+}
+
 // startCluster starts nodes 0..n-1, all joining node 0. The nodes are
 // killed together when the test ends: when every node leaves at once, the
 // last ones wait out the leave timeout, since nobody is left to hear them.
@@ -153,22 +218,6 @@ func stopAll(nodes []*testNode) {
 		wg.Go(n.kill)
 	}
 	wg.Wait()
-}
-
-// eventually polls cond until it holds, and fails the test after timeout.
-func eventually(t testing.TB, timeout time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %s: %v", timeout, what, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // waitMembers waits until every node sees all the others alive.
@@ -266,9 +315,9 @@ func noVTEP(nodes []*testNode, skip string, vtep netip.AddrPort) func() error {
 // it.
 func ownRecord(t testing.TB, n *Node, k key) []byte {
 	t.Helper()
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	r := n.store.get(k, n.name)
+	n.cluster.mu.Lock()
+	defer n.cluster.mu.Unlock()
+	r := n.cluster.store.get(k, n.name)
 	if r == nil {
 		t.Fatalf("%s holds no record for %s", n.name, k)
 	}

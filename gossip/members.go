@@ -63,10 +63,10 @@ func (n *Node) Addr() netip.AddrPort { return n.addr }
 // Members returns the cluster as this node sees it, sorted by name,
 // including this node and members that departed in the last ten minutes.
 func (n *Node) Members() []Member {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	out := make([]Member, 0, len(n.members))
-	for _, m := range n.members {
+	n.cluster.mu.Lock()
+	defer n.cluster.mu.Unlock()
+	out := make([]Member, 0, len(n.cluster.members))
+	for _, m := range n.cluster.members {
 		state := "alive"
 		switch {
 		case !m.alive && m.left:
@@ -75,7 +75,7 @@ func (n *Node) Members() []Member {
 			state = "dead"
 		}
 		entries := 0
-		for _, r := range n.store.owned(m.name) {
+		for _, r := range n.cluster.store.owned(m.name) {
 			if !r.deleted {
 				entries++
 			}

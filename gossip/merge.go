@@ -12,11 +12,11 @@ import (
 )
 
 // The merge rules, membership and the tables. The comment at the top of
-// node.go explains them. Functions named ...Locked expect n.mu held; the
-// others (merge, leaving, gc, localState) take it themselves.
+// node.go explains them. Functions named ...Locked expect n.cluster.mu held;
+// the others (merge, leaving, gc, localState) take it themselves.
 
-// mergeBatchSize bounds how many records are merged per hold of n.mu, so a
-// large push/pull does not hold up broadcasts.
+// mergeBatchSize bounds how many records are merged per hold of
+// n.cluster.mu, so a large push/pull does not hold up broadcasts.
 const mergeBatchSize = 512
 
 // merge merges records received from a peer. With relay, the records that
@@ -27,13 +27,13 @@ func (n *Node) merge(recs []record, relay bool) {
 		batch := recs[:min(len(recs), mergeBatchSize)]
 		recs = recs[len(batch):]
 		now := time.Now()
-		n.mu.Lock()
+		n.cluster.mu.Lock()
 		for i := range batch {
 			if n.mergeLocked(&batch[i], now) && relay {
 				n.broadcastLocked(&batch[i])
 			}
 		}
-		n.mu.Unlock()
+		n.cluster.mu.Unlock()
 	}
 }
 
@@ -54,12 +54,12 @@ func (n *Node) mergeLocked(r *record, now time.Time) bool {
 		return false
 	}
 	n.clock.observe(r.version)
-	cur := n.store.get(r.key, r.owner)
+	cur := n.cluster.store.get(r.key, r.owner)
 	if cur != nil && !r.newer(&cur.record) {
 		n.countOld(r, &cur.record)
 		return false
 	}
-	m := n.members[r.owner]
+	m := n.cluster.members[r.owner]
 	if m == nil || !m.alive {
 		n.holdLocked(r, now) // not relayed: we cannot check it yet
 		return false
@@ -67,7 +67,7 @@ func (n *Node) mergeLocked(r *record, now time.Time) bool {
 	if !n.admissibleLocked(r, m) {
 		return false
 	}
-	if cur == nil && n.store.n >= maxRecords {
+	if cur == nil && n.cluster.store.n >= maxRecords {
 		n.stats.tableErrors.Add(1)
 		return false
 	}
@@ -106,12 +106,12 @@ func (n *Node) admissibleLocked(r *record, m *member) bool {
 
 // dropPendingLocked removes a pending record.
 func (n *Node) dropPendingLocked(pk pendingKey) {
-	if _, ok := n.pending[pk]; !ok {
+	if _, ok := n.cluster.pending[pk]; !ok {
 		return
 	}
-	delete(n.pending, pk)
-	if n.pendingBy[pk.owner]--; n.pendingBy[pk.owner] <= 0 {
-		delete(n.pendingBy, pk.owner)
+	delete(n.cluster.pending, pk)
+	if n.cluster.pendingBy[pk.owner]--; n.cluster.pendingBy[pk.owner] <= 0 {
+		delete(n.cluster.pendingBy, pk.owner)
 	}
 }
 
@@ -119,18 +119,18 @@ func (n *Node) dropPendingLocked(pk pendingKey) {
 // pending set.
 func (n *Node) holdLocked(r *record, now time.Time) {
 	pk := pendingKey{r.key, r.owner}
-	if p := n.pending[pk]; p != nil {
+	if p := n.cluster.pending[pk]; p != nil {
 		if !r.newer(&p.record) {
 			n.countOld(r, &p.record)
 			return
 		}
-	} else if len(n.pending) >= maxPending {
+	} else if len(n.cluster.pending) >= maxPending {
 		n.stats.unknownOwner.Add(1)
 		return
 	} else {
-		n.pendingBy[r.owner]++
+		n.cluster.pendingBy[r.owner]++
 	}
-	n.pending[pk] = &stored{record: *r, at: now}
+	n.cluster.pending[pk] = &stored{record: *r, at: now}
 }
 
 // mergeOwnLocked handles a record in our own name coming back from a peer.
@@ -139,7 +139,7 @@ func (n *Node) holdLocked(r *record, now time.Time) {
 // version above it.
 func (n *Node) mergeOwnLocked(r *record, now time.Time) {
 	n.clock.observe(r.version)
-	cur := n.store.get(r.key, n.name)
+	cur := n.cluster.store.get(r.key, n.name)
 	switch {
 	case cur != nil && !r.newer(&cur.record):
 		n.countOld(r, &cur.record)
@@ -166,8 +166,8 @@ func (n *Node) mergeOwnLocked(r *record, now time.Time) {
 // brings the tables up to date.
 func (n *Node) putLocked(r *record, now time.Time) {
 	old := n.winnerLocked(r.key)
-	n.store.put(&stored{record: *r, at: now})
-	if p := n.pending[pendingKey{r.key, r.owner}]; p != nil && !p.newer(r) {
+	n.cluster.store.put(&stored{record: *r, at: now})
+	if p := n.cluster.pending[pendingKey{r.key, r.owner}]; p != nil && !p.newer(r) {
 		n.dropPendingLocked(pendingKey{r.key, r.owner})
 	}
 	n.applyLocked(r.key, old, n.winnerLocked(r.key))
@@ -190,7 +190,7 @@ func (n *Node) effectiveLocked(r *stored) bool {
 	if r.owner == n.name {
 		return true
 	}
-	m := n.members[r.owner]
+	m := n.cluster.members[r.owner]
 	return m != nil && m.alive && r.version >= m.meta.boot && (r.kind != kindFDB || r.vtep == m.meta.vtep) &&
 		!n.pinnedElsewhereLocked(&r.record)
 }
@@ -200,7 +200,7 @@ func (n *Node) effectiveLocked(r *stored) bool {
 // greater owner name.
 func (n *Node) winnerLocked(k key) *stored {
 	var best *stored
-	for r := n.store.first(k); r != nil; r = r.next {
+	for r := n.cluster.store.first(k); r != nil; r = r.next {
 		if !n.effectiveLocked(r) {
 			continue
 		}
@@ -214,7 +214,7 @@ func (n *Node) winnerLocked(k key) *stored {
 // applyLocked changes the tables for k whose winner went from old to new
 // (either may be nil).
 func (n *Node) applyLocked(k key, old, new *stored) {
-	if !n.self.serves(k.vni) || old == new {
+	if !n.cluster.self.serves(k.vni) || old == new {
 		return
 	}
 	if old != nil && new != nil && old.owner == new.owner && old.sameValue(&new.record) {
@@ -284,7 +284,7 @@ func (n *Node) memberUpLocked(node *memberlist.Node) bool {
 		return false
 	}
 	now := time.Now()
-	m := n.members[node.Name]
+	m := n.cluster.members[node.Name]
 	if m != nil {
 		m.downSeq = 0 // back alive: a deferred withdrawal is off
 	}
@@ -304,7 +304,7 @@ func (n *Node) memberUpLocked(node *memberlist.Node) bool {
 	}
 	if m == nil {
 		m = &member{name: node.Name}
-		n.members[node.Name] = m
+		n.cluster.members[node.Name] = m
 	}
 	m.core = slices.Clone(core)
 	m.dmax = node.DMax
@@ -313,7 +313,7 @@ func (n *Node) memberUpLocked(node *memberlist.Node) bool {
 	// run, another VTEP or TAP MAC); otherwise only the keys pinned before
 	// or now, whose others' records lose or count again. A member at its
 	// full quota holds 8192 records: walking them at every update of its
-	// metadata cost 3.5 ms under n.mu (issue 26).
+	// metadata cost 3.5 ms under n.cluster.mu (issue 26).
 	var keys []key
 	if !m.alive || m.meta.boot != md.boot || m.meta.vtep != md.vtep || m.meta.mac != md.mac {
 		keys = n.affectedKeysLocked(node.Name)
@@ -342,15 +342,15 @@ func (n *Node) memberUpLocked(node *memberlist.Node) bool {
 		// and its leave intent: the new run has not said it is leaving,
 		// and a failure of it is a failure (deadGrace), not a leave.
 		m.leaving = false
-		for _, r := range slices.Clone(n.store.owned(node.Name)) {
+		for _, r := range slices.Clone(n.cluster.store.owned(node.Name)) {
 			if r.version < md.boot {
-				n.store.del(r.key, r.owner)
+				n.cluster.store.del(r.key, r.owner)
 			}
 		}
 	}
 	m.meta = md
 	if !wasAlive || sourcesDiffer(&oldMeta, &md) {
-		n.sourcesChanged = true
+		n.cluster.sourcesChanged = true
 	}
 	switch {
 	case !wasAlive:
@@ -378,23 +378,23 @@ func (n *Node) memberUpLocked(node *memberlist.Node) bool {
 // (or of a new run): each as if it arrived now, and relayed now that it
 // checks out.
 func (n *Node) mergePendingLocked(m *member, now time.Time) {
-	for pk, p := range n.pending {
-		if n.pendingBy[m.name] == 0 {
+	for pk, p := range n.cluster.pending {
+		if n.cluster.pendingBy[m.name] == 0 {
 			break
 		}
 		if pk.owner != m.name {
 			continue
 		}
 		n.dropPendingLocked(pk)
-		cur := n.store.get(p.key, p.owner)
+		cur := n.cluster.store.get(p.key, p.owner)
 		switch {
 		case cur != nil && !p.newer(&cur.record):
 			n.countOld(&p.record, &cur.record)
 		case !n.admissibleLocked(&p.record, m):
-		case cur == nil && n.store.n >= maxRecords:
+		case cur == nil && n.cluster.store.n >= maxRecords:
 			n.stats.tableErrors.Add(1)
 		default:
-			n.store.put(&stored{record: p.record, at: now})
+			n.cluster.store.put(&stored{record: p.record, at: now})
 			n.stats.applied.Add(1)
 			n.broadcastLocked(&p.record) // relayed now that it checks out
 		}
@@ -404,17 +404,17 @@ func (n *Node) mergePendingLocked(m *member, now time.Time) {
 // memberDownLocked handles memberlist declaring a member dead or left. It
 // reports whether an alive member went down.
 func (n *Node) memberDownLocked(name string) bool {
-	m := n.members[name]
+	m := n.cluster.members[name]
 	if m == nil || !m.alive || name == n.name {
 		return false
 	}
-	keys := n.store.keysOf(name)
+	keys := n.cluster.store.keysOf(name)
 	olds := make([]*stored, len(keys))
 	for i, k := range keys {
 		olds[i] = n.winnerLocked(k)
 	}
 	m.alive, m.left, m.since = false, m.leaving, time.Now()
-	n.sourcesChanged = true
+	n.cluster.sourcesChanged = true
 	n.rebuildPinsLocked()
 	for i, k := range keys {
 		n.applyLocked(k, olds[i], n.winnerLocked(k))
@@ -426,9 +426,9 @@ func (n *Node) memberDownLocked(name string) bool {
 // leaving records the leave intent of a member's run started at boot, and
 // relays it the first time.
 func (n *Node) leaving(name string, boot uint64) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	m := n.members[name]
+	n.cluster.mu.Lock()
+	defer n.cluster.mu.Unlock()
+	m := n.cluster.members[name]
 	if m == nil || m.meta.boot != boot || m.leaving {
 		return
 	}
@@ -442,12 +442,12 @@ func (n *Node) leaving(name string, boot uint64) {
 // affectedKeysLocked returns the keys of the owner's stored and pending
 // records.
 func (n *Node) affectedKeysLocked(owner string) []key {
-	keys := n.store.keysOf(owner)
-	if n.pendingBy[owner] == 0 {
+	keys := n.cluster.store.keysOf(owner)
+	if n.cluster.pendingBy[owner] == 0 {
 		return keys
 	}
-	for pk := range n.pending {
-		if pk.owner == owner && n.store.get(pk.key, owner) == nil {
+	for pk := range n.cluster.pending {
+		if pk.owner == owner && n.cluster.store.get(pk.key, owner) == nil {
 			keys = append(keys, pk.key)
 		}
 	}
@@ -460,21 +460,21 @@ func (n *Node) affectedKeysLocked(owner string) []key {
 // floodDelLocked instead.
 func (n *Node) setFloodLocked() {
 	alive := 1 // self
-	for _, m := range n.members {
+	for _, m := range n.cluster.members {
 		if m.alive && m.name != n.name {
 			alive++
 		}
 	}
 	n.numAlive.Store(int32(alive))
-	for _, vni := range n.self.vnis {
+	for _, vni := range n.cluster.self.vnis {
 		var vteps []netip.AddrPort
-		for _, m := range n.members {
-			if m.alive && m.name != n.name && m.meta.serves(vni) && m.meta.vtep != n.self.vtep {
+		for _, m := range n.cluster.members {
+			if m.alive && m.name != n.name && m.meta.serves(vni) && m.meta.vtep != n.cluster.self.vtep {
 				vteps = append(vteps, m.meta.vtep)
 			}
 		}
 		slices.SortFunc(vteps, netip.AddrPort.Compare)
-		n.floodVTEPs[vni] = vteps
+		n.cluster.floodVTEPs[vni] = vteps
 		n.publishFloodLocked(vni)
 	}
 }
@@ -482,11 +482,11 @@ func (n *Node) setFloodLocked() {
 // floodAddLocked adds m, another member that came alive, to the flood lists.
 func (n *Node) floodAddLocked(m *member) {
 	n.numAlive.Add(1)
-	for _, vni := range n.self.vnis {
-		if m.meta.serves(vni) && m.meta.vtep != n.self.vtep {
-			vteps := n.floodVTEPs[vni]
+	for _, vni := range n.cluster.self.vnis {
+		if m.meta.serves(vni) && m.meta.vtep != n.cluster.self.vtep {
+			vteps := n.cluster.floodVTEPs[vni]
 			i, _ := slices.BinarySearchFunc(vteps, m.meta.vtep, netip.AddrPort.Compare)
-			n.floodVTEPs[vni] = slices.Insert(vteps, i, m.meta.vtep)
+			n.cluster.floodVTEPs[vni] = slices.Insert(vteps, i, m.meta.vtep)
 			n.publishFloodLocked(vni)
 		}
 	}
@@ -496,10 +496,10 @@ func (n *Node) floodAddLocked(m *member) {
 // lists.
 func (n *Node) floodDelLocked(m *member) {
 	n.numAlive.Add(-1)
-	for _, vni := range n.self.vnis {
-		vteps := n.floodVTEPs[vni]
+	for _, vni := range n.cluster.self.vnis {
+		vteps := n.cluster.floodVTEPs[vni]
 		if i, ok := slices.BinarySearchFunc(vteps, m.meta.vtep, netip.AddrPort.Compare); ok {
-			n.floodVTEPs[vni] = slices.Delete(vteps, i, i+1)
+			n.cluster.floodVTEPs[vni] = slices.Delete(vteps, i, i+1)
 			n.publishFloodLocked(vni)
 		}
 	}
@@ -507,17 +507,17 @@ func (n *Node) floodDelLocked(m *member) {
 
 // publishFloodLocked sets vni's flood list in the table.
 func (n *Node) publishFloodLocked(vni fdb.VNI) {
-	n.cfg.FDB.SetFlood(vni, append(slices.Clone(n.cfg.StaticPeers), n.floodVTEPs[vni]...))
+	n.cfg.FDB.SetFlood(vni, append(slices.Clone(n.cfg.StaticPeers), n.cluster.floodVTEPs[vni]...))
 }
 
 // gc drops tombstones, and the records of members departed, older than
 // tombstoneTTL, and pending records older than pendingTTL.
 func (n *Node) gc(now time.Time) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
+	n.cluster.mu.Lock()
+	defer n.cluster.mu.Unlock()
 	var drop []*stored
-	n.store.owners(func(owner string, recs []*stored) {
-		m := n.members[owner]
+	n.cluster.store.owners(func(owner string, recs []*stored) {
+		m := n.cluster.members[owner]
 		gone := owner != n.name && (m == nil || (!m.alive && now.Sub(m.since) > n.tombstoneTTL))
 		for _, r := range recs {
 			if gone || (r.deleted && now.Sub(r.at) > n.tombstoneTTL) {
@@ -526,22 +526,22 @@ func (n *Node) gc(now time.Time) {
 		}
 	})
 	for _, r := range drop {
-		n.store.del(r.key, r.owner)
+		n.cluster.store.del(r.key, r.owner)
 	}
-	for name, m := range n.members {
+	for name, m := range n.cluster.members {
 		if !m.alive && now.Sub(m.since) > n.tombstoneTTL {
-			delete(n.members, name)
+			delete(n.cluster.members, name)
 		}
 	}
-	for pk, p := range n.pending {
+	for pk, p := range n.cluster.pending {
 		if now.Sub(p.at) > pendingTTL {
 			n.dropPendingLocked(pk)
 			n.stats.unknownOwner.Add(1)
 		}
 	}
-	for s, t := range n.warned {
+	for s, t := range n.cluster.warned {
 		if now.Sub(t) > time.Minute {
-			delete(n.warned, s)
+			delete(n.cluster.warned, s)
 		}
 	}
 }
@@ -559,10 +559,10 @@ func (n *Node) gc(now time.Time) {
 // everything: the joiner needs it, and the stale records a healed side
 // sends reach their owners, who answer them (authority).
 func (n *Node) localState(join bool) []byte {
-	n.mu.Lock()
-	recs := make([]record, 0, n.store.n)
-	n.store.owners(func(owner string, owned []*stored) {
-		m := n.members[owner]
+	n.cluster.mu.Lock()
+	recs := make([]record, 0, n.cluster.store.n)
+	n.cluster.store.owners(func(owner string, owned []*stored) {
+		m := n.cluster.members[owner]
 		if owner != n.name && (m == nil || !m.alive || (!join && m.meta.hasDigest)) {
 			return
 		}
@@ -570,9 +570,9 @@ func (n *Node) localState(join bool) []byte {
 			recs = append(recs, r.record)
 		}
 	})
-	n.mu.Unlock()
+	n.cluster.mu.Unlock()
 	sections := make([]section, len(n.exts))
-	for i, e := range n.exts { // without n.mu: see extension.go
+	for i, e := range n.exts { // without n.cluster.mu: see extension.go
 		sections[i] = section{typ: e.Type(), data: e.LocalState()}
 	}
 	return appendState(nil, recs[:min(len(recs), maxBatch)], sections)
@@ -580,9 +580,9 @@ func (n *Node) localState(join bool) []byte {
 
 // warnLocked logs a warning at most once a minute per subject.
 func (n *Node) warnLocked(subject string, now time.Time, msg string, args ...any) {
-	if t, ok := n.warned[subject]; ok && now.Sub(t) < time.Minute {
+	if t, ok := n.cluster.warned[subject]; ok && now.Sub(t) < time.Minute {
 		return
 	}
-	n.warned[subject] = now
+	n.cluster.warned[subject] = now
 	n.log.Warn(msg, args...)
 }

@@ -193,39 +193,43 @@ func settleAgain(before, now, settles int) bool {
 
 // Node is one agent's member of the gossip cluster. Create it with New and
 // drive it with Run. All its methods are safe for concurrent use.
+//
+// Its fields are grouped by what guards them, as wireguard-go's Device: the
+// fields New sets and nothing changes after, the atomics and channels, and
+// one struct per lock holding the lock and what it guards. Lock order:
+// publish, cluster.mu, meta.mu; refused.mu is taken alone. None but
+// publish is held across network I/O or a call into memberlist.
 type Node struct {
+	// Set by New, never changed after: read without a lock.
 	cfg   Config
 	log   *slog.Logger
 	name  string
-	self  meta
-	meta  []byte         // self, encoded: NodeMeta; guarded by metaMu once memberlist runs
 	addr  netip.AddrPort // gossip address actually bound
-	clock clock
-	// found are the seeds found at run time (SetSeeds); guarded by mu.
-	found []string
 	ml    *memberlist.Memberlist
 	queue *memberlist.TransmitLimitedQueue
-	stats counters
 	// streams is memberlist's transport: it bounds the inbound streams
 	// (stream.go).
 	streams *streamTransport
-	// joins are the joins of single seeds still under way (joinSeeds).
-	joins sync.WaitGroup
-
+	exts    []ext // Config.Extensions, started, by increasing type
 	// tombstoneTTL is how long tombstones and departed members' records
 	// are kept (defaultTombstoneTTL; tests shorten it).
 	tombstoneTTL time.Duration
 	// deadGrace is how long a member declared dead keeps its entries
-	// (deadGrace; tests set 0); downSeq numbers the deferrals (n.mu).
+	// (deadGrace; tests set 0).
 	deadGrace time.Duration
-	downSeq   uint64
 	// settleDelay is how long after joining the node syncs with a few
 	// random members (settlePeers): 20 gossip intervals, time for the
 	// broadcasts of the join to have gone around.
 	settleDelay time.Duration
-	numAlive    atomic.Int32 // alive members, self included: the queue's NumNodes
 	// pt are the timings of pulls and metadata updates (pull.go).
 	pt pullTimings
+
+	// Atomics, channels and wait groups: safe without a lock.
+	clock    clock
+	stats    counters
+	numAlive atomic.Int32 // alive members, self included: the queue's NumNodes
+	// joins are the joins of single seeds still under way (joinSeeds).
+	joins sync.WaitGroup
 	// metaDirty signals (coalesced) that our own records changed, so our
 	// metadata's digest is to be published (Run's loop does, at most every
 	// pt.metaEvery); metaBusy: an UpdateNode is under way.
@@ -234,44 +238,8 @@ type Node struct {
 	// pushPulling: a pull by push/pull (an owner of many records) is under
 	// way.
 	pushPulling atomic.Bool
-
-	mu      sync.Mutex // guards the fields below; never held across network I/O or memberlist calls
-	store   *store
-	pending map[pendingKey]*stored
-	// pendingBy counts the pending records by owner, so that a join does
-	// not walk the pending set of the others' records.
-	pendingBy map[string]int
-	// floodVTEPs are the flood lists but the static peers, sorted, by VNI.
-	floodVTEPs map[fdb.VNI][]netip.AddrPort
-	members    map[string]*member
-	warned     map[string]time.Time  // rate limit for warnings, by subject
-	pins       map[pinKey]string     // keys pinned to the alive members (self included): by whom
-	pulls      map[string]*pullState // owners watched and pulled from (pull.go)
-	// answered and answerLimit bound the answers to pulls.
-	answered    map[string]time.Time
-	answerLimit bucket
-	// pinsChanged: pins changed since the last publishPins.
-	pinsChanged bool
-	// sourcesChanged: the alive members' VTEPs or source ports changed
-	// since the last publishSources.
-	sourcesChanged bool
-
-	metaMu sync.Mutex // guards meta (SetPinnedAddrs changes it)
-
-	refusedMu sync.Mutex
-	refused   map[string]string // node name → why it was refused (logged once)
-
-	closeOnce sync.Once
-	closed    chan struct{}
-	closeErr  error
-
-	exts []ext // Config.Extensions, started, by increasing type
-
-	failOnce sync.Once
-	failed   chan struct{} // closed by fail
-	failErr  error         // why; Run returns it
-	joined   atomic.Bool   // a join succeeded (or there was nobody to join)
-	joinedCh chan struct{} // closed when joined becomes true
+	joined      atomic.Bool   // a join succeeded (or there was nobody to join)
+	joinedCh    chan struct{} // closed when joined becomes true
 	// memberSeen signals (coalesced) that another member came alive: a
 	// node whose own joins fail is still in the cluster once another
 	// member joined it.
@@ -280,6 +248,75 @@ type Node struct {
 	// (the extensions disagree), met while joining; Run fails with it when
 	// no seed could be joined.
 	mismatch atomic.Pointer[error]
+
+	// closeOnce guards closeErr, set once; closed is closed by shutdown.
+	closeOnce sync.Once
+	closed    chan struct{}
+	closeErr  error
+	// failOnce guards failErr, set once before failed is closed (fail);
+	// Run returns it.
+	failOnce sync.Once
+	failed   chan struct{}
+	failErr  error
+
+	// cluster is what the node knows of the cluster: its own metadata, the
+	// members, every owner's records, the flood lists, the pins and the
+	// pulls. Functions named ...Locked expect cluster.mu held.
+	cluster struct {
+		mu sync.Mutex
+		// self is our metadata. New sets its boot, VTEP, MAC, VNIs and
+		// pinned MACs (startExtensions its extensions' sections) before
+		// memberlist runs and nothing changes them after: they are read
+		// without the lock. Its version, digest and pinned addresses
+		// change under it.
+		self meta
+		// found are the seeds found at run time (SetSeeds).
+		found   []string
+		downSeq uint64 // numbers the deferred withdrawals (deferDown)
+		store   *store
+		pending map[pendingKey]*stored
+		// pendingBy counts the pending records by owner, so that a join does
+		// not walk the pending set of the others' records.
+		pendingBy map[string]int
+		// floodVTEPs are the flood lists but the static peers, sorted, by VNI.
+		floodVTEPs map[fdb.VNI][]netip.AddrPort
+		members    map[string]*member
+		warned     map[string]time.Time  // rate limit for warnings, by subject
+		pins       map[pinKey]string     // keys pinned to the alive members (self included): by whom
+		pulls      map[string]*pullState // owners watched and pulled from (pull.go)
+		// answered and answerLimit bound the answers to pulls.
+		answered    map[string]time.Time
+		answerLimit bucket
+		// pinsChanged: pins changed since the last publishPins.
+		pinsChanged bool
+		// sourcesChanged: the alive members' VTEPs or source ports changed
+		// since the last publishSources.
+		sourcesChanged bool
+	}
+
+	// meta is our metadata as memberlist gets it (NodeMeta), encoded from
+	// cluster.self and stored with cluster.mu held, so the encodings are
+	// stored in the order they were made (setMetaLocked).
+	meta struct {
+		mu      sync.Mutex
+		encoded []byte
+	}
+
+	// publish is held (a token in it) across memberlist's UpdateNode, so
+	// the updates of our metadata reach memberlist one at a time, in order
+	// (updateNode). It is taken before the others (memberlist calls our
+	// delegate, which takes cluster.mu, from UpdateNode). A channel rather
+	// than a mutex: a goroutine waiting for it, while the update under way
+	// waits for its broadcast, counts as blocked in a testing/synctest
+	// bubble, so virtual time goes on.
+	publish chan struct{}
+
+	// refused are the nodes refused as members: node name → why (each
+	// logged once).
+	refused struct {
+		mu  sync.Mutex
+		why map[string]string
+	}
 }
 
 // member is what we know of a node of the cluster (self included).
@@ -320,22 +357,23 @@ func New(cfg Config) (*Node, error) {
 		name:         cfg.Name,
 		tombstoneTTL: defaultTombstoneTTL,
 		deadGrace:    deadGrace,
-		store:        newStore(),
-		pending:      map[pendingKey]*stored{},
-		pendingBy:    map[string]int{},
-		floodVTEPs:   map[fdb.VNI][]netip.AddrPort{},
-		members:      map[string]*member{},
-		warned:       map[string]time.Time{},
-		refused:      map[string]string{},
 		closed:       make(chan struct{}),
 		failed:       make(chan struct{}),
 		memberSeen:   make(chan struct{}, 1),
 		joinedCh:     make(chan struct{}),
 		metaDirty:    make(chan struct{}, 1),
-		pulls:        map[string]*pullState{},
-		answered:     map[string]time.Time{},
+		publish:      make(chan struct{}, 1),
 	}
-	n.self = meta{version: n.maxVersion(), boot: n.clock.next(), vtep: cfg.VTEP, mac: cfg.MAC, vnis: slices.Clone(cfg.VNIs),
+	n.cluster.store = newStore()
+	n.cluster.pending = map[pendingKey]*stored{}
+	n.cluster.pendingBy = map[string]int{}
+	n.cluster.floodVTEPs = map[fdb.VNI][]netip.AddrPort{}
+	n.cluster.members = map[string]*member{}
+	n.cluster.warned = map[string]time.Time{}
+	n.cluster.pulls = map[string]*pullState{}
+	n.cluster.answered = map[string]time.Time{}
+	n.refused.why = map[string]string{}
+	n.cluster.self = meta{version: n.maxVersion(), boot: n.clock.next(), vtep: cfg.VTEP, mac: cfg.MAC, vnis: slices.Clone(cfg.VNIs),
 		macs: cfg.PinnedMACs, addrs: cfg.PinnedAddrs, ports: cfg.SourcePorts}
 
 	mc, d, err := n.memberlistConfig()
@@ -358,9 +396,9 @@ func New(cfg Config) (*Node, error) {
 		NumNodes:       func() int { return max(1, int(n.numAlive.Load())) },
 		RetransmitMult: mc.RetransmitMult,
 	}
-	n.mu.Lock()
+	n.cluster.mu.Lock()
 	n.setFloodLocked() // static peers, before anyone joins
-	n.mu.Unlock()
+	n.cluster.mu.Unlock()
 
 	// The extensions start before memberlist, so that they can claim their
 	// state of a previous run before a peer's push/pull finds none (and
@@ -378,17 +416,17 @@ func New(cfg Config) (*Node, error) {
 			}
 		}
 	}
-	n.mu.Lock()
-	n.meta = n.encodeSelfLocked()
-	n.mu.Unlock()
-	if len(n.meta) > memberlist.MetaMaxSize {
+	n.cluster.mu.Lock()
+	n.meta.encoded = n.encodeSelfLocked()
+	n.cluster.mu.Unlock()
+	if len(n.meta.encoded) > memberlist.MetaMaxSize {
 		shutTransport()
 		return nil, fmt.Errorf("gossip: %w: %d bytes (%d VNIs, %d pinned MACs, %d pinned addresses), more than %d",
-			ErrMetaTooLarge, len(n.meta), len(n.self.vnis), len(n.self.macs), len(n.self.addrs), memberlist.MetaMaxSize)
+			ErrMetaTooLarge, len(n.meta.encoded), len(n.cluster.self.vnis), len(n.cluster.self.macs), len(n.cluster.self.addrs), memberlist.MetaMaxSize)
 	}
 	if cfg.Offline {
 		// The only member is this node, as memberlist would have told us.
-		d.memberUp(&memberlist.Node{Name: cfg.Name, Addr: cfg.BindAddr.AsSlice(), Port: uint16(cfg.BindPort), Meta: n.meta, State: memberlist.StateAlive})
+		d.memberUp(&memberlist.Node{Name: cfg.Name, Addr: cfg.BindAddr.AsSlice(), Port: uint16(cfg.BindPort), Meta: n.meta.encoded, State: memberlist.StateAlive})
 	} else {
 		ml, err := memberlist.Create(mc)
 		if err != nil {
@@ -444,7 +482,7 @@ func (n *Node) Encrypted() bool { return len(n.cfg.SecretKeys) > 0 }
 func (n *Node) Offline() bool { return n.ml == nil }
 
 // fail stops the node because of err, which Run returns. It does not block:
-// callers may hold n.mu.
+// callers may hold n.cluster.mu.
 func (n *Node) fail(err error) {
 	n.failOnce.Do(func() {
 		n.failErr = err
@@ -695,25 +733,25 @@ func (n *Node) tryJoin(seeds []string, founder bool, backoff time.Duration) join
 // rejoin joins the seeds and the departed members that are not alive now.
 func (n *Node) rejoin() {
 	alive := map[string]bool{}
-	n.mu.Lock()
-	for _, m := range n.members {
+	n.cluster.mu.Lock()
+	for _, m := range n.cluster.members {
 		if m.alive {
 			alive[m.addr.String()] = true
 		}
 	}
 	var targets []string
-	for _, s := range slices.Concat(n.cfg.Seeds, n.found) {
+	for _, s := range slices.Concat(n.cfg.Seeds, n.cluster.found) {
 		if !alive[s] && s != n.addr.String() {
 			targets = append(targets, s)
 		}
 	}
 	var dead []string
-	for _, m := range n.members {
+	for _, m := range n.cluster.members {
 		if !m.alive && !m.left && !alive[m.addr.String()] {
 			dead = append(dead, m.addr.String())
 		}
 	}
-	n.mu.Unlock()
+	n.cluster.mu.Unlock()
 	rand.Shuffle(len(dead), func(i, j int) { dead[i], dead[j] = dead[j], dead[i] })
 	targets = append(targets, dead[:min(len(dead), maxRejoin)]...)
 	if len(targets) == 0 {
@@ -776,19 +814,19 @@ func (n *Node) shutdown(leave bool) {
 // milliseconds, and the leave is out in a few round trips. leaveTimeout
 // bounds it all.
 func (n *Node) leave() {
-	n.queue.QueueBroadcast(&broadcast{name: "leave/" + n.name, msg: appendLeave(nil, n.name, n.self.boot)})
+	n.queue.QueueBroadcast(&broadcast{name: "leave/" + n.name, msg: appendLeave(nil, n.name, n.cluster.self.boot)})
 	type peer struct {
 		name string
 		addr *net.UDPAddr
 	}
 	var peers []peer
-	n.mu.Lock()
-	for _, m := range n.members {
+	n.cluster.mu.Lock()
+	for _, m := range n.cluster.members {
 		if m.alive && m.name != n.name {
 			peers = append(peers, peer{m.name, net.UDPAddrFromAddrPort(m.addr)})
 		}
 	}
-	n.mu.Unlock()
+	n.cluster.mu.Unlock()
 	rand.Shuffle(len(peers), func(i, j int) { peers[i], peers[j] = peers[j], peers[i] })
 	left := make(chan error, 1)
 	go func() { left <- n.ml.Leave(leaveTimeout) }()

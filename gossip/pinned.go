@@ -135,15 +135,15 @@ func recordPin(r *record) pinKey {
 // pinnedElsewhereLocked reports whether r's key is pinned to a node other
 // than r's owner.
 func (n *Node) pinnedElsewhereLocked(r *record) bool {
-	owner, ok := n.pins[recordPin(r)]
+	owner, ok := n.cluster.pins[recordPin(r)]
 	return ok && owner != r.owner
 }
 
 // rebuildPinsLocked recomputes n.pins from the alive members (self
 // included) and marks them changed when they did.
 func (n *Node) rebuildPinsLocked() {
-	pins := make(map[pinKey]string, len(n.pins))
-	for _, m := range n.members {
+	pins := make(map[pinKey]string, len(n.cluster.pins))
+	for _, m := range n.cluster.members {
 		if !m.alive {
 			continue
 		}
@@ -153,9 +153,9 @@ func (n *Node) rebuildPinsLocked() {
 			}
 		}
 	}
-	if !maps.Equal(pins, n.pins) {
-		n.pins = pins
-		n.pinsChanged = true
+	if !maps.Equal(pins, n.cluster.pins) {
+		n.cluster.pins = pins
+		n.cluster.pinsChanged = true
 	}
 }
 
@@ -166,18 +166,18 @@ func (n *Node) rebuildPinsLocked() {
 func (n *Node) addPinsLocked(m *member) {
 	keys := m.meta.pinKeys()
 	for _, k := range keys {
-		if owner, taken := n.pins[k]; taken && owner != m.name {
+		if owner, taken := n.cluster.pins[k]; taken && owner != m.name {
 			n.rebuildPinsLocked()
 			return
 		}
 	}
-	if n.pins == nil {
-		n.pins = map[pinKey]string{}
+	if n.cluster.pins == nil {
+		n.cluster.pins = map[pinKey]string{}
 	}
 	for _, k := range keys {
-		if n.pins[k] != m.name {
-			n.pins[k] = m.name
-			n.pinsChanged = true
+		if n.cluster.pins[k] != m.name {
+			n.cluster.pins[k] = m.name
+			n.cluster.pinsChanged = true
 		}
 	}
 }
@@ -187,7 +187,7 @@ func (n *Node) addPinsLocked(m *member) {
 func (n *Node) pinnedKeysLocked(md *meta) []key {
 	var keys []key
 	for _, mac := range md.macs {
-		for _, vni := range n.self.vnis {
+		for _, vni := range n.cluster.self.vnis {
 			keys = append(keys, key{kind: kindFDB, vni: vni, mac: mac})
 		}
 	}
@@ -198,12 +198,12 @@ func (n *Node) pinnedKeysLocked(md *meta) []key {
 }
 
 // publishPins calls Config.PinsChanged if the pins changed since the last
-// call. n.mu must not be held.
+// call. n.cluster.mu must not be held.
 func (n *Node) publishPins() {
-	n.mu.Lock()
-	changed := n.pinsChanged
-	n.pinsChanged = false
-	n.mu.Unlock()
+	n.cluster.mu.Lock()
+	changed := n.cluster.pinsChanged
+	n.cluster.pinsChanged = false
+	n.cluster.mu.Unlock()
 	if changed && n.cfg.PinsChanged != nil {
 		n.cfg.PinsChanged(n.Pins())
 	}
@@ -212,10 +212,10 @@ func (n *Node) publishPins() {
 // Pins returns the keys pinned to other alive members, with the member's
 // name: addresses, and MACs.
 func (n *Node) Pins() (addrs map[PinnedAddr]string, macs map[fdb.MAC]string) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
+	n.cluster.mu.Lock()
+	defer n.cluster.mu.Unlock()
 	addrs, macs = map[PinnedAddr]string{}, map[fdb.MAC]string{}
-	for k, owner := range n.pins {
+	for k, owner := range n.cluster.pins {
 		if owner == n.name {
 			continue
 		}
@@ -233,8 +233,8 @@ func (n *Node) Pins() (addrs map[PinnedAddr]string, macs map[fdb.MAC]string) {
 // ErrKeyPinned, naming the member, when either is pinned to another member.
 // A refusal is counted (Stats.RefusedPinned).
 func (n *Node) CheckClaim(vni fdb.VNI, ip netip.Addr, mac fdb.MAC) error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
+	n.cluster.mu.Lock()
+	defer n.cluster.mu.Unlock()
 	return n.checkClaimLocked(vni, ip.Unmap(), mac)
 }
 
@@ -247,7 +247,7 @@ func (n *Node) checkClaimLocked(vni fdb.VNI, ip netip.Addr, mac fdb.MAC) error {
 		ks = append(ks, pinKey{mac: mac})
 	}
 	for _, k := range ks {
-		if owner, ok := n.pins[k]; ok && owner != n.name {
+		if owner, ok := n.cluster.pins[k]; ok && owner != n.name {
 			n.stats.refusedPinned.Add(1)
 			return fmt.Errorf("gossip: %w: %s is pinned to member %q", ErrKeyPinned, k, owner)
 		}
@@ -275,13 +275,13 @@ func (n *Node) checkPins(peers []*memberlist.Node, merge bool) error {
 			continue // acceptable refuses it
 		}
 		for _, k := range md.pinKeys() {
-			n.mu.Lock()
-			holder, ok := n.pins[k]
+			n.cluster.mu.Lock()
+			holder, ok := n.cluster.pins[k]
 			var holderAddr netip.AddrPort
-			if m := n.members[holder]; ok && m != nil {
+			if m := n.cluster.members[holder]; ok && m != nil {
 				holderAddr = m.addr
 			}
-			n.mu.Unlock()
+			n.cluster.mu.Unlock()
 			if !ok || holder == p.Name {
 				continue
 			}
@@ -303,7 +303,9 @@ func (n *Node) checkPins(peers []*memberlist.Node, merge bool) error {
 // SetPinnedAddrs replaces the node's pinned addresses (Config.PinnedAddrs),
 // for addresses known only once the node runs (routed mode's lease: the
 // TAP's /32 and the gateway), and tells the cluster (memberlist's
-// UpdateNode, waiting at most a second for the broadcast). It fails, and
+// UpdateNode, waiting at most a second for the broadcast, after the
+// metadata update under way if there is one: at most five seconds more).
+// It fails, and
 // changes nothing, for bad addresses and for metadata that would not fit
 // (ErrMetaTooLarge).
 func (n *Node) SetPinnedAddrs(addrs []PinnedAddr) error {
@@ -311,27 +313,24 @@ func (n *Node) SetPinnedAddrs(addrs []PinnedAddr) error {
 	for i, a := range addrs {
 		addrs[i].Addr = a.Addr.Unmap()
 	}
-	if err := checkPins(n.self.macs, addrs, n.self.vnis); err != nil {
+	if err := checkPins(n.cluster.self.macs, addrs, n.cluster.self.vnis); err != nil {
 		return fmt.Errorf("gossip: pinned addresses: %w", err)
 	}
-	n.mu.Lock()
-	self := n.self
+	n.cluster.mu.Lock()
+	self := n.cluster.self
 	self.addrs = addrs
 	b := self.encode()
 	if len(b) > memberlist.MetaMaxSize {
-		n.mu.Unlock()
+		n.cluster.mu.Unlock()
 		return fmt.Errorf("gossip: %w: %d bytes with %d pinned addresses, more than %d", ErrMetaTooLarge, len(b), len(addrs), memberlist.MetaMaxSize)
 	}
-	n.self.addrs = addrs
-	b = n.encodeSelfLocked()
-	n.mu.Unlock()
-	n.metaMu.Lock()
-	n.meta = b
-	n.metaMu.Unlock()
+	n.cluster.self.addrs = addrs
+	n.setMetaLocked(n.encodeSelfLocked())
+	n.cluster.mu.Unlock()
 	if n.ml == nil {
 		return nil // offline: nobody to tell
 	}
-	if err := n.ml.UpdateNode(time.Second); err != nil {
+	if err := n.updateNode(time.Second); err != nil {
 		return fmt.Errorf("gossip: announce the pinned addresses: %w", err)
 	}
 	return nil

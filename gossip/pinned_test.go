@@ -24,7 +24,9 @@ func pinnedConfig(i int) Config {
 // A record by another owner for a pinned key (n00's TAP MAC, n00's TAP
 // address) is rejected by every node and counted, however new; the owner's
 // own entries stay everywhere; a node refuses to announce such a key.
-func TestPinnedRecordsRejected(t *testing.T) {
+func TestPinnedRecordsRejected(t *testing.T) { inBubble(t, testPinnedRecordsRejected) }
+
+func testPinnedRecordsRejected(t *testing.T) {
 	nodes := make([]*testNode, 3)
 	for i := range nodes {
 		cfg := testConfig(i, 0, nil)
@@ -101,6 +103,10 @@ func TestPinnedRecordsRejected(t *testing.T) {
 // A record of another owner, held before the key was pinned, loses when
 // the node pinning it joins: its own entry wins everywhere.
 func TestPinnedKeyWinsOverEarlierRecord(t *testing.T) {
+	inBubble(t, testPinnedKeyWinsOverEarlierRecord)
+}
+
+func testPinnedKeyWinsOverEarlierRecord(t *testing.T) {
 	nodes := startCluster(t, 2, nil)
 	waitMembers(t, nodes)
 	squatter := fdb.MAC{0x02, 0x66, 0, 0, 0, 2}
@@ -121,13 +127,13 @@ func TestPinnedKeyWinsOverEarlierRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 5*time.Second, "n02's binding on n00", neighOn(nodes[:1], owner.name, testVNI, pinnedIP, testMAC(2)))
-	nodes[0].mu.Lock()
+	nodes[0].cluster.mu.Lock()
 	w := nodes[0].winnerLocked(key{kind: kindNeigh, vni: testVNI, ip: pinnedIP})
 	var effective bool
-	if r := nodes[0].store.get(key{kind: kindNeigh, vni: testVNI, ip: pinnedIP}, nodes[1].name); r != nil {
+	if r := nodes[0].cluster.store.get(key{kind: kindNeigh, vni: testVNI, ip: pinnedIP}, nodes[1].name); r != nil {
 		effective = nodes[0].effectiveLocked(r)
 	}
-	nodes[0].mu.Unlock()
+	nodes[0].cluster.mu.Unlock()
 	if w == nil || w.owner != owner.name {
 		t.Errorf("n00: winner of %s is %+v, want n02's record", pinnedIP, w)
 	}
@@ -140,7 +146,9 @@ func TestPinnedKeyWinsOverEarlierRecord(t *testing.T) {
 // address in the same VNI) is refused: Run fails with ErrKeyPinned naming
 // the key and the member, which keeps its entries and membership. The same
 // address in another VNI is no conflict.
-func TestPinnedKeyTakenRefused(t *testing.T) {
+func TestPinnedKeyTakenRefused(t *testing.T) { inBubble(t, testPinnedKeyTakenRefused) }
+
+func testPinnedKeyTakenRefused(t *testing.T) {
 	logs := newLogCounter("Refuting an alive message", "Refuting a dead message")
 	nodes := make([]*testNode, 2)
 	for i := range nodes {
@@ -251,7 +259,9 @@ func TestPinnedConfig(t *testing.T) {
 
 // Addresses pinned once the node runs (routed mode's lease) reach the
 // other members: they refuse to claim them from then on.
-func TestSetPinnedAddrs(t *testing.T) {
+func TestSetPinnedAddrs(t *testing.T) { inBubble(t, testSetPinnedAddrs) }
+
+func testSetPinnedAddrs(t *testing.T) {
 	nodes := startCluster(t, 2, nil)
 	waitMembers(t, nodes)
 	if err := nodes[1].CheckClaim(testVNI, pinnedIP, fdb.MAC{}); err != nil {

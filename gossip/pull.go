@@ -165,10 +165,10 @@ func (n *Node) watchLocked(owner string, now time.Time) {
 	if owner == n.name {
 		return
 	}
-	p := n.pulls[owner]
+	p := n.cluster.pulls[owner]
 	if p == nil {
 		p = &pullState{backoff: n.pt.backoff}
-		n.pulls[owner] = p
+		n.cluster.pulls[owner] = p
 	}
 	if p.since.IsZero() {
 		p.since = now
@@ -178,7 +178,7 @@ func (n *Node) watchLocked(owner string, now time.Time) {
 // matchesLocked reports whether what we hold of member m's records is what
 // its digest says; true for members without a digest (version 4).
 func (n *Node) matchesLocked(m *member) bool {
-	return !m.meta.hasDigest || n.store.digest(m.name) == m.meta.digest
+	return !m.meta.hasDigest || n.cluster.store.digest(m.name) == m.meta.digest
 }
 
 // pullTarget is an owner to pull from.
@@ -195,10 +195,10 @@ type pullTarget struct {
 // now, at most maxPullsPerTick, and advances their backoff.
 func (n *Node) duePullsLocked(now time.Time) []pullTarget {
 	var due []pullTarget
-	for owner, p := range n.pulls {
-		m := n.members[owner]
+	for owner, p := range n.cluster.pulls {
+		m := n.cluster.members[owner]
 		if m == nil || !m.alive {
-			delete(n.pulls, owner)
+			delete(n.cluster.pulls, owner)
 			continue
 		}
 		if n.matchesLocked(m) {
@@ -206,7 +206,7 @@ func (n *Node) duePullsLocked(now time.Time) []pullTarget {
 				p.since, p.matched = time.Time{}, now
 			}
 			if now.Sub(p.matched) > 4*p.backoff { // quiet for a while: forget the backoff
-				delete(n.pulls, owner)
+				delete(n.cluster.pulls, owner)
 			}
 			continue
 		}
@@ -222,7 +222,7 @@ func (n *Node) duePullsLocked(now time.Time) []pullTarget {
 	rand.Shuffle(len(due), func(i, j int) { due[i], due[j] = due[j], due[i] })
 	due = due[:min(len(due), pullsPerTick(int(n.numAlive.Load())))]
 	for _, t := range due {
-		p := n.pulls[t.name]
+		p := n.cluster.pulls[t.name]
 		p.next = now.Add(p.backoff)
 		p.backoff = min(2*p.backoff, n.pt.maxBackoff)
 		n.stats.pulls.Add(1)
@@ -235,13 +235,13 @@ func (n *Node) duePullsLocked(now time.Time) []pullTarget {
 // owner of many records, which runs in its own goroutine, one at a time.
 func (n *Node) pullMissing() {
 	n.queue.Prune(maxQueued)
-	n.mu.Lock()
+	n.cluster.mu.Lock()
 	due := n.duePullsLocked(time.Now())
-	n.mu.Unlock()
+	n.cluster.mu.Unlock()
 	if len(due) == 0 {
 		return
 	}
-	req := appendPull(nil, n.name, n.self.boot)
+	req := appendPull(nil, n.name, n.cluster.self.boot)
 	for _, t := range due {
 		if t.pushPull {
 			if n.pushPulling.CompareAndSwap(false, true) {
@@ -268,13 +268,13 @@ func (n *Node) pullMissing() {
 // that are newer than its own, with its own view (authority). It does not
 // block.
 func (n *Node) show(to memberlist.Address) {
-	n.mu.Lock()
-	held := n.store.owned(to.Name)
+	n.cluster.mu.Lock()
+	held := n.cluster.store.owned(to.Name)
 	recs := make([]record, 0, min(len(held), maxAnswerRecords))
 	for _, r := range held[:min(len(held), maxAnswerRecords)] {
 		recs = append(recs, r.record)
 	}
-	n.mu.Unlock()
+	n.cluster.mu.Unlock()
 	for len(recs) > 0 {
 		var msg []byte
 		msg, recs = appendAnswer(recs, answerBytes)
@@ -291,15 +291,15 @@ func (n *Node) show(to memberlist.Address) {
 // It does not block.
 func (n *Node) answer(name string, boot uint64) {
 	now := time.Now()
-	n.mu.Lock()
-	m := n.members[name]
+	n.cluster.mu.Lock()
+	m := n.cluster.members[name]
 	if m == nil || !m.alive || m.meta.boot != boot || name == n.name || !n.answerAllowedLocked(name, now) {
-		n.mu.Unlock()
+		n.cluster.mu.Unlock()
 		n.stats.pullsRefused.Add(1)
 		return
 	}
 	addr := m.addr
-	own := n.store.owned(n.name)
+	own := n.cluster.store.owned(n.name)
 	recs := make([]record, 0, len(own))
 	for _, r := range own {
 		if !r.deleted {
@@ -311,7 +311,7 @@ func (n *Node) answer(name string, boot uint64) {
 			recs = append(recs, r.record)
 		}
 	}
-	n.mu.Unlock()
+	n.cluster.mu.Unlock()
 	recs = recs[:min(len(recs), maxAnswerRecords)]
 	n.stats.answers.Add(1)
 	to := memberlist.Address{Addr: addr.String(), Name: name}
@@ -337,10 +337,10 @@ func (n *Node) mergeAnswer(recs []record) {
 	owner := recs[0].owner
 	ok := !slices.ContainsFunc(recs, func(r record) bool { return r.owner != owner })
 	if ok {
-		n.mu.Lock()
-		p := n.pulls[owner]
+		n.cluster.mu.Lock()
+		p := n.cluster.pulls[owner]
 		ok = p != nil && !p.next.IsZero()
-		n.mu.Unlock()
+		n.cluster.mu.Unlock()
 	}
 	if !ok {
 		n.stats.rejectedAnswers.Add(1)
@@ -352,23 +352,23 @@ func (n *Node) mergeAnswer(recs []record) {
 // answerAllowedLocked takes an answer from the bounds: one per requester
 // per answerEvery, and the token bucket.
 func (n *Node) answerAllowedLocked(name string, now time.Time) bool {
-	if last, ok := n.answered[name]; ok && now.Sub(last) < n.pt.answerEvery {
+	if last, ok := n.cluster.answered[name]; ok && now.Sub(last) < n.pt.answerEvery {
 		return false
 	}
-	if rate := answerRate(int(n.numAlive.Load())); !n.answerLimit.take(now, rate, 2*rate) {
+	if rate := answerRate(int(n.numAlive.Load())); !n.cluster.answerLimit.take(now, rate, 2*rate) {
 		return false
 	}
-	if len(n.answered) >= maxAnswered {
-		for k, t := range n.answered {
+	if len(n.cluster.answered) >= maxAnswered {
+		for k, t := range n.cluster.answered {
 			if now.Sub(t) >= n.pt.answerEvery {
-				delete(n.answered, k)
+				delete(n.cluster.answered, k)
 			}
 		}
-		if len(n.answered) >= maxAnswered {
+		if len(n.cluster.answered) >= maxAnswered {
 			return false
 		}
 	}
-	n.answered[name] = now
+	n.cluster.answered[name] = now
 	return true
 }
 

@@ -70,7 +70,8 @@ func TestMetaDigest(t *testing.T) {
 		t.Fatalf("decodeMeta(v4) = %+v, %v; want no digest", got, err)
 	}
 	// A v4 peer is never pulled from: there is nothing to compare.
-	n := &Node{store: newStore()}
+	n := &Node{}
+	n.cluster.store = newStore()
 	if !n.matchesLocked(&member{name: "old", meta: got}) {
 		t.Error("a member without a digest does not match")
 	}
@@ -78,12 +79,16 @@ func TestMetaDigest(t *testing.T) {
 
 // newPullNode is a Node with just what the pull logic uses: no memberlist.
 func newPullNode() *Node {
-	return &Node{name: "self", store: newStore(), members: map[string]*member{}, pulls: map[string]*pullState{},
-		answered: map[string]time.Time{}, pt: newPullTimings(200 * time.Millisecond)}
+	n := &Node{name: "self", pt: newPullTimings(200 * time.Millisecond)}
+	n.cluster.store = newStore()
+	n.cluster.members = map[string]*member{}
+	n.cluster.pulls = map[string]*pullState{}
+	n.cluster.answered = map[string]time.Time{}
+	return n
 }
 
 func addLiar(n *Node, name string, i int) {
-	n.members[name] = &member{name: name, alive: true, addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 2, byte(i)}), 7946),
+	n.cluster.members[name] = &member{name: name, alive: true, addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 2, byte(i)}), 7946),
 		meta: meta{hasDigest: true, digest: digest{count: 999, sum: uint64(i)}}}
 }
 
@@ -151,13 +156,13 @@ func TestPullGlobalBound(t *testing.T) {
 		}
 	}
 	// Owners that match leave the watch list; departed ones are dropped.
-	n.members["liar0"].meta.digest = n.store.digest("liar0")
-	n.members["liar1"].alive = false
+	n.cluster.members["liar0"].meta.digest = n.cluster.store.digest("liar0")
+	n.cluster.members["liar1"].alive = false
 	n.duePullsLocked(t0.Add(time.Hour))
-	if p := n.pulls["liar0"]; p != nil && !p.since.IsZero() {
+	if p := n.cluster.pulls["liar0"]; p != nil && !p.since.IsZero() {
 		t.Error("an owner that matches is still watched")
 	}
-	if n.pulls["liar1"] != nil {
+	if n.cluster.pulls["liar1"] != nil {
 		t.Error("a departed owner is still watched")
 	}
 }
@@ -203,12 +208,12 @@ func TestAnswerBounds(t *testing.T) {
 	if granted > burst || granted < burst/2 {
 		t.Errorf("%d answers at once, want at most %d", granted, burst)
 	}
-	if len(n.answered) > maxAnswered {
-		t.Errorf("%d requesters remembered", len(n.answered))
+	if len(n.cluster.answered) > maxAnswered {
+		t.Errorf("%d requesters remembered", len(n.cluster.answered))
 	}
 	// A request in the name of a stranger, or of a member's previous run,
 	// is not answered (and sends nothing: there is no memberlist here).
-	n.members["m"] = &member{name: "m", alive: true, meta: meta{boot: 5}}
+	n.cluster.members["m"] = &member{name: "m", alive: true, meta: meta{boot: 5}}
 	n.answer("stranger", 1)
 	n.answer("m", 4)
 	if got := n.stats.pullsRefused.Load(); got != 2 {
@@ -259,8 +264,8 @@ func noPushPull(c *memberlist.Config) {
 // putQuietly stores a record of n's own without broadcasting it, as if
 // every broadcast of it had been lost.
 func putQuietly(n *Node, r record) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
+	n.cluster.mu.Lock()
+	defer n.cluster.mu.Unlock()
 	r.owner, r.version = n.name, n.clock.next()
 	n.putLocked(&r, time.Now())
 }
@@ -268,10 +273,14 @@ func putQuietly(n *Node, r record) {
 // Nodes that missed every broadcast of a member's new records, and of its
 // withdrawal, catch up by pulling from it, with memberlist's push/pull out
 // of the way (an hour): the member's digest told them.
-func TestPullCatchesUp(t *testing.T) {
+func TestPullCatchesUp(t *testing.T) { inBubble(t, testPullCatchesUp) }
+
+func testPullCatchesUp(t *testing.T) {
 	nodes := startCluster(t, 4, noPushPull)
 	waitMembers(t, nodes)
-	time.Sleep(2 * time.Second) // past the settling syncs (20 gossip intervals after the joins)
+	// Past the settling syncs (20 gossip intervals after the joins; in
+	// the bubble's virtual time, exactly).
+	time.Sleep(2 * time.Second)
 	owner := nodes[1]
 	macs := []fdb.MAC{{2, 0xcc, 0, 0, 0, 1}, {2, 0xcc, 0, 0, 0, 2}, {2, 0xcc, 0, 0, 0, 3}}
 	for _, mac := range macs {
@@ -287,9 +296,9 @@ func TestPullCatchesUp(t *testing.T) {
 
 	// A withdrawal nobody heard: the owner's digest no longer counts the
 	// record, the others hold it live, they pull the tombstone.
-	owner.mu.Lock()
-	cur := owner.store.get(key{kind: kindFDB, vni: testVNI, mac: macs[1]}, owner.name).record
-	owner.mu.Unlock()
+	owner.cluster.mu.Lock()
+	cur := owner.cluster.store.get(key{kind: kindFDB, vni: testVNI, mac: macs[1]}, owner.name).record
+	owner.cluster.mu.Unlock()
 	cur.deleted = true
 	putQuietly(owner.Node, cur)
 	eventually(t, 10*time.Second, "the quiet withdrawal pulled", func() error {
@@ -312,10 +321,10 @@ func TestPullCatchesUp(t *testing.T) {
 	// Once caught up, everyone holds the owner's digest and nobody pulls.
 	eventually(t, 10*time.Second, "digests matched", func() error {
 		for _, n := range others {
-			n.mu.Lock()
-			m := n.members[owner.name]
+			n.cluster.mu.Lock()
+			m := n.cluster.members[owner.name]
 			ok := n.matchesLocked(m)
-			n.mu.Unlock()
+			n.cluster.mu.Unlock()
 			if !ok {
 				return fmt.Errorf("%s: digest of %s differs", n.name, owner.name)
 			}
@@ -326,7 +335,9 @@ func TestPullCatchesUp(t *testing.T) {
 
 // A node that joins a cluster whose broadcasts are over learns every entry
 // through its join and its pulls, without push/pull or settling sync.
-func TestPullLateJoiner(t *testing.T) {
+func TestPullLateJoiner(t *testing.T) { inBubble(t, testPullLateJoiner) }
+
+func testPullLateJoiner(t *testing.T) {
 	nodes := startCluster(t, 3, noPushPull)
 	waitMembers(t, nodes)
 	for i, n := range nodes {
@@ -336,7 +347,14 @@ func TestPullLateJoiner(t *testing.T) {
 			}
 		}
 	}
-	time.Sleep(time.Second) // the broadcasts are done
+	eventually(t, converge, "the broadcasts done", func() error {
+		for _, n := range nodes {
+			if q := n.queue.NumQueued(); q > 0 {
+				return fmt.Errorf("%s has %d broadcasts queued", n.name, q)
+			}
+		}
+		return nil
+	})
 	cfg := testConfig(3, 0, noPushPull)
 	cfg.Seeds = []string{nodes[0].Addr().String()}
 	late := start(t, cfg)
@@ -351,16 +369,18 @@ func TestPullLateJoiner(t *testing.T) {
 
 // A member lying in its digest (more records than it sends) costs a bounded
 // number of pulls, and the tables keep exactly what it announced.
-func TestPullLiar(t *testing.T) {
+func TestPullLiar(t *testing.T) { inBubble(t, testPullLiar) }
+
+func testPullLiar(t *testing.T) {
 	nodes := startCluster(t, 3, noPushPull)
 	waitMembers(t, nodes)
 	liar := nodes[2]
-	liar.mu.Lock()
-	liar.self.digest = digest{count: 7, sum: 12345} // never what it holds
-	liar.metaMu.Lock()
-	liar.meta = liar.self.encode()
-	liar.metaMu.Unlock()
-	liar.mu.Unlock()
+	liar.cluster.mu.Lock()
+	liar.cluster.self.digest = digest{count: 7, sum: 12345} // never what it holds
+	liar.meta.mu.Lock()
+	liar.meta.encoded = liar.cluster.self.encode()
+	liar.meta.mu.Unlock()
+	liar.cluster.mu.Unlock()
 	if err := liar.ml.UpdateNode(time.Second); err != nil {
 		t.Fatal(err)
 	}

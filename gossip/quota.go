@@ -46,9 +46,9 @@ func (n *Node) tapMACLocked(r *record) bool {
 // metaLocked returns the owner's metadata (ours for ourselves), or nil.
 func (n *Node) metaLocked(owner string) *meta {
 	if owner == n.name {
-		return &n.self
+		return &n.cluster.self
 	}
-	if m := n.members[owner]; m != nil {
+	if m := n.cluster.members[owner]; m != nil {
 		return &m.meta
 	}
 	return nil
@@ -63,7 +63,7 @@ func (n *Node) tapMACsLiveLocked(owner string) int {
 	}
 	c := 0
 	for _, vni := range md.vnis {
-		if r := n.store.get(key{kind: kindFDB, vni: vni, mac: md.mac}, owner); r != nil && !r.deleted {
+		if r := n.cluster.store.get(key{kind: kindFDB, vni: vni, mac: md.mac}, owner); r != nil && !r.deleted {
 			c++
 		}
 	}
@@ -78,9 +78,9 @@ func (n *Node) roomLocked(r *record) bool {
 		return true
 	}
 	limit := n.cfg.MaxEndpoints
-	cur := n.store.get(r.key, r.owner)
+	cur := n.cluster.store.get(r.key, r.owner)
 	if !r.deleted && (cur == nil || cur.deleted) {
-		live := n.store.live[ownerKind{r.owner, r.kind}]
+		live := n.cluster.store.live[ownerKind{r.owner, r.kind}]
 		if r.kind == kindFDB {
 			live -= n.tapMACsLiveLocked(r.owner)
 		}
@@ -88,15 +88,15 @@ func (n *Node) roomLocked(r *record) bool {
 			return false
 		}
 	}
-	if cur != nil || len(n.store.owned(r.owner)) < 4*limit+maxVNIs {
+	if cur != nil || len(n.cluster.store.owned(r.owner)) < 4*limit+maxVNIs {
 		return true
 	}
 	if r.deleted {
 		return false
 	}
-	for _, t := range n.store.owned(r.owner) {
+	for _, t := range n.cluster.store.owned(r.owner) {
 		if t.deleted {
-			n.store.del(t.key, r.owner) // and stop ranging: the slice changed
+			n.cluster.store.del(t.key, r.owner) // and stop ranging: the slice changed
 			return true
 		}
 	}

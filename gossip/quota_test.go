@@ -23,7 +23,9 @@ func quotaIP(owner, i int) netip.Addr {
 // The announcing side: beyond MaxEndpoints live entries of a kind,
 // AnnounceMAC and AnnounceNeigh fail with ErrQuota; the TAP MAC does not
 // count; a withdrawal makes room again.
-func TestQuotaAnnounce(t *testing.T) {
+func TestQuotaAnnounce(t *testing.T) { inBubble(t, testQuotaAnnounce) }
+
+func testQuotaAnnounce(t *testing.T) {
 	cfg := testConfig(0, 0, nil)
 	cfg.MaxEndpoints = 5
 	n := start(t, cfg)
@@ -65,11 +67,11 @@ func quotaPeer(t testing.TB, n *Node, tapMAC fdb.MAC) func(k key, version uint64
 	t.Helper()
 	vtep := netip.MustParseAddrPort("198.18.0.77:4789")
 	md := meta{version: protoVersion, boot: 1000, vtep: vtep, mac: tapMAC, vnis: []fdb.VNI{testVNI}}
-	n.mu.Lock()
+	n.cluster.mu.Lock()
 	if !n.memberUpLocked(&memberlist.Node{Name: "peer", Addr: []byte{127, 0, 0, 1}, Port: 1, Meta: md.encode(), State: memberlist.StateAlive}) {
 		t.Fatal("peer refused")
 	}
-	n.mu.Unlock()
+	n.cluster.mu.Unlock()
 	return func(k key, version uint64, deleted bool) record {
 		r := record{key: k, owner: "peer", version: version, deleted: deleted}
 		if k.kind == kindFDB {
@@ -84,7 +86,9 @@ func quotaPeer(t testing.TB, n *Node, tapMAC fdb.MAC) func(k key, version uint64
 // The receiving side: a peer's live records beyond the quota are rejected
 // and counted, its TAP MAC is not, and lands in the FDB's reserve; its
 // records of all states stay bounded whatever it sends.
-func TestQuotaMerge(t *testing.T) {
+func TestQuotaMerge(t *testing.T) { inBubble(t, testQuotaMerge) }
+
+func testQuotaMerge(t *testing.T) {
 	const max = 5
 	cfg := testConfig(0, 0, nil)
 	cfg.MaxEndpoints = max
@@ -129,9 +133,9 @@ func TestQuotaMerge(t *testing.T) {
 		recs = append(recs, rec(key{kind: kindFDB, vni: testVNI, mac: quotaMAC(8, i)}, uint64(10000+i), i%2 == 0))
 	}
 	n.merge(recs, false)
-	n.mu.Lock()
-	held := len(n.store.owned("peer"))
-	n.mu.Unlock()
+	n.cluster.mu.Lock()
+	held := len(n.cluster.store.owned("peer"))
+	n.cluster.mu.Unlock()
 	if bound := 4*max + maxVNIs; held > bound {
 		t.Errorf("the store holds %d records of the peer, more than %d", held, bound)
 	}
@@ -146,7 +150,9 @@ func TestQuotaMerge(t *testing.T) {
 // hold at most their quota of them, count the rest, and a node that joins
 // afterwards still gets its TAP MAC into every table (the FDB's reserve),
 // though the endpoints fill the others.
-func TestQuotaCluster(t *testing.T) {
+func TestQuotaCluster(t *testing.T) { inBubble(t, testQuotaCluster) }
+
+func testQuotaCluster(t *testing.T) {
 	const max, flood = 20, 60
 	nodes := make([]*testNode, 0, 4)
 	for i := range 3 {
@@ -183,9 +189,9 @@ func TestQuotaCluster(t *testing.T) {
 		t.Error(err)
 	}
 	for _, n := range nodes[1:3] {
-		n.mu.Lock()
-		held := n.store.live[ownerKind{testName(0), kindFDB}]
-		n.mu.Unlock()
+		n.cluster.mu.Lock()
+		held := n.cluster.store.live[ownerKind{testName(0), kindFDB}]
+		n.cluster.mu.Unlock()
 		var inFDB int
 		for _, e := range n.fdb.Entries() {
 			if e.VTEP == testVTEP(0) {

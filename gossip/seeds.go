@@ -24,15 +24,15 @@ func (n *Node) SetSeeds(seeds []string) error {
 			found = append(found, seed)
 		}
 	}
-	n.mu.Lock()
-	n.found = found
+	n.cluster.mu.Lock()
+	n.cluster.found = found
 	alive := map[string]bool{}
-	for _, m := range n.members {
+	for _, m := range n.cluster.members {
 		if m.alive {
 			alive[m.addr.String()] = true
 		}
 	}
-	n.mu.Unlock()
+	n.cluster.mu.Unlock()
 	var targets []string
 	for _, s := range found {
 		if !alive[s] {

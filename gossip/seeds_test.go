@@ -6,7 +6,9 @@ import (
 
 // Two nodes that both founded a cluster (no Seeds) merge once one of them
 // finds the other (SetSeeds), and a bad seed changes nothing.
-func TestSetSeedsMergesFounders(t *testing.T) {
+func TestSetSeedsMergesFounders(t *testing.T) { inBubble(t, testSetSeedsMergesFounders) }
+
+func testSetSeedsMergesFounders(t *testing.T) {
 	a := start(t, testConfig(0, 0, nil))
 	b := start(t, testConfig(1, 0, nil))
 	nodes := []*testNode{a, b}
@@ -21,9 +23,9 @@ func TestSetSeedsMergesFounders(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitMembers(t, nodes)
-	b.mu.Lock()
-	found := b.found
-	b.mu.Unlock()
+	b.cluster.mu.Lock()
+	found := b.cluster.found
+	b.cluster.mu.Unlock()
 	if len(found) != 1 || found[0] != a.Addr().String() {
 		t.Errorf("found seeds %v, want only a's (not b's own address)", found)
 	}

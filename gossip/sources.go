@@ -34,10 +34,10 @@ func sourcesDiffer(a, b *meta) bool {
 // the source ports of their VXLAN and whether they take partial inner
 // checksums, sorted by name.
 func (n *Node) Sources() []Source {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	out := make([]Source, 0, len(n.members))
-	for _, m := range n.members {
+	n.cluster.mu.Lock()
+	defer n.cluster.mu.Unlock()
+	out := make([]Source, 0, len(n.cluster.members))
+	for _, m := range n.cluster.members {
 		if m.alive {
 			out = append(out, Source{Name: m.name, VTEP: m.meta.vtep, Ports: m.meta.sourcePorts(),
 				PartialCsum: m.meta.features&FeaturePartialCsum != 0})
@@ -48,12 +48,12 @@ func (n *Node) Sources() []Source {
 }
 
 // publishSources calls Config.SourcesChanged if the sources changed since
-// the last call. n.mu must not be held.
+// the last call. n.cluster.mu must not be held.
 func (n *Node) publishSources() {
-	n.mu.Lock()
-	changed := n.sourcesChanged
-	n.sourcesChanged = false
-	n.mu.Unlock()
+	n.cluster.mu.Lock()
+	changed := n.cluster.sourcesChanged
+	n.cluster.sourcesChanged = false
+	n.cluster.mu.Unlock()
 	if changed && n.cfg.SourcesChanged != nil {
 		n.cfg.SourcesChanged(n.Sources())
 	}

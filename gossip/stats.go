@@ -147,8 +147,8 @@ func (n *Node) Stats() Stats {
 		RejectedAnswers:      n.stats.rejectedAnswers.Load(),
 		ProtocolSwitches:     n.stats.protocolSwitches.Load(),
 	}
-	n.mu.Lock()
-	s.Pending, s.Records = uint64(len(n.pending)), uint64(n.store.n)
-	n.mu.Unlock()
+	n.cluster.mu.Lock()
+	s.Pending, s.Records = uint64(len(n.cluster.pending)), uint64(n.cluster.store.n)
+	n.cluster.mu.Unlock()
 	return s
 }

@@ -32,7 +32,7 @@ type stored struct {
 
 // store holds every owner's claims, indexed by key (to pick a key's winner)
 // and by owner (to act on a member's join or departure). It is not safe for
-// concurrent use; Node.mu guards it.
+// concurrent use; Node.cluster.mu guards it.
 //
 // Memory. A node of a cluster of 1000 nodes with 10 endpoints each holds
 // 21000 records, and a simulation of that cluster (perf's mode sim) holds

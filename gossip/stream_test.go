@@ -10,6 +10,8 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -37,6 +39,11 @@ func dialFrom(t *testing.T, src netip.Addr, dst netip.AddrPort) net.Conn {
 	t.Cleanup(func() { c.Close() })
 	return c
 }
+
+// closeWait is how long a test waits for the node to close a stream it
+// must close: generous, for a busy machine; a stream closed sooner ends
+// the wait.
+const closeWait = 10 * time.Second
 
 // closedWithin reports whether the node closed c (nil: at once) within d:
 // a read that ends in EOF or a reset rather than a timeout (whatever the
@@ -96,7 +103,10 @@ func send(c net.Conn, head []byte, n int) {
 // counted, the others are held until they end; meanwhile a node still
 // joins; closed streams give their slots back.
 func TestStreamsRefused(t *testing.T) {
-	cfg := testConfig(0, 0, nil)
+	cfg := testConfig(0, 0, func(c *memberlist.Config) {
+		fastTimings(c)
+		c.TCPTimeout = time.Minute // memberlist's read deadline: the held streams stay
+	})
 	cfg.StreamTimeout = time.Minute // the hostile connections stay for the whole test
 	cfg.MaxStreams = 4              // what follows counts on 4 (the default is 8)
 	a := start(t, cfg)
@@ -106,24 +116,33 @@ func TestStreamsRefused(t *testing.T) {
 	for range 10 {
 		conns = append(conns, dialFrom(t, hostileAddr(0), a.Addr()))
 	}
-	eventually(t, 5*time.Second, "8 refused streams", func() error {
+	eventually(t, converge, "8 refused streams", func() error {
 		if got := a.Stats().RefusedStreams; got != 8 {
 			return fmt.Errorf("RefusedStreams = %d", got)
 		}
 		return nil
 	})
-	start0 := time.Now()
-	held := 0
+	// The refused connections are closed; the held ones stay open (their
+	// reads end when the test closes them, below).
+	var closing sync.WaitGroup
+	defer closing.Wait()
+	var closed atomic.Int32
 	for _, c := range conns {
-		if !closedWithin(c, 200*time.Millisecond) {
-			held++
+		closing.Go(func() {
+			if closedWithin(c, time.Minute) {
+				closed.Add(1)
+			}
+		})
+	}
+	refusedNow := len(conns) - DefaultMaxStreamsPerHost
+	eventually(t, converge, "the refused connections closed", func() error {
+		if got := int(closed.Load()); got < refusedNow {
+			return fmt.Errorf("%d of 10 closed, want %d", got, refusedNow)
 		}
-	}
-	if held != DefaultMaxStreamsPerHost {
+		return nil
+	})
+	if held := len(conns) - int(closed.Load()); held != DefaultMaxStreamsPerHost {
 		t.Errorf("%d of 10 connections from one host held open, want %d (MaxStreamsPerHost)", held, DefaultMaxStreamsPerHost)
-	}
-	if d := time.Since(start0); d > 5*time.Second {
-		t.Errorf("the refused connections took %v to close", d)
 	}
 
 	// A node joins while they are held.
@@ -136,7 +155,7 @@ func TestStreamsRefused(t *testing.T) {
 
 	// Two more hosts: two connections from the second fill the slots
 	// (MaxStreams, 4), the third host's is refused.
-	eventually(t, 5*time.Second, "only the held streams open", func() error {
+	eventually(t, converge, "only the held streams open", func() error {
 		if got := a.streams.openStreams(); got != 2 {
 			return fmt.Errorf("%d streams open", got)
 		}
@@ -145,7 +164,7 @@ func TestStreamsRefused(t *testing.T) {
 	refused := a.Stats().RefusedStreams
 	more := []net.Conn{dialFrom(t, hostileAddr(1), a.Addr()), dialFrom(t, hostileAddr(1), a.Addr())}
 	third := dialFrom(t, hostileAddr(2), a.Addr())
-	if !closedWithin(third, 2*time.Second) {
+	if !closedWithin(third, closeWait) {
 		t.Error("a connection beyond MaxStreams was not closed")
 	}
 	if got := a.Stats().RefusedStreams - refused; got != 1 {
@@ -159,7 +178,7 @@ func TestStreamsRefused(t *testing.T) {
 			c.Close()
 		}
 	}
-	eventually(t, 5*time.Second, "slots given back", func() error {
+	eventually(t, converge, "slots given back", func() error {
 		if got := a.streams.openStreams(); got != 0 {
 			return fmt.Errorf("%d streams open", got)
 		}
@@ -210,11 +229,11 @@ func TestStreamTooLarge(t *testing.T) {
 			}
 			begin := time.Now()
 			send(c, tt.head, tt.n)
-			if !closedWithin(c, time.Second) {
+			if !closedWithin(c, closeWait) {
 				t.Fatal("the node did not close the stream")
 			}
 			took := time.Since(begin)
-			eventually(t, 2*time.Second, "counters", func() error {
+			eventually(t, converge, "counters", func() error {
 				want := uint64(0)
 				if tt.cut {
 					want = 1
@@ -236,7 +255,7 @@ func TestStreamsShareBytes(t *testing.T) {
 	const limit, first, second = 256 << 10, 200_000, 100_000
 	cfg := testConfig(0, 0, func(c *memberlist.Config) {
 		fastTimings(c)
-		c.TCPTimeout = 10 * time.Second // the first stream stays
+		c.TCPTimeout = time.Minute // the first stream stays
 	})
 	cfg.SecretKeys = [][]byte{[]byte(strings.Repeat("k", 16))}
 	cfg.MaxStreamBytes = limit
@@ -248,7 +267,7 @@ func TestStreamsShareBytes(t *testing.T) {
 	}
 	send(c1, head, first) // and waits, memberlist waiting for the rest
 	// What it sent, and what the read waiting for the rest asks for.
-	eventually(t, 2*time.Second, "the first stream read", func() error {
+	eventually(t, converge, "the first stream read", func() error {
 		if got := a.streams.inflight.Load(); got < 5+first {
 			return fmt.Errorf("%d bytes read, want %d", got, 5+first)
 		}
@@ -256,20 +275,20 @@ func TestStreamsShareBytes(t *testing.T) {
 	})
 	c2 := dialFrom(t, hostileAddr(1), a.Addr())
 	send(c2, head, second)
-	if !closedWithin(c2, time.Second) {
+	if !closedWithin(c2, closeWait) {
 		t.Fatal("the second stream was not cut")
 	}
 	if closedWithin(c1, 100*time.Millisecond) {
 		t.Error("the first stream (within the limit) was closed")
 	}
-	eventually(t, 2*time.Second, "counted", func() error {
+	eventually(t, converge, "counted", func() error {
 		if got := a.Stats().CutStreams; got != 1 {
 			return fmt.Errorf("CutStreams = %d, want 1", got)
 		}
 		return nil
 	})
 	c1.Close()
-	eventually(t, 2*time.Second, "bytes given back", func() error {
+	eventually(t, converge, "bytes given back", func() error {
 		if got := a.streams.inflight.Load(); got != 0 {
 			return fmt.Errorf("%d bytes still counted", got)
 		}
@@ -279,7 +298,7 @@ func TestStreamsShareBytes(t *testing.T) {
 	// (memberlist fails to decrypt it), uncut.
 	c3 := dialFrom(t, hostileAddr(1), a.Addr())
 	send(c3, encryptedHeader(second), second)
-	if !closedWithin(c3, 2*time.Second) {
+	if !closedWithin(c3, closeWait) {
 		t.Fatal("memberlist did not close the third stream")
 	}
 	if got := a.Stats().CutStreams; got != 1 {
@@ -288,9 +307,13 @@ func TestStreamsShareBytes(t *testing.T) {
 }
 
 // A stream that sends nothing is closed at StreamTimeout, though memberlist
-// sets a later deadline (its TCPTimeout, 2 s in fastTimings), and counted.
+// sets a later deadline (its TCPTimeout, a minute here), and counted.
 func TestStreamTimeout(t *testing.T) {
-	cfg := testConfig(0, 0, nil)
+	const tcpTimeout = time.Minute
+	cfg := testConfig(0, 0, func(c *memberlist.Config) {
+		fastTimings(c)
+		c.TCPTimeout = tcpTimeout
+	})
 	cfg.StreamTimeout = 500 * time.Millisecond
 	a := start(t, cfg)
 	c := dialFrom(t, hostileAddr(0), a.Addr())
@@ -298,14 +321,15 @@ func TestStreamTimeout(t *testing.T) {
 		t.Fatal("connection reset")
 	}
 	begin := time.Now()
-	if !closedWithin(c, 5*time.Second) {
-		t.Fatal("an idle stream was not closed within 5s")
+	if !closedWithin(c, tcpTimeout/2) {
+		t.Fatalf("an idle stream was not closed within %v: not by StreamTimeout", tcpTimeout/2)
 	}
 	took := time.Since(begin)
-	if took < 400*time.Millisecond || took > 1500*time.Millisecond {
-		t.Errorf("an idle stream closed after %v, want about StreamTimeout (500ms)", took)
+	if took < 400*time.Millisecond {
+		t.Errorf("an idle stream closed after %v, before StreamTimeout (500ms)", took)
 	}
-	eventually(t, 2*time.Second, "counted", func() error {
+	t.Logf("an idle stream closed after %v (StreamTimeout 500ms, memberlist's TCPTimeout %v)", took.Round(time.Millisecond), tcpTimeout)
+	eventually(t, converge, "counted", func() error {
 		if got := a.Stats().CutStreams; got != 1 {
 			return fmt.Errorf("CutStreams = %d, want 1", got)
 		}

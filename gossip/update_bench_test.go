@@ -34,9 +34,9 @@ func fullPeer(tb testing.TB) (*Node, meta) {
 	if s := n.Stats(); s.Applied != uint64(len(recs)) {
 		tb.Fatalf("applied %d of %d records (quota %d)", s.Applied, len(recs), s.RejectedQuota)
 	}
-	n.mu.Lock()
-	md := n.members["peer"].meta
-	n.mu.Unlock()
+	n.cluster.mu.Lock()
+	md := n.cluster.members["peer"].meta
+	n.cluster.mu.Unlock()
 	return n, md
 }
 
@@ -57,8 +57,8 @@ func BenchmarkMetaUpdateFullQuota(b *testing.B) {
 	b.ResetTimer()
 	for i := range b.N {
 		node.Meta = metas[i%2]
-		n.mu.Lock()
+		n.cluster.mu.Lock()
 		n.memberUpLocked(node)
-		n.mu.Unlock()
+		n.cluster.mu.Unlock()
 	}
 }

@@ -4,19 +4,22 @@ package gossip
 // reads, so a cluster keeps working through a rolling upgrade or a
 // rollback (see "Protocol versions" in node.go's comments).
 
-import "time"
+import (
+	"bytes"
+	"time"
+)
 
 // encodeSelfLocked encodes our metadata, in the version we speak now, with
 // the digest of our records (from version 5 on), our source ports (from
 // version 6 on) and our features (from version 7 on).
 func (n *Node) encodeSelfLocked() []byte {
-	n.self.digest, n.self.hasDigest = n.store.digest(n.name), n.self.version >= 5
-	n.self.hasPorts = n.self.version >= 6
-	n.self.features = 0
-	if n.self.version >= 7 {
-		n.self.features = n.cfg.features()
+	n.cluster.self.digest, n.cluster.self.hasDigest = n.cluster.store.digest(n.name), n.cluster.self.version >= 5
+	n.cluster.self.hasPorts = n.cluster.self.version >= 6
+	n.cluster.self.features = 0
+	if n.cluster.self.version >= 7 {
+		n.cluster.self.features = n.cfg.features()
 	}
-	return n.self.encode()
+	return n.cluster.self.encode()
 }
 
 // maxVersion is the highest metadata version this node speaks and reads:
@@ -57,7 +60,7 @@ func (n *Node) chooseVersionLocked() {
 	}
 	var dmax []uint8
 	oldest := ""
-	for _, m := range n.members {
+	for _, m := range n.cluster.members {
 		if m.alive && m.name != n.name {
 			dmax = append(dmax, m.dmax)
 			if m.dmax < n.maxVersion() {
@@ -66,17 +69,17 @@ func (n *Node) chooseVersionLocked() {
 		}
 	}
 	v := spokenVersion(n.maxVersion(), dmax)
-	if v == n.self.version {
+	if v == n.cluster.self.version {
 		return
 	}
 	if v < n.maxVersion() {
 		n.log.Info("speaking an older gossip metadata version: a member reads no later one",
-			"version", v, "was", n.self.version, "member", oldest)
+			"version", v, "was", n.cluster.self.version, "member", oldest)
 	} else {
 		n.log.Info("speaking the current gossip metadata version again: every member reads it",
-			"version", v, "was", n.self.version)
+			"version", v, "was", n.cluster.self.version)
 	}
-	n.self.version = v
+	n.cluster.self.version = v
 	n.stats.protocolSwitches.Add(1)
 	select {
 	case n.metaDirty <- struct{}{}:
@@ -92,22 +95,44 @@ func (n *Node) publishMeta() bool {
 	if !n.metaBusy.CompareAndSwap(false, true) {
 		return false
 	}
-	n.mu.Lock()
-	b := n.encodeSelfLocked()
-	n.mu.Unlock()
-	n.metaMu.Lock()
-	same := string(b) == string(n.meta)
-	n.meta = b
-	n.metaMu.Unlock()
-	if same || n.ml == nil {
+	n.cluster.mu.Lock()
+	changed := n.setMetaLocked(n.encodeSelfLocked())
+	n.cluster.mu.Unlock()
+	if !changed || n.ml == nil {
 		n.metaBusy.Store(false)
 		return true
 	}
 	go func() {
 		defer n.metaBusy.Store(false)
-		if err := n.ml.UpdateNode(5 * time.Second); err != nil {
+		if err := n.updateNode(5 * time.Second); err != nil {
 			n.log.Debug("publish metadata", "err", err)
 		}
 	}()
 	return true
+}
+
+// setMetaLocked stores b, our metadata just encoded, as what memberlist
+// gets (NodeMeta), and reports whether it changed. n.cluster.mu is held
+// from the encoding to here, so the encodings are stored in the order they
+// were made: an older one never replaces a newer one
+// (TestMetaPublishKeepsTheLast).
+func (n *Node) setMetaLocked(b []byte) (changed bool) {
+	n.meta.mu.Lock()
+	defer n.meta.mu.Unlock()
+	changed = !bytes.Equal(b, n.meta.encoded)
+	n.meta.encoded = b
+	return changed
+}
+
+// updateNode tells the cluster our metadata (memberlist's UpdateNode),
+// one update at a time, waiting at most timeout for the broadcast. An
+// update reads the metadata (NodeMeta) before memberlist numbers it (the
+// incarnation), and memberlist keeps the highest number: two at once could
+// publish the older metadata under the newer number, and it would stay
+// until the next change (TestMetaUpdatesInOrder). So a caller waits for
+// the update under way, at most its timeout.
+func (n *Node) updateNode(timeout time.Duration) error {
+	n.publish <- struct{}{}
+	defer func() { <-n.publish }()
+	return n.ml.UpdateNode(timeout)
 }

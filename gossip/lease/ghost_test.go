@@ -15,7 +15,9 @@ import (
 // that expires in 2262 (expires = MaxInt64) is refused (beyond the cap),
 // one that expires in an hour is held pending and does not displace the
 // settled lease. The live node keeps its subnet and does not stop.
-func TestGhostLeases(t *testing.T) {
+func TestGhostLeases(t *testing.T) { inBubble(t, testGhostLeases) }
+
+func testGhostLeases(t *testing.T) {
 	a := startLease(t, 0, 1, 200, 0, nil)
 	la := a.wait(t)
 	b := startLease(t, 1, 1, 200, 0, nil, a.Addr().String())

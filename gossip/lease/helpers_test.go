@@ -7,18 +7,22 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/hashicorp/memberlist"
 
 	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/gossip"
+	"github.com/uvxlan/uvxlan/testenv/memnet"
 )
 
-// Clusters in tests run in this process on 127.0.2.x (loopback only), each
-// node on its own address, with ports chosen by the kernel and fast
-// memberlist timings, as in gossip's tests. Set UVXLAN_TEST_LOG=1 (or a
+// Clusters in tests run in this process, each node on its own address
+// 127.0.2.x, with fast memberlist timings, as in gossip's tests: on an
+// in-memory network in a testing/synctest bubble (inBubble), or on
+// loopback with ports chosen by the kernel. Set UVXLAN_TEST_LOG=1 (or a
 // level: info, warn) to see their logs.
 
 var testNetwork = netip.MustParsePrefix("10.244.0.0/16")
@@ -114,6 +118,17 @@ func startLease(t *testing.T, i, lo, hi int, ttl time.Duration, prior *Lease, se
 
 func run(t *testing.T, cfg gossip.Config, ls *Leases) *testNode {
 	t.Helper()
+	if mn := network(t); mn != nil && cfg.Transport == nil {
+		tr, err := mn.Transport(netip.AddrPortFrom(cfg.BindAddr, 7946), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Transport = tr
+		cfg.Tune = func(c *memberlist.Config) {
+			fastTimings(c)
+			c.BindPort, c.AdvertisePort = 7946, 7946
+		}
+	}
 	n, err := gossip.New(cfg)
 	if err != nil {
 		t.Fatalf("gossip.New(%s): %v", cfg.Name, err)
@@ -175,6 +190,35 @@ func aliveMembers(n *gossip.Node) int {
 		}
 	}
 	return c
+}
+
+// inBubble runs f in a testing/synctest bubble, and the nodes it starts
+// (run) on an in-memory network (testenv/memnet), as gossip's tests: the
+// clock is virtual, so memberlist's timers, the leases' TTLs and the
+// tests' waits take no real time, and a busy machine slows the test down
+// without changing what it sees. f must not call t.Run.
+func inBubble(t *testing.T, f func(t *testing.T)) {
+	synctest.Test(t, func(t *testing.T) {
+		bubbles.Store(t, memnet.New(0))
+		defer bubbles.Delete(t)
+		// Last of the cleanups: a leaving node's pings wait for their acks
+		// even once it is shut down; let those timers run out, in virtual
+		// time, before the bubble ends.
+		t.Cleanup(func() { time.Sleep(time.Minute) })
+		f(t)
+	})
+}
+
+// bubbles are the in-memory networks of the tests running in a bubble
+// (inBubble), by test.
+var bubbles sync.Map // *testing.T → *memnet.Network
+
+// network returns the in-memory network of t's bubble, or nil (loopback).
+func network(t *testing.T) *memnet.Network {
+	if mn, ok := bubbles.Load(t); ok {
+		return mn.(*memnet.Network)
+	}
+	return nil
 }
 
 // eventually polls cond until it holds, and fails the test after timeout.

@@ -16,7 +16,9 @@ import (
 
 // Five nodes joining at once, in a range of exactly five subnets: each
 // ends with its own, and every node sees the same five leases.
-func TestLeasesConcurrentJoin(t *testing.T) {
+func TestLeasesConcurrentJoin(t *testing.T) { inBubble(t, testLeasesConcurrentJoin) }
+
+func testLeasesConcurrentJoin(t *testing.T) {
 	seed := startLease(t, 0, 1, 5, 0, nil)
 	nodes := []*testNode{seed}
 	for i := 1; i < 5; i++ {
@@ -46,12 +48,16 @@ func TestLeasesConcurrentJoin(t *testing.T) {
 
 // A node that restarts with its prior lease gets the same subnet back,
 // while the others showed it down and kept it reserved.
-func TestLeaseRestart(t *testing.T) {
+func TestLeaseRestart(t *testing.T) { inBubble(t, testLeaseRestart) }
+
+func testLeaseRestart(t *testing.T) {
 	a := startLease(t, 0, 1, 200, 0, nil)
 	b := startLease(t, 1, 1, 200, 0, nil, a.Addr().String())
 	lb := b.wait(t)
 	a.wait(t)
-	b.Close() // a graceful leave
+	// A graceful leave, by Run (a Close beside Run waits in sync.Once,
+	// which a synctest bubble does not count as blocked: it would hang).
+	b.stop(t)
 	eventually(t, 10*time.Second, "a shows b's lease down", func() error {
 		if l, ok := leaseOf(a.ls, lb.Subnet); !ok || l.State != Down || l.Node != b.name {
 			return fmt.Errorf("a sees %+v", l)
@@ -77,7 +83,9 @@ func TestLeaseRestart(t *testing.T) {
 
 // A node gone longer than the TTL finds its subnet taken and takes a fresh
 // one; with none left, it fails with a clear error.
-func TestLeaseExpiredTakenElsewhere(t *testing.T) {
+func TestLeaseExpiredTakenElsewhere(t *testing.T) { inBubble(t, testLeaseExpiredTakenElsewhere) }
+
+func testLeaseExpiredTakenElsewhere(t *testing.T) {
 	const ttl = 2 * time.Second
 	a := startLease(t, 0, 1, 3, ttl, nil)
 	a.wait(t)
@@ -114,7 +122,9 @@ func TestLeaseExpiredTakenElsewhere(t *testing.T) {
 }
 
 // A node whose network differs is refused, and Run says why, with both.
-func TestLeaseNetworkMismatch(t *testing.T) {
+func TestLeaseNetworkMismatch(t *testing.T) { inBubble(t, testLeaseNetworkMismatch) }
+
+func testLeaseNetworkMismatch(t *testing.T) {
 	a := startLease(t, 0, 1, 200, 0, nil)
 	a.wait(t)
 	lc := Config{Network: netip.MustParsePrefix("10.245.0.0/16"), SubnetLen: 24}
@@ -152,7 +162,9 @@ func TestLeaseNetworkMismatch(t *testing.T) {
 
 // Two partitions hand out the same subnet; when they merge, the later claim
 // loses and its node stops with an error; the earlier keeps the subnet.
-func TestLeaseConflictAfterPartition(t *testing.T) {
+func TestLeaseConflictAfterPartition(t *testing.T) { inBubble(t, testLeaseConflictAfterPartition) }
+
+func testLeaseConflictAfterPartition(t *testing.T) {
 	a := startLease(t, 0, 7, 7, 0, nil)
 	la := a.wait(t)
 	b := startLease(t, 1, 7, 7, 0, nil) // its own cluster
@@ -183,7 +195,9 @@ func TestLeaseConflictAfterPartition(t *testing.T) {
 
 // A node whose seed never answers still leases a subnet once another
 // member joins it: being in the cluster is what counts, not its own join.
-func TestLeaseWhenJoinedByOthers(t *testing.T) {
+func TestLeaseWhenJoinedByOthers(t *testing.T) { inBubble(t, testLeaseWhenJoinedByOthers) }
+
+func testLeaseWhenJoinedByOthers(t *testing.T) {
 	dead := netip.AddrPortFrom(testAddr(9), 1).String() // nobody listens there
 	a := startLease(t, 0, 1, 200, 0, nil, dead)
 	select {
@@ -199,7 +213,9 @@ func TestLeaseWhenJoinedByOthers(t *testing.T) {
 }
 
 // The lease is renewed: its expiry moves on, on the owner and elsewhere.
-func TestLeaseRenewal(t *testing.T) {
+func TestLeaseRenewal(t *testing.T) { inBubble(t, testLeaseRenewal) }
+
+func testLeaseRenewal(t *testing.T) {
 	a := startLease(t, 0, 1, 200, 2*time.Second, nil)
 	l := a.wait(t)
 	b := startLease(t, 1, 1, 200, 2*time.Second, nil, a.Addr().String())

@@ -22,7 +22,9 @@ var hubSubnet = netip.MustParsePrefix("10.244.0.0/24")
 // handed out; another node asking for it while the first is alive, or down
 // with its lease unexpired, fails naming the holder, which keeps it; the
 // holder gets it back after a restart, with or without its saved lease.
-func TestLeaseReservation(t *testing.T) {
+func TestLeaseReservation(t *testing.T) { inBubble(t, testLeaseReservation) }
+
+func testLeaseReservation(t *testing.T) {
 	reserve := func(prior *Lease) *Config {
 		lc := leaseConfig(1, 200, 0, prior)
 		lc.Subnet = hubSubnet
@@ -141,7 +143,9 @@ func routeIs(t *testing.T, n *testNode, node string, p netip.Prefix, state, why 
 // reserved for it: the overlapping prefix stays refused); a restart without
 // it withdraws it everywhere, and the hub wins it back when it announces it
 // again (its lease is older).
-func TestRoutes(t *testing.T) {
+func TestRoutes(t *testing.T) { inBubble(t, testRoutes) }
+
+func testRoutes(t *testing.T) {
 	hubIP := netip.MustParsePrefix("10.244.0.1/32")
 	withRoutes := func(prior *Lease, routes ...netip.Prefix) *Config {
 		lc := leaseConfig(1, 200, 0, prior)
@@ -332,7 +336,9 @@ func FuzzDecodeRoutes(f *testing.F) {
 // Route records of owners never seen alive are held pending: not sent in
 // push/pulls, at most maxPendingRoutes of them (a flood beyond is counted
 // as overflow), dropped pendingTTL after they were last received.
-func TestGhostRoutes(t *testing.T) {
+func TestGhostRoutes(t *testing.T) { inBubble(t, testGhostRoutes) }
+
+func testGhostRoutes(t *testing.T) {
 	a := startLease(t, 0, 1, 200, 0, nil)
 	a.wait(t)
 	before := a.ls.Stats()
@@ -360,7 +366,9 @@ func TestGhostRoutes(t *testing.T) {
 // A member of a release without routes (the leases' extension only) and a
 // node announcing routes are members of one cluster and lease as before:
 // the old one skips the routes (unknown extension), with no decode error.
-func TestRoutesWithOldMember(t *testing.T) {
+func TestRoutesWithOldMember(t *testing.T) { inBubble(t, testRoutesWithOldMember) }
+
+func testRoutesWithOldMember(t *testing.T) {
 	ls, err := New(leaseConfig(1, 200, 0, nil))
 	if err != nil {
 		t.Fatal(err)
