@@ -103,24 +103,15 @@ package gossip
 // otherwise is refused as a member, like a node of another protocol
 // version (Stats.RefusedVTEP), so it never enters a flood list.
 //
-// Protocol versions. The metadata starts with its version (meta.go). A node
+// Protocol versions. The metadata starts with its version. A node
 // speaking a version we do not read is refused (memberlist's AliveDelegate
 // and MergeDelegate), with one warning per node: it never becomes a member,
 // so it never enters a flood list and its records stay pending until they
-// expire. We read versions 4 and 5, but releases before version 5 read
-// version 4 only, and advertise no delegate protocol maximum in memberlist
-// (DMax 0; ours is 5). So a node speaks version 5 while every other alive
-// member advertises it, and version 4 (no digest: nobody pulls, every
-// record travels in the periodic push/pull, as before version 5) as long as
-// one does not; it switches on joins, updates and departures, republishes
-// its metadata, and logs the switch (Member.Protocol, Stats.ProtocolSwitches).
-// A node starts with version 5. Joining a cluster with old nodes, the old
-// seed refuses the merge but has sent its state first: the joiner learns the
-// old members, switches to version 4, and the old nodes accept its next
-// alive message. An old node joining a new cluster is refused by its own
-// side, but the seed accepted it: the new nodes switch, and the old node
-// accepts their next alive messages, which put it in the cluster. When the
-// last old member is dead or left, the others speak version 5 again.
+// expire. We read versions minProtoVersion (4) to protoVersion (7) and
+// speak the highest that every alive member reads, switching on joins,
+// updates and departures and logging the switch (Member.Protocol,
+// Stats.ProtocolSwitches): meta.go says what each version adds and how a
+// mixed cluster (a rolling upgrade, a rollback) finds its version.
 
 import (
 	"context"
