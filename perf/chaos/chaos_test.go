@@ -1,4 +1,4 @@
-package perf
+package chaos
 
 import (
 	"net/netip"
@@ -13,7 +13,7 @@ import (
 
 func scheduleFor(t *testing.T, seed uint64, hosts int, d time.Duration, kinds []FaultKind) []Fault {
 	t.Helper()
-	s, err := Schedule(ScheduleConfig{Seed: seed, Hosts: hosts, Endpoints: ChaosEndpoints, Duration: d, Kinds: kinds, VanishHold: 12 * time.Second})
+	s, err := Schedule(ScheduleConfig{Seed: seed, Hosts: hosts, Endpoints: Endpoints, Duration: d, Kinds: kinds, VanishHold: 12 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func TestScheduleInvariants(t *testing.T) {
 				if f.Endpoint != 0 {
 					at, ok := loc[f.Endpoint]
 					if !ok {
-						at = (f.Endpoint-1)/ChaosEndpoints + 1
+						at = (f.Endpoint-1)/Endpoints + 1
 					}
 					if f.Hosts[0] != at {
 						t.Errorf("%d hosts, seed %d: %v: endpoint %d is on h%d", tt.hosts, seed, f, f.Endpoint, at)

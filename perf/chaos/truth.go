@@ -1,7 +1,7 @@
 // The chaos bench's ground truth: where every MAC and address is, as the
 // bench placed them, and how an agent's tables differ from it.
 
-package perf
+package chaos
 
 import (
 	"fmt"

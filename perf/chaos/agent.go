@@ -2,7 +2,7 @@
 // reloading the uvxlan agent of a host, and reading its tables, counters,
 // memory and goroutines through its control socket and metrics.
 
-package perf
+package chaos
 
 import (
 	"bufio"
@@ -322,10 +322,29 @@ func (a *chaosAgent) goroutines(ctx context.Context) (int, error) {
 	return 0, fmt.Errorf("%s: no go_goroutines in the metrics (%v)", a.host.Name, sc.Err())
 }
 
-// rss returns the current agent's resident set (VmRSS) in bytes.
+// rss returns the current agent's resident set (VmRSS) in bytes; 0 when
+// it cannot be read.
 func (a *chaosAgent) rss() int64 {
 	pid, _ := a.current()
-	return procBytes(filepath.Join("/proc", strconv.Itoa(pid), "status"), "VmRSS")[0]
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// tail is the last n bytes of s (a process's log).
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "…" + s[len(s)-n:]
+	}
+	return s
 }
 
 // counterSums adds up the counters of an agent's successive processes.
