@@ -38,6 +38,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/uvxlan/uvxlan/cmd/uvxlan/controlapi"
 	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/testenv"
 )
@@ -274,6 +275,7 @@ func (r *chaosRun) setup(runCtx context.Context) error {
 		}
 		a := &chaosAgent{host: h, bin: r.cfg.Binary, control: filepath.Join(r.work, h.Name+".sock"),
 			mac: fdb.MAC{0x02, 0x42, 0xc4, 0, byte(h.Index >> 8), byte(h.Index)}}
+		a.client = controlapi.NewClient(a.control)
 		state := filepath.Join(r.work, h.Name+"-state")
 		if err := os.MkdirAll(state, 0o700); err != nil {
 			return err
@@ -736,8 +738,8 @@ func (r *chaosRun) holders(ctx context.Context, e *chaosEndpoint) []string {
 			held = append(held, a.host.Name+" (unreadable)")
 			continue
 		}
-		if slices.ContainsFunc(f, func(row fdbRow) bool { return row.MAC == fdb.MAC(e.mac) }) ||
-			slices.ContainsFunc(n, func(row neighRow) bool { return row.IP == e.addr }) {
+		if slices.ContainsFunc(f, func(row controlapi.FDBRow) bool { return row.MAC == fdb.MAC(e.mac) }) ||
+			slices.ContainsFunc(n, func(row controlapi.NeighRow) bool { return row.IP == e.addr }) {
 			held = append(held, a.host.Name)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/uvxlan/uvxlan/cmd/uvxlan/controlapi"
 	"github.com/uvxlan/uvxlan/fdb"
 )
 
@@ -142,19 +143,19 @@ func TestTruthCompare(t *testing.T) {
 		vtep:  map[fdb.MAC]netip.Addr{tap1: self, tap2: other, ep1: self, ep2: other},
 		neigh: map[netip.Addr]fdb.MAC{ip1: ep1, ip2: ep2},
 	}
-	good := []fdbRow{{MAC: tap1, Origin: fdb.OriginLocal}, {MAC: tap2, VTEP: other, Origin: fdb.OriginGossip},
+	good := []controlapi.FDBRow{{MAC: tap1, Origin: fdb.OriginLocal}, {MAC: tap2, VTEP: other, Origin: fdb.OriginGossip},
 		{MAC: ep1, Origin: fdb.OriginLocal}, {MAC: ep2, VTEP: other, Origin: fdb.OriginGossip}, {VTEP: other, Origin: fdb.OriginGossip}}
-	goodN := []neighRow{{IP: ip1, MAC: ep1, Origin: fdb.OriginLocal}, {IP: ip2, MAC: ep2, Origin: fdb.OriginGossip}}
+	goodN := []controlapi.NeighRow{{IP: ip1, MAC: ep1, Origin: fdb.OriginLocal}, {IP: ip2, MAC: ep2, Origin: fdb.OriginGossip}}
 	if d := tr.compare("h1", self, good, goodN); !d.empty() {
 		t.Errorf("equal tables differ: %+v", d)
 	}
-	bad := []fdbRow{
+	bad := []controlapi.FDBRow{
 		{MAC: tap1, Origin: fdb.OriginLocal},
 		{MAC: ep1, VTEP: other, Origin: fdb.OriginGossip},  // ours, but another's say
 		{MAC: ep2, VTEP: self, Origin: fdb.OriginGossip},   // wrong VTEP
 		{MAC: gone, VTEP: other, Origin: fdb.OriginGossip}, // nobody's
 	} // tap2 missing
-	badN := []neighRow{{IP: ip1, MAC: ep2, Origin: fdb.OriginGossip}, {IP: ipGone, MAC: gone, Origin: fdb.OriginGossip}} // ip2 missing
+	badN := []controlapi.NeighRow{{IP: ip1, MAC: ep2, Origin: fdb.OriginGossip}, {IP: ipGone, MAC: gone, Origin: fdb.OriginGossip}} // ip2 missing
 	d := tr.compare("h1", self, bad, badN)
 	keys := func(ms []Mismatch) []string {
 		var k []string

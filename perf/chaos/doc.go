@@ -10,8 +10,9 @@
 // Config.Seed (schedule.go: kill -9, SIGTERM, takeover, SIGHUP, partition,
 // loss, an endpoint moved or vanished), never two on one host at once. It
 // starts, stops, takes over and reads the agents (agent.go) as a user would:
-// the binary with its flags, the control socket and the metrics; it never
-// imports the agent. The truth (truth.go) is where the bench put every MAC
+// the binary with its flags, the control socket (through
+// cmd/uvxlan/controlapi's Client) and the metrics; it never imports the
+// agent. The truth (truth.go) is where the bench put every MAC
 // and address; the lossy underlay holds packets in this process
 // (nfqueue.go). The Report
 // (report.go) holds per fault kind the longest gaps between probes of the
