@@ -9,4 +9,11 @@
 // both for which half lives where), and the testbed commands (demo,
 // simulate, bench: perf's benchmarks and perf/chaos). It is the only place
 // that exits the process.
+//
+// The testbed commands stay in the agent's binary: `bench` and `bench
+// chaos` run this same executable as the agents they measure (--bin's
+// default), demo and the README's cluster by hand are the first commands a
+// user runs, and none of their code runs unless they are invoked (perf,
+// perf/chaos and testenv have no init and start nothing; the binary links
+// no package testing).
 package main
