@@ -16,8 +16,9 @@
 // fdb, neigh and stats take ?vni=N to show one segment. The CLI's commands
 // (`uvxlan fdb show`, `uvxlan stats`...) print these as tables, or as they
 // are with --json; `uvxlan bench chaos` (perf/chaos) reads the agents it
-// runs through a Client. Users and tests depend on these encodings: a field
-// may be added, never renamed or removed.
+// runs through a Client. Users and tests parse these encodings: a field is
+// added, not renamed or removed (cmd/uvxlan's TestControlJSONGolden holds
+// them).
 //
 // The server is the agent's (cmd/uvxlan's control.go, an adapter over
 // node's read API; POST /v1/takeover is takeover.go's). This package
