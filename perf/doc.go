@@ -1,7 +1,7 @@
-// Package perf measures uvxlan: its data path against kernel VXLAN and a raw
-// veth on one namespace testbed, in one run and in the same conditions
-// (Run), and its control plane's convergence on an in-process gossip cluster
-// (RunGossip).
+// Package perf measures uvxlan's speed: its data path against kernel VXLAN
+// and a raw veth on one namespace testbed, in one run and in the same
+// conditions (Run), and its control plane's convergence on an in-process
+// gossip cluster (RunGossip). Correctness under faults is perf/chaos's.
 //
 // Run builds its own 2-host testbed with testenv, puts the overlays asked
 // for side by side between the two hosts (the underlay addresses

@@ -21,6 +21,17 @@ import (
 // routed mode's host networking. It returns when ctx is done (nil) or when
 // any part fails: the node's error first (the cause of the others, such as
 // a lease lost or a name taken), else the first one.
+//
+// The agent is assembled in two halves, this one and node.New. node.New
+// builds the node: the data path and the control planes that write its
+// tables (gossip, EVPN, leases, encryption), which node's tests run in one
+// process. runAgent builds what the process does around the node, which
+// those tests need none of: the control socket and the metrics (adapters
+// over the node's read API), takeover (over the control socket) and
+// SIGHUP, the service manager's notifications, and routed mode's host
+// networking (routed; kube when the subnets come from the Kubernetes API
+// server), which changes the host's routes and firewall outside the
+// node's TAPs and sockets.
 func runAgent(ctx context.Context, cfg runConfig) error {
 	self, selfErr := startedFrom(os.Args) // what SIGHUP starts, found now
 	var successor *net.UnixConn           // --takeover: the connection to the agent taken over

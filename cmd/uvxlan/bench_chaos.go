@@ -13,13 +13,13 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/uvxlan/uvxlan/perf"
+	"github.com/uvxlan/uvxlan/perf/chaos"
 	"github.com/uvxlan/uvxlan/testenv"
 )
 
 func benchChaosCommand() *cli.Command {
 	var kinds []string
-	for _, k := range perf.FaultKinds {
+	for _, k := range chaos.FaultKinds {
 		kinds = append(kinds, string(k))
 	}
 	return &cli.Command{
@@ -70,11 +70,11 @@ promise was not met.
 
    uvxlan bench chaos --hosts 4 --duration 60s --seed 1
    uvxlan bench chaos --hosts 12 --duration 10m --json
-   uvxlan bench chaos --faults kill9,takeover,move`, perf.ChaosProbeInterval, perf.ChaosProbeRetries, perf.ChaosEndpoints,
-			perf.MeshInterval, perf.MeshHotInterval, perf.PartitionHold, perf.LossHold, perf.ChaosProbeBudget+4*time.Second, perf.ChaosProbeBudget),
+   uvxlan bench chaos --faults kill9,takeover,move`, chaos.ProbeInterval, chaos.ProbeRetries, chaos.Endpoints,
+			chaos.MeshInterval, chaos.MeshHotInterval, chaos.PartitionHold, chaos.LossHold, chaos.ProbeBudget+4*time.Second, chaos.ProbeBudget),
 		Flags: []cli.Flag{
-			&cli.IntFlag{Name: "hosts", Value: perf.DefaultChaosHosts, Usage: fmt.Sprintf("hosts, 2 to %d, each with %d endpoints", perf.MaxChaosHosts, perf.ChaosEndpoints)},
-			&cli.DurationFlag{Name: "duration", Value: perf.DefaultChaosDuration, Usage: "length of the fault phase (setup and settling come on top)"},
+			&cli.IntFlag{Name: "hosts", Value: chaos.DefaultHosts, Usage: fmt.Sprintf("hosts, 2 to %d, each with %d endpoints", chaos.MaxHosts, chaos.Endpoints)},
+			&cli.DurationFlag{Name: "duration", Value: chaos.DefaultDuration, Usage: "length of the fault phase (setup and settling come on top)"},
 			&cli.StringFlag{Name: "seed", Usage: "`N` to draw the schedule from (default: random, printed)"},
 			&cli.StringFlag{Name: "faults", Value: "all", Usage: "comma-separated `KINDS` of faults to run (" + strings.Join(kinds, ", ") + "), or all"},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"},
@@ -89,9 +89,9 @@ func benchChaosAction(c *cli.Context) error {
 	if c.Args().Present() {
 		return usageError{fmt.Errorf("bench chaos takes no arguments, got %q", c.Args().Slice())}
 	}
-	cfg := perf.ChaosConfig{Hosts: c.Int("hosts"), Duration: c.Duration("duration"), Prefix: c.String("prefix"), Binary: c.String("bin"), Progress: c.App.ErrWriter}
-	if n := cfg.Hosts; n < 2 || n > perf.MaxChaosHosts {
-		return badFlag("hosts", strconv.Itoa(n), "must be 2 to %d", perf.MaxChaosHosts)
+	cfg := chaos.Config{Hosts: c.Int("hosts"), Duration: c.Duration("duration"), Prefix: c.String("prefix"), Binary: c.String("bin"), Progress: c.App.ErrWriter}
+	if n := cfg.Hosts; n < 2 || n > chaos.MaxHosts {
+		return badFlag("hosts", strconv.Itoa(n), "must be 2 to %d", chaos.MaxHosts)
 	}
 	if d := cfg.Duration; d < 10*time.Second || d > maxBenchDuration {
 		return badFlag("duration", d.String(), "must be 10s to %v", maxBenchDuration)
@@ -107,7 +107,7 @@ func benchChaosAction(c *cli.Context) error {
 		_, _ = rand.Read(b[:])
 		cfg.Seed = binary.BigEndian.Uint64(b[:]) >> 16 // short enough to type
 	}
-	kinds, err := perf.ParseFaultKinds(c.String("faults"))
+	kinds, err := chaos.ParseFaultKinds(c.String("faults"))
 	if err != nil {
 		return badFlag("faults", c.String("faults"), "%v", err)
 	}
@@ -118,7 +118,7 @@ func benchChaosAction(c *cli.Context) error {
 	signal.Ignore(syscall.SIGPIPE)
 	ctx, stop := testenv.SignalContext(c.Context)
 	defer stop()
-	rep, err := perf.RunChaos(ctx, cfg)
+	rep, err := chaos.Run(ctx, cfg)
 	if err != nil {
 		if ctx.Err() != nil {
 			return errors.New("bench chaos: interrupted; the testbed is removed")

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/uvxlan/uvxlan/perf"
+	"github.com/uvxlan/uvxlan/perf/chaos"
 	"github.com/uvxlan/uvxlan/testenv"
 )
 
@@ -31,7 +31,7 @@ func TestBenchChaos(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit status %d\nstderr:\n%s", code, stderr)
 	}
-	var rep perf.ChaosReport
+	var rep chaos.Report
 	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
 		t.Fatalf("--json output: %v\n%s", err, stdout)
 	}
@@ -42,11 +42,11 @@ func TestBenchChaos(t *testing.T) {
 	if !strings.Contains(stderr, "seed "+chaosSeed) {
 		t.Errorf("the schedule and its seed are not printed first:\n%s", stderr)
 	}
-	ran := map[perf.FaultKind]int{}
+	ran := map[chaos.FaultKind]int{}
 	for _, f := range rep.Faults {
 		ran[f.Kind] = f.Count
 	}
-	for _, k := range perf.FaultKinds {
+	for _, k := range chaos.FaultKinds {
 		if ran[k] == 0 {
 			t.Errorf("no %s fault ran", k)
 		}
@@ -79,7 +79,7 @@ func TestBenchChaos(t *testing.T) {
 	}
 }
 
-func faultsRun(m map[perf.FaultKind]int) int {
+func faultsRun(m map[chaos.FaultKind]int) int {
 	n := 0
 	for _, v := range m {
 		n += v

@@ -1,27 +1,12 @@
 package main
 
-// The control socket is HTTP/1.1 with JSON bodies over a unix socket, an
-// adapter over the node's read API:
-//
-//	GET /v1/status   node.Status: identity, settings, segments
-//	GET /v1/fdb      []fdbRow
-//	POST /v1/fdb     staticEntry: add or replace a static entry
-//	DELETE /v1/fdb?mac=MAC[&vni=N]  remove a static entry
-//	GET /v1/stats    statsView: the data path's counters in total and per
-//	                 segment, and gossip's
-//	GET /v1/neigh    []neighRow
-//	GET /v1/members  []memberRow
-//	GET /v1/leases   []lease.Lease (routed overlay; empty otherwise)
-//
-// fdb, neigh and stats take ?vni=N to show one segment. The client commands
-// (`uvxlan fdb show`, `uvxlan stats`) print these as tables, or as they are
-// with --json.
-//
-// POST /v1/takeover is takeover.go's. Who may connect, read and change is
-// set out above listenControl.
+// The control socket's server: an adapter over the node's read API that
+// serves the API controlapi declares (its package doc lists the endpoints;
+// its types are the JSON of each answer, and its Client is what the CLI's
+// commands and perf/chaos use). POST /v1/takeover is takeover.go's. Who may
+// connect, read and change is set out above listenControl.
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -30,7 +15,6 @@ import (
 	"io/fs"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -42,10 +26,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/uvxlan/uvxlan/cmd/uvxlan/controlapi"
 	"github.com/uvxlan/uvxlan/cmd/uvxlan/node"
-	"github.com/uvxlan/uvxlan/encap"
 	"github.com/uvxlan/uvxlan/fdb"
-	"github.com/uvxlan/uvxlan/gossip"
 )
 
 type controlServer struct {
@@ -264,7 +247,7 @@ func (s *controlServer) Serve(n *node.Node) error {
 	}))
 	mux.HandleFunc("GET /v1/stats", filtered(func(w http.ResponseWriter, vni fdb.VNI) { writeJSON(w, newStatsView(n.Stats(), vni)) }))
 	mux.HandleFunc("POST /v1/fdb", func(w http.ResponseWriter, r *http.Request) {
-		var e staticEntry
+		var e controlapi.StaticEntry
 		if err := json.NewDecoder(io.LimitReader(r.Body, 4096)).Decode(&e); err != nil {
 			http.Error(w, "bad request: "+err.Error(), http.StatusBadRequest)
 			return
@@ -304,9 +287,9 @@ func (s *controlServer) Serve(n *node.Node) error {
 	mux.HandleFunc("GET /v1/members", func(w http.ResponseWriter, r *http.Request) {
 		encrypted := n.Status().Encrypted
 		ms := n.Members()
-		rows := make([]memberOut, len(ms))
+		rows := make([]controlapi.Member, len(ms))
 		for i, m := range ms {
-			rows[i] = memberOut{m, encrypted, n.PathMTU(m.VTEP.Addr()), n.Wire(m.VTEP.Addr())}
+			rows[i] = controlapi.Member{Member: m, Encrypted: encrypted, PathMTU: n.PathMTU(m.VTEP.Addr()), Wire: n.Wire(m.VTEP.Addr())}
 		}
 		writeJSON(w, rows)
 	})
@@ -351,81 +334,20 @@ func (s *controlServer) Close() error {
 	return nil
 }
 
-// statsView is `uvxlan stats --json`: the counters at the top level (the
-// totals, or one segment's with ?vni=), gossip's under "gossip", and each
-// segment's under "segments".
-type statsView struct {
-	Encrypted bool // gossip is encrypted
-	Total     encap.Stats
-	Gossip    map[string]uint64
-	Node      map[string]uint64 // the node's own counters (node.Counters)
-	Segments  []segmentStatsView
-}
-
-// segmentStatsView is one segment's counters, with its VNI and TAP.
-type segmentStatsView struct {
-	VNI   fdb.VNI
-	Dev   string
-	Stats encap.Stats
-}
-
-func newStatsView(st node.Stats, vni fdb.VNI) statsView {
-	v := statsView{Encrypted: st.Encrypted, Total: st.Total, Gossip: gossipCounters(st), Node: counterMap(st.Node)}
+// newStatsView is the answer of GET /v1/stats: st's counters, the totals
+// or (vni not 0) that segment's at the top level.
+func newStatsView(st node.Stats, vni fdb.VNI) controlapi.Stats {
+	v := controlapi.Stats{Encrypted: st.Encrypted, Total: st.Total, Gossip: gossipCounters(st), Node: counterMap(st.Node)}
 	for _, s := range st.Segments {
 		if vni != 0 && s.VNI != vni {
 			continue
 		}
-		v.Segments = append(v.Segments, segmentStatsView{VNI: s.VNI, Dev: s.Dev, Stats: s.Stats})
+		v.Segments = append(v.Segments, controlapi.SegmentStats{VNI: s.VNI, Dev: s.Dev, Stats: s.Stats})
 		if vni != 0 {
 			v.Total = s.Stats
 		}
 	}
 	return v
-}
-
-func (v statsView) MarshalJSON() ([]byte, error) {
-	m := v.Total.Map()
-	m["gossip"] = v.Gossip
-	m["encrypted"] = v.Encrypted
-	m["node"] = v.Node
-	segs := v.Segments
-	if segs == nil {
-		segs = []segmentStatsView{}
-	}
-	m["segments"] = segs
-	return json.Marshal(m)
-}
-
-func (v *statsView) UnmarshalJSON(b []byte) error {
-	var rest struct {
-		Encrypted bool               `json:"encrypted"`
-		Gossip    map[string]uint64  `json:"gossip"`
-		Node      map[string]uint64  `json:"node"`
-		Segments  []segmentStatsView `json:"segments"`
-	}
-	if err := json.Unmarshal(b, &rest); err != nil {
-		return err
-	}
-	v.Encrypted, v.Gossip, v.Node, v.Segments = rest.Encrypted, rest.Gossip, rest.Node, rest.Segments
-	return v.Total.UnmarshalJSON(b)
-}
-
-func (s segmentStatsView) MarshalJSON() ([]byte, error) {
-	m := s.Stats.Map()
-	m["vni"], m["dev"] = s.VNI, s.Dev
-	return json.Marshal(m)
-}
-
-func (s *segmentStatsView) UnmarshalJSON(b []byte) error {
-	var id struct {
-		VNI fdb.VNI `json:"vni"`
-		Dev string  `json:"dev"`
-	}
-	if err := json.Unmarshal(b, &id); err != nil {
-		return err
-	}
-	s.VNI, s.Dev = id.VNI, id.Dev
-	return s.Stats.UnmarshalJSON(b)
 }
 
 // gossipCounters are gossip's counters and, in routed mode, the leases'
@@ -485,96 +407,25 @@ func statFields(v any) []statField {
 	return out
 }
 
-// fdbRow is one FDB entry as the control socket shows it (the JSON of
-// `uvxlan fdb show --json`): vtep is the underlay address alone, as in
-// `bridge fdb`, with the UDP port beside it.
-type fdbRow struct {
-	VNI    fdb.VNI    `json:"vni"`
-	MAC    fdb.MAC    `json:"mac"`
-	VTEP   netip.Addr `json:"vtep"`
-	Port   uint16     `json:"port"`
-	Origin fdb.Origin `json:"origin"`
-	// AgeSeconds is the time since the entry was added, moved or (learned
-	// entries) last seen.
-	AgeSeconds float64 `json:"age_seconds"`
-}
-
-// staticEntry is the body of POST /v1/fdb; VNI 0 means the agent's only
-// one.
-type staticEntry struct {
-	VNI  fdb.VNI        `json:"vni,omitempty"`
-	MAC  fdb.MAC        `json:"mac"`
-	VTEP netip.AddrPort `json:"vtep"`
-}
-
-// neighRow is one neighbour binding (`uvxlan neigh show --json`).
-type neighRow struct {
-	VNI    fdb.VNI    `json:"vni"`
-	IP     netip.Addr `json:"ip"`
-	MAC    fdb.MAC    `json:"mac"`
-	Origin fdb.Origin `json:"origin"`
-}
-
 // neighRows are the bindings of vni (0: all).
-func neighRows(ns []fdb.Neigh, vni fdb.VNI) []neighRow {
-	rows := make([]neighRow, 0, len(ns))
+func neighRows(ns []fdb.Neigh, vni fdb.VNI) []controlapi.NeighRow {
+	rows := make([]controlapi.NeighRow, 0, len(ns))
 	for _, n := range ns {
 		if vni == 0 || n.VNI == vni {
-			rows = append(rows, neighRow{VNI: n.VNI, IP: n.IP, MAC: n.MAC, Origin: n.Origin})
+			rows = append(rows, controlapi.NeighRow{VNI: n.VNI, IP: n.IP, MAC: n.MAC, Origin: n.Origin})
 		}
 	}
 	return rows
 }
 
-// memberOut is what the agent serves for one member: the member, and
-// whether gossip with it is encrypted (the cluster's setting, --gossip-key-file
-// or --insecure-gossip).
-type memberOut struct {
-	gossip.Member
-	Encrypted bool `json:"encrypted"`
-	// PathMTU is the path MTU measured towards its VTEP; 0: unknown
-	// (itself, or not measured yet).
-	PathMTU int `json:"path_mtu"`
-	// Wire is how VXLAN travels to it: "esp", "esp-pending" (no key
-	// agreed yet), "esp-held" (gossip lost it; its address stays bound to
-	// its key) or "vxlan" (node.Node.Wire).
-	Wire string `json:"wire"`
-}
-
-// memberRow is one cluster member (`uvxlan members --json`).
-type memberRow struct {
-	Encrypted bool           `json:"encrypted"` // gossip is encrypted (the same for all rows)
-	Name      string         `json:"name"`
-	Address   netip.AddrPort `json:"address"` // gossip address
-	VTEP      netip.AddrPort `json:"vtep"`
-	State     string         `json:"state"` // alive, suspect, dead, left, gone (--encrypt: no longer in gossip, its address still bound to its key)
-	VNIs      []fdb.VNI      `json:"vnis"`
-	MAC       fdb.MAC        `json:"mac"`
-	Entries   int            `json:"entries"` // entries it owns that this node holds
-	Self      bool           `json:"self"`
-	PathMTU   int            `json:"path_mtu"` // measured path MTU to its VTEP; 0: unknown
-	Wire      string         `json:"wire"`     // esp, esp-pending (no key yet), esp-held (lost by gossip, still keyed) or vxlan (--encrypt)
-	// Protocol is the gossip metadata version it speaks now: 7, or 6, 5
-	// or 4 while a member of an older release is in the cluster.
-	Protocol uint8 `json:"protocol"`
-	// PartialCsum: it takes partial inner checksums (protocol 7 on).
-	PartialCsum bool `json:"partial_checksums"`
-	// SourcePorts are the UDP ports it sends VXLAN from besides its VTEP
-	// port (protocol 6 on; absent: any port is accepted from it).
-	SourcePorts *gossip.SourcePorts `json:"source_ports,omitempty"`
-	// The keys pinned to it: TAP MACs, TAP addresses (see gossip/pinned.go).
-	PinnedMACs  []fdb.MAC           `json:"pinned_macs"`
-	PinnedAddrs []gossip.PinnedAddr `json:"pinned_addresses"`
-}
-
 // fdbRows are the entries of vni (0: all).
-func fdbRows(es []fdb.Entry, vni fdb.VNI, now time.Time) []fdbRow {
-	rows := make([]fdbRow, 0, len(es))
+func fdbRows(es []fdb.Entry, vni fdb.VNI, now time.Time) []controlapi.FDBRow {
+	rows := make([]controlapi.FDBRow, 0, len(es))
 	for _, e := range es {
 		if vni != 0 && e.VNI != vni {
 			continue
 		}
-		rows = append(rows, fdbRow{VNI: e.VNI, MAC: e.MAC, VTEP: e.VTEP.Addr(), Port: e.VTEP.Port(), Origin: e.Origin,
+		rows = append(rows, controlapi.FDBRow{VNI: e.VNI, MAC: e.MAC, VTEP: e.VTEP.Addr(), Port: e.VTEP.Port(), Origin: e.Origin,
 			AgeSeconds: now.Sub(e.Updated).Round(time.Millisecond).Seconds()})
 	}
 	return rows
@@ -585,98 +436,4 @@ func writeJSON(w http.ResponseWriter, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	enc.Encode(v)
-}
-
-// controlClient talks to an agent's control socket.
-type controlClient struct {
-	path string
-	hc   *http.Client
-}
-
-func newControlClient(path string) *controlClient {
-	return &controlClient{path: path, hc: &http.Client{
-		Timeout: 5 * time.Second,
-		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", path)
-		}},
-	}}
-}
-
-// get fetches /v1/<what> and returns the raw JSON body.
-func (c *controlClient) get(what string) ([]byte, error) {
-	return c.do(http.MethodGet, what, nil)
-}
-
-// do sends a request to /v1/<what> with an optional JSON body and returns
-// the raw JSON answer; an answer other than 200 is an error with its text.
-func (c *controlClient) do(method, what string, body any) ([]byte, error) {
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return nil, err
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequest(method, "http://uvxlan/v1/"+what, rd)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) || errors.Is(err, os.ErrPermission) || isConnRefused(err) {
-			return nil, fmt.Errorf("no agent answers on %s (is `uvxlan run` running with this --control?): %w", c.path, err)
-		}
-		return nil, fmt.Errorf("control socket %s: %w", c.path, err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return nil, fmt.Errorf("control socket %s: %w", c.path, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("agent refused: %s", strings.TrimSpace(string(raw)))
-	}
-	return raw, nil
-}
-
-func isConnRefused(err error) bool {
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
-}
-
-func (c *controlClient) fdb() ([]fdbRow, []byte, error) {
-	var v []fdbRow
-	raw, err := c.getInto("fdb", &v)
-	return v, raw, err
-}
-
-func (c *controlClient) neigh() ([]neighRow, []byte, error) {
-	var v []neighRow
-	raw, err := c.getInto("neigh", &v)
-	return v, raw, err
-}
-
-func (c *controlClient) members() ([]memberRow, []byte, error) {
-	var v []memberRow
-	raw, err := c.getInto("members", &v)
-	return v, raw, err
-}
-
-func (c *controlClient) stats() (statsView, []byte, error) {
-	var v statsView
-	raw, err := c.getInto("stats", &v)
-	return v, raw, err
-}
-
-func (c *controlClient) getInto(what string, v any) ([]byte, error) {
-	raw, err := c.get(what)
-	if err != nil {
-		return nil, err
-	}
-	if err := json.Unmarshal(raw, v); err != nil {
-		return nil, fmt.Errorf("control socket %s: bad %s answer: %w", c.path, what, err)
-	}
-	return raw, nil
 }

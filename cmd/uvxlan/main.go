@@ -17,6 +17,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/uvxlan/uvxlan/cmd/uvxlan/controlapi"
 	"github.com/uvxlan/uvxlan/cmd/uvxlan/node"
 	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/gossip/lease"
@@ -385,7 +386,7 @@ func fdbCommand() *cli.Command {
 				if err != nil {
 					return err
 				}
-				_, err = newControlClient(c.String("control")).do(http.MethodPost, "fdb", staticEntry{VNI: vni, MAC: mac, VTEP: vtep})
+				_, err = controlapi.NewClient(c.String("control")).Do(c.Context, http.MethodPost, "fdb", controlapi.StaticEntry{VNI: vni, MAC: mac, VTEP: vtep})
 				return err
 			},
 		}, {
@@ -409,7 +410,7 @@ func fdbCommand() *cli.Command {
 				if vni != 0 {
 					q += fmt.Sprintf("&vni=%d", vni)
 				}
-				_, err = newControlClient(c.String("control")).do(http.MethodDelete, q, nil)
+				_, err = controlapi.NewClient(c.String("control")).Do(c.Context, http.MethodDelete, q, nil)
 				return err
 			},
 		}},
@@ -485,7 +486,7 @@ func show[T any](c *cli.Context, what string, print func(io.Writer, T) error) er
 	if vni != 0 {
 		what += fmt.Sprintf("?vni=%d", vni)
 	}
-	raw, err := newControlClient(c.String("control")).getInto(what, &v)
+	raw, err := controlapi.NewClient(c.String("control")).GetInto(c.Context, what, &v)
 	if err != nil {
 		return err
 	}

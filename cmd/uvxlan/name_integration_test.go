@@ -266,10 +266,10 @@ func TestDuplicateNameRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, m := range ms {
-			if m.Name == "h1" && (m.State != "alive" || m.Address.String() != holder) {
+			if m.Name == "h1" && (m.State != "alive" || m.Addr.String() != holder) {
 				t.Errorf("%s sees h1 as %+v, want alive at %s", a.host.Name, m, holder)
 			}
-			if m.Address.Addr() == h3.Underlay {
+			if m.Addr.Addr() == h3.Underlay {
 				t.Errorf("%s lists the duplicate: %+v", a.host.Name, m)
 			}
 		}

@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/uvxlan/uvxlan/cmd/uvxlan/controlapi"
 	"github.com/uvxlan/uvxlan/cmd/uvxlan/node"
 	"github.com/uvxlan/uvxlan/encap"
 	"github.com/uvxlan/uvxlan/fdb"
@@ -79,7 +80,7 @@ func byOrigin(m map[fdb.Origin]int) string {
 	return strings.Join(parts, ", ")
 }
 
-func printFDB(w io.Writer, rows []fdbRow) error {
+func printFDB(w io.Writer, rows []controlapi.FDBRow) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "VNI\tMAC\tVTEP\tPORT\tORIGIN\tAGE")
 	for _, r := range rows {
@@ -88,7 +89,7 @@ func printFDB(w io.Writer, rows []fdbRow) error {
 	return tw.Flush()
 }
 
-func printNeigh(w io.Writer, rows []neighRow) error {
+func printNeigh(w io.Writer, rows []controlapi.NeighRow) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "VNI\tIP\tMAC\tORIGIN")
 	for _, r := range rows {
@@ -97,7 +98,7 @@ func printNeigh(w io.Writer, rows []neighRow) error {
 	return tw.Flush()
 }
 
-func printMembers(w io.Writer, rows []memberRow) error {
+func printMembers(w io.Writer, rows []controlapi.Member) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tADDRESS\tVTEP\tSTATE\tVNIS\tENTRIES\tPMTU\tPROTO\tWIRE")
 	for _, r := range rows {
@@ -117,7 +118,7 @@ func printMembers(w io.Writer, rows []memberRow) error {
 		if wire == "" {
 			wire = "-" // an agent before --encrypt
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t%s\n", name, r.Address, r.VTEP, r.State, strings.Join(vnis, ","), r.Entries, pmtu, r.Protocol, wire)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%d\t%s\n", name, r.Addr, r.VTEP, r.State, strings.Join(vnis, ","), r.Entries, pmtu, r.Protocol, wire)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -174,7 +175,7 @@ func printRoutes(w io.Writer, rows []lease.Lease) error {
 
 // printStats prints the counters (totals, or the one segment asked for),
 // then each segment's packets when there are several, then gossip's.
-func printStats(w io.Writer, v statsView) error {
+func printStats(w io.Writer, v controlapi.Stats) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "encrypted\t%t\n", v.Encrypted)
 	printCounters(tw, "", v.Total)

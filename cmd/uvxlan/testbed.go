@@ -15,6 +15,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/uvxlan/uvxlan/cmd/uvxlan/controlapi"
 	"github.com/uvxlan/uvxlan/testenv"
 )
 
@@ -173,7 +174,7 @@ func runDemo(ctx context.Context, w io.Writer, prefix string, hosts int) (err er
 		}
 	}
 	say("converged in %v", time.Since(start).Round(10*time.Millisecond))
-	rows, _, err := newControlClient(d.control(tb.Host(1))).members()
+	rows, _, err := controlapi.NewClient(d.control(tb.Host(1))).Members(ctx)
 	if err != nil {
 		return err
 	}
@@ -181,7 +182,7 @@ func runDemo(ctx context.Context, w io.Writer, prefix string, hosts int) (err er
 	printMembers(w, rows)
 
 	failed := d.pingAll(ctx)
-	if err := d.show(w, tb.Host(1)); err != nil {
+	if err := d.show(ctx, w, tb.Host(1)); err != nil {
 		return err
 	}
 	if failed > 0 {
@@ -258,22 +259,22 @@ func (d *demo) pingAll(ctx context.Context) (failed int) {
 }
 
 // show prints the FDB, the neighbour table and the counters of h's agent.
-func (d *demo) show(w io.Writer, h *testenv.Host) error {
-	c := newControlClient(d.control(h))
+func (d *demo) show(ctx context.Context, w io.Writer, h *testenv.Host) error {
+	c := controlapi.NewClient(d.control(h))
 	d.say("uvxlan fdb show (on %s)", h.Name)
-	fdbRows, _, err := c.fdb()
+	fdbRows, _, err := c.FDB(ctx)
 	if err != nil {
 		return err
 	}
 	printFDB(w, fdbRows)
 	d.say("uvxlan neigh show (on %s)", h.Name)
-	neighRows, _, err := c.neigh()
+	neighRows, _, err := c.Neigh(ctx)
 	if err != nil {
 		return err
 	}
 	printNeigh(w, neighRows)
 	d.say("uvxlan stats (on %s)", h.Name)
-	st, _, err := c.stats()
+	st, _, err := c.Stats(ctx)
 	if err != nil {
 		return err
 	}
@@ -286,7 +287,7 @@ func waitForMembers(ctx context.Context, control string, n int, timeout time.Dur
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	for {
-		rows, _, err := newControlClient(control).members()
+		rows, _, err := controlapi.NewClient(control).Members(ctx)
 		alive := 0
 		for _, m := range rows {
 			if m.State == "alive" {
@@ -309,7 +310,7 @@ func waitForSocket(ctx context.Context, path string, timeout time.Duration) erro
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	for {
-		if _, err := newControlClient(path).get("status"); err == nil {
+		if _, err := controlapi.NewClient(path).Get(ctx, "status"); err == nil {
 			return nil
 		}
 		select {

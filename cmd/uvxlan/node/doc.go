@@ -5,8 +5,9 @@
 // subnet lease (lease.go; the host networking that uses it, routes and ARP
 // answers and masquerade, is package routed's). New builds a node from a
 // validated Config, Run runs it, Close releases it; the read API (Status,
-// Entries, Neighbors, Members, PathMTU, Leases, Stats) is what the control socket and
-// the metrics of package main are adapters over.
+// Entries, Neighbors, Members, PathMTU, Leases, Stats) is what the control
+// socket and the metrics of package main are adapters over (Status is
+// served as it is: its type is the control API's, controlapi.Status).
 //
 // The node opens its TAPs and underlay sockets through TAPOpener and
 // Underlay (open.go), the kernel's by default, and may gossip over a given

@@ -97,12 +97,26 @@ type segment struct {
 }
 
 // New opens everything a node needs, in this order: the underlay sockets
-// (a port in use fails before a TAP appears) and the check of the state
-// directory; the tables; each segment's TAP; the underlay filter and the
-// path MTU prober; the gossip member with its extensions (leases,
-// encryption); the BGP speaker; the segments' announcements; and last the
-// engines, which read all of the above. On error whatever was opened is
-// closed again. Errors caused by a configuration value are *ConfigError.
+// (or the running agent's, in a takeover; first, so that a port in use
+// fails before a TAP appears), the state directory, the tables, each
+// segment's TAP queues, the underlay filter and the path MTU prober, the
+// gossip member with its extensions (routed mode's leases, --encrypt's
+// keys), the EVPN speaker, the segments' own entries, the state inherited
+// in a takeover, and last the engines between the TAPs and the sockets. On
+// error whatever was opened is closed again. Errors caused by a
+// configuration value are *ConfigError.
+//
+// The agent is assembled in two halves, this one and package main's
+// runAgent (cmd/uvxlan/agent.go). New builds what moves frames and writes
+// the tables: the data path and the control planes that feed it (gossip,
+// EVPN, leases, encryption), all of which run in one test process over
+// fake TAPs and the in-memory network. runAgent builds what the process
+// does around the node: the control socket and the metrics (adapters over
+// the read API), takeover and SIGHUP, and routed mode's host networking
+// (package routed: routes, forwarding, masquerade; with the subnet from
+// the leases or from the Kubernetes API server, package kube), which
+// changes the host outside the node's TAPs and sockets and reaches the
+// node through LeaseWatch, PinSubnet and the read API.
 func New(cfg Config) (_ *Node, err error) {
 	if err := cfg.check(); err != nil {
 		return nil, err

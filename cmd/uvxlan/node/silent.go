@@ -2,10 +2,10 @@ package node
 
 // Peers that never send. A static peer, or an alive member, from which no
 // VXLAN arrives at all for SilentAfter is reported: logged once, and listed
-// by Status. Usually the two sides disagree on the VXLAN port (Linux's
-// default for a VXLAN device is 8472, RFC 7348's 4789), or the underlay
-// drops UDP between them; an overlay with no traffic at all looks the same,
-// which is why this is a report and not an error. The demultiplexers stamp
+// by Status as SilentVTEPs. Usually the two sides disagree on the VXLAN
+// port (Linux's default for a VXLAN device is 8472, RFC 7348's 4789), or the
+// underlay drops UDP between them; an overlay with no traffic at all looks
+// the same, which is why this is a report and not an error. The demultiplexers stamp
 // each watched source (encap.Heard) after the underlay filter lets it in.
 
 import (
@@ -17,15 +17,6 @@ import (
 
 // DefaultSilentAfter is Config.SilentAfter when zero.
 const DefaultSilentAfter = 30 * time.Second
-
-// SilentVTEP is a peer or member from which no VXLAN arrived since it was
-// first watched (Since), for at least SilentAfter.
-type SilentVTEP struct {
-	VTEP  netip.Addr `json:"vtep"`
-	Kind  string     `json:"kind"` // "peer" (--peer) or "member" (gossip)
-	Name  string     `json:"name,omitempty"`
-	Since time.Time  `json:"since"`
-}
 
 // watchSilence keeps the watched sources up to date (static peers, alive
 // members), and logs each silent one once, until ctx is done.

@@ -3,21 +3,22 @@
 // the tables against the truth; the agents' memory, goroutines and
 // counters.
 
-package perf
+package chaos
 
 import (
 	"cmp"
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 )
 
-// ChaosReport is what RunChaos found.
-type ChaosReport struct {
+// Report is what Run found.
+type Report struct {
 	Seed              uint64  `json:"seed"`
 	Hosts             int     `json:"hosts"`
 	Endpoints         int     `json:"endpoints"`
@@ -123,19 +124,19 @@ type AgentSummary struct {
 	Unexpected      map[string]uint64 `json:"unexpected_counters,omitempty"`
 }
 
-// ChaosPromises are the kinds' promises: takeover and reload hand over
+// Promises are the kinds' promises: takeover and reload hand over
 // without a lost probe worth the name, a crashed agent's next start
 // serves within half a second, a moved endpoint is reached again within a
 // second, and a vanished one is withdrawn within the probe budget. A clean
 // stop leaves the cluster (its entries are withdrawn until it is back),
 // and partitions and loss are the network's: no promise, the figures are
 // shown.
-var ChaosPromises = map[FaultKind]time.Duration{
+var Promises = map[FaultKind]time.Duration{
 	FaultTakeover: 50 * time.Millisecond,
 	FaultReload:   50 * time.Millisecond,
 	FaultKill:     500 * time.Millisecond,
 	FaultMove:     time.Second,
-	FaultVanish:   ChaosProbeBudget,
+	FaultVanish:   ProbeBudget,
 }
 
 // Acceptance bounds of the whole run.
@@ -184,7 +185,7 @@ func unexpectedCounters(c counterSums) map[string]uint64 {
 }
 
 // scoreAgents fills in the agents' part of rep.
-func (r *chaosRun) scoreAgents(ctx context.Context, rep *ChaosReport, start, end []agentMemory) {
+func (r *chaosRun) scoreAgents(ctx context.Context, rep *Report, start, end []agentMemory) {
 	rep.CountersReconcile = true
 	for i, a := range r.agents {
 		s := AgentSummary{Host: a.host.Name, Alive: a.alive(), RSSStartBytes: start[i].rss, RSSEndBytes: end[i].rss,
@@ -220,7 +221,7 @@ func (r *chaosRun) scoreAgents(ctx context.Context, rep *ChaosReport, start, end
 
 // score fills in the faults' part of rep from what the mesh recorded
 // between phase (the start of the fault phase) and end.
-func (r *chaosRun) score(rep *ChaosReport, runs []faultRun, phase, end time.Duration) {
+func (r *chaosRun) score(rep *Report, runs []faultRun, phase, end time.Duration) {
 	m := r.mesh
 	n := len(m.conns)
 	// The windows in which a pair is a fault's: from a second before its
@@ -296,7 +297,7 @@ func (r *chaosRun) score(rep *ChaosReport, runs []faultRun, phase, end time.Dura
 		w := worst[k]
 		slices.SortStableFunc(w, func(a, b GapDetail) int { return cmp.Compare(b.GapMS, a.GapMS) })
 		fs.Worst = w[:min(len(w), 5)]
-		if p, ok := ChaosPromises[k]; ok {
+		if p, ok := Promises[k]; ok {
 			v := ms(p)
 			fs.PromiseMS = &v
 			met := fs.Failed == 0 && (fs.Count == 0 || fs.GapMS.P99 <= v)
@@ -351,7 +352,7 @@ func (r *chaosRun) pairName(s, d int, at time.Duration) string {
 }
 
 // verdict writes the acceptance checks.
-func (rep *ChaosReport) verdict() {
+func (rep *Report) verdict() {
 	ok := true
 	check := func(pass bool, format string, args ...any) {
 		mark := "ok  "
@@ -383,7 +384,7 @@ func (rep *ChaosReport) verdict() {
 }
 
 // WriteTable prints the report for people.
-func (rep *ChaosReport) WriteTable(w io.Writer) error {
+func (rep *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(w, "uvxlan bench chaos: seed %d, %d hosts, %d endpoints, %.0f s of faults; probes every %.0f ms (%.0f ms near short faults); --probe-interval %s --probe-retries %d\n",
 		rep.Seed, rep.Hosts, rep.Endpoints, rep.DurationSeconds, rep.MeshIntervalMS, rep.MeshHotIntervalMS, rep.ProbeInterval, rep.ProbeRetries)
 	fmt.Fprintf(w, "loss fault: %s\n\n", rep.Delay)
@@ -457,4 +458,17 @@ func (rep *ChaosReport) WriteTable(w io.Writer) error {
 	}
 	_, err := fmt.Fprintf(w, "verdict: %s (seed %d)\n", verdict, rep.Seed)
 	return err
+}
+
+// percentile returns the nearest-rank p-th percentile (0 < p <= 1) of ds:
+// the smallest sample with at least p of all samples at or below it. It is 0
+// for no samples. ds is not modified.
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(math.Ceil(p*float64(len(s)))) - 1
+	return s[min(max(i, 0), len(s)-1)]
 }

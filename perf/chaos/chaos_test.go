@@ -1,4 +1,4 @@
-package perf
+package chaos
 
 import (
 	"net/netip"
@@ -8,12 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/uvxlan/uvxlan/cmd/uvxlan/controlapi"
 	"github.com/uvxlan/uvxlan/fdb"
 )
 
 func scheduleFor(t *testing.T, seed uint64, hosts int, d time.Duration, kinds []FaultKind) []Fault {
 	t.Helper()
-	s, err := Schedule(ScheduleConfig{Seed: seed, Hosts: hosts, Endpoints: ChaosEndpoints, Duration: d, Kinds: kinds, VanishHold: 12 * time.Second})
+	s, err := Schedule(ScheduleConfig{Seed: seed, Hosts: hosts, Endpoints: Endpoints, Duration: d, Kinds: kinds, VanishHold: 12 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +69,7 @@ func TestScheduleInvariants(t *testing.T) {
 				if f.Endpoint != 0 {
 					at, ok := loc[f.Endpoint]
 					if !ok {
-						at = (f.Endpoint-1)/ChaosEndpoints + 1
+						at = (f.Endpoint-1)/Endpoints + 1
 					}
 					if f.Hosts[0] != at {
 						t.Errorf("%d hosts, seed %d: %v: endpoint %d is on h%d", tt.hosts, seed, f, f.Endpoint, at)
@@ -142,19 +143,19 @@ func TestTruthCompare(t *testing.T) {
 		vtep:  map[fdb.MAC]netip.Addr{tap1: self, tap2: other, ep1: self, ep2: other},
 		neigh: map[netip.Addr]fdb.MAC{ip1: ep1, ip2: ep2},
 	}
-	good := []fdbRow{{MAC: tap1, Origin: fdb.OriginLocal}, {MAC: tap2, VTEP: other, Origin: fdb.OriginGossip},
+	good := []controlapi.FDBRow{{MAC: tap1, Origin: fdb.OriginLocal}, {MAC: tap2, VTEP: other, Origin: fdb.OriginGossip},
 		{MAC: ep1, Origin: fdb.OriginLocal}, {MAC: ep2, VTEP: other, Origin: fdb.OriginGossip}, {VTEP: other, Origin: fdb.OriginGossip}}
-	goodN := []neighRow{{IP: ip1, MAC: ep1, Origin: fdb.OriginLocal}, {IP: ip2, MAC: ep2, Origin: fdb.OriginGossip}}
+	goodN := []controlapi.NeighRow{{IP: ip1, MAC: ep1, Origin: fdb.OriginLocal}, {IP: ip2, MAC: ep2, Origin: fdb.OriginGossip}}
 	if d := tr.compare("h1", self, good, goodN); !d.empty() {
 		t.Errorf("equal tables differ: %+v", d)
 	}
-	bad := []fdbRow{
+	bad := []controlapi.FDBRow{
 		{MAC: tap1, Origin: fdb.OriginLocal},
 		{MAC: ep1, VTEP: other, Origin: fdb.OriginGossip},  // ours, but another's say
 		{MAC: ep2, VTEP: self, Origin: fdb.OriginGossip},   // wrong VTEP
 		{MAC: gone, VTEP: other, Origin: fdb.OriginGossip}, // nobody's
 	} // tap2 missing
-	badN := []neighRow{{IP: ip1, MAC: ep2, Origin: fdb.OriginGossip}, {IP: ipGone, MAC: gone, Origin: fdb.OriginGossip}} // ip2 missing
+	badN := []controlapi.NeighRow{{IP: ip1, MAC: ep2, Origin: fdb.OriginGossip}, {IP: ipGone, MAC: gone, Origin: fdb.OriginGossip}} // ip2 missing
 	d := tr.compare("h1", self, bad, badN)
 	keys := func(ms []Mismatch) []string {
 		var k []string

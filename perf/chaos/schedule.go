@@ -1,7 +1,7 @@
 // The chaos bench's fault schedule: drawn from a seed, so that a run can be
 // repeated fault for fault.
 
-package perf
+package chaos
 
 import (
 	"fmt"
@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// FaultKind names a kind of fault of the chaos bench (RunChaos).
+// FaultKind names a kind of fault of the chaos bench (Run).
 type FaultKind string
 
 // The fault kinds, in the order the report lists them.
@@ -33,7 +33,7 @@ const (
 	FaultPartition FaultKind = "partition"
 	// FaultLoss drops 10 % of one host's underlay packets, both ways,
 	// for LossHold (and delays them 50 ms where the kernel can: see
-	// RunChaos).
+	// Run).
 	FaultLoss FaultKind = "loss"
 	// FaultMove moves an endpoint, with its MAC and address, to another
 	// host's bridge, where it sends a gratuitous ARP.
@@ -154,10 +154,10 @@ type ScheduleConfig struct {
 // (e-1)/Endpoints+1 and moves as the schedule moves it.
 func Schedule(cfg ScheduleConfig) ([]Fault, error) {
 	if cfg.Hosts < 2 {
-		return nil, fmt.Errorf("perf: chaos: %d hosts, need at least 2", cfg.Hosts)
+		return nil, fmt.Errorf("chaos: %d hosts, need at least 2", cfg.Hosts)
 	}
 	if cfg.Endpoints < 1 || len(cfg.Kinds) == 0 || cfg.Duration <= 0 {
-		return nil, fmt.Errorf("perf: chaos: a schedule needs endpoints, kinds and a duration")
+		return nil, fmt.Errorf("chaos: a schedule needs endpoints, kinds and a duration")
 	}
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x636861_6f73)) // "chaos"
 	loc := make([]int, cfg.Hosts*cfg.Endpoints+1)         // endpoint → host

@@ -2,20 +2,16 @@
 // reloading the uvxlan agent of a host, and reading its tables, counters,
 // memory and goroutines through its control socket and metrics.
 
-package perf
+package chaos
 
 import (
 	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -27,6 +23,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/uvxlan/uvxlan/cmd/uvxlan/controlapi"
+	"github.com/uvxlan/uvxlan/encap"
 	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/testenv"
 )
@@ -48,6 +46,7 @@ type chaosAgent struct {
 	bin     string
 	args    []string // of `uvxlan run`, without --takeover
 	control string
+	client  *controlapi.Client // of control
 	mac     fdb.MAC
 
 	mu   sync.Mutex
@@ -222,74 +221,21 @@ func (a *chaosAgent) reload(ctx context.Context) error {
 	return nil
 }
 
-// agentStatus is what the bench reads of GET /v1/status.
-type agentStatus struct {
-	PID          int `json:"pid"`
-	MembersAlive int `json:"members_alive"`
+func (a *chaosAgent) status(ctx context.Context) (controlapi.Status, error) {
+	st, _, err := a.client.Status(ctx)
+	return st, err
 }
 
-// agentStats is what the bench reads of GET /v1/stats.
-type agentStats struct {
-	Drops  map[string]uint64 `json:"drops"`
-	Gossip map[string]uint64 `json:"gossip"`
-	Node   map[string]uint64 `json:"node"`
-}
-
-type fdbRow struct {
-	MAC    fdb.MAC    `json:"mac"`
-	VTEP   netip.Addr `json:"vtep"`
-	Origin fdb.Origin `json:"origin"`
-}
-
-type neighRow struct {
-	IP     netip.Addr `json:"ip"`
-	MAC    fdb.MAC    `json:"mac"`
-	Origin fdb.Origin `json:"origin"`
-}
-
-func (a *chaosAgent) status(ctx context.Context) (agentStatus, error) {
-	var st agentStatus
-	return st, a.get(ctx, "status", &st)
-}
-
-func (a *chaosAgent) tables(ctx context.Context) ([]fdbRow, []neighRow, error) {
-	var f []fdbRow
-	var n []neighRow
-	if err := a.get(ctx, "fdb", &f); err != nil {
+func (a *chaosAgent) tables(ctx context.Context) ([]controlapi.FDBRow, []controlapi.NeighRow, error) {
+	f, _, err := a.client.FDB(ctx)
+	if err != nil {
 		return nil, nil, err
 	}
-	if err := a.get(ctx, "neigh", &n); err != nil {
+	n, _, err := a.client.Neigh(ctx)
+	if err != nil {
 		return nil, nil, err
 	}
 	return f, n, nil
-}
-
-// get reads GET /v1/<what> of the control socket (HTTP over a unix
-// socket; see cmd/uvxlan/control.go) into v.
-func (a *chaosAgent) get(ctx context.Context, what string, v any) error {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	c := http.Client{Transport: &http.Transport{DisableKeepAlives: true, DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", a.control)
-	}}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://uvxlan/v1/"+what, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: GET /v1/%s: %s: %s", a.host.Name, what, resp.Status, strings.TrimSpace(string(b)))
-	}
-	return json.Unmarshal(b, v)
 }
 
 // goroutines scrapes go_goroutines from the agent's metrics, dialled from
@@ -322,17 +268,40 @@ func (a *chaosAgent) goroutines(ctx context.Context) (int, error) {
 	return 0, fmt.Errorf("%s: no go_goroutines in the metrics (%v)", a.host.Name, sc.Err())
 }
 
-// rss returns the current agent's resident set (VmRSS) in bytes.
+// rss returns the current agent's resident set (VmRSS) in bytes; 0 when
+// it cannot be read.
 func (a *chaosAgent) rss() int64 {
 	pid, _ := a.current()
-	return procBytes(filepath.Join("/proc", strconv.Itoa(pid), "status"), "VmRSS")[0]
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// tail is the last n bytes of s (a process's log).
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "…" + s[len(s)-n:]
+	}
+	return s
 }
 
 // counterSums adds up the counters of an agent's successive processes.
 type counterSums map[string]uint64
 
-func (c counterSums) add(st agentStats) {
-	for group, m := range map[string]map[string]uint64{"drops": st.Drops, "gossip": st.Gossip, "node": st.Node} {
+func (c counterSums) add(st controlapi.Stats) {
+	drops := map[string]uint64{}
+	for r, v := range st.Total.Drops {
+		drops[encap.DropReason(r).String()] = v
+	}
+	for group, m := range map[string]map[string]uint64{"drops": drops, "gossip": st.Gossip, "node": st.Node} {
 		for k, v := range m {
 			c[group+"."+k] += v
 		}
@@ -342,8 +311,8 @@ func (c counterSums) add(st agentStats) {
 // saveCounters adds the current process's counters to those of its
 // predecessors, before it goes.
 func (a *chaosAgent) saveCounters(ctx context.Context) {
-	var st agentStats
-	if a.get(ctx, "stats", &st) != nil {
+	st, _, err := a.client.Stats(ctx)
+	if err != nil {
 		return // what it counted since the last read is lost; unexpected counts are rare
 	}
 	a.mu.Lock()
@@ -356,8 +325,8 @@ func (a *chaosAgent) saveCounters(ctx context.Context) {
 
 // allCounters returns the counters of every process of this agent so far.
 func (a *chaosAgent) allCounters(ctx context.Context) (counterSums, error) {
-	var st agentStats
-	if err := a.get(ctx, "stats", &st); err != nil {
+	st, _, err := a.client.Stats(ctx)
+	if err != nil {
 		return nil, err
 	}
 	a.mu.Lock()

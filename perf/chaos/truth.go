@@ -1,13 +1,14 @@
 // The chaos bench's ground truth: where every MAC and address is, as the
 // bench placed them, and how an agent's tables differ from it.
 
-package perf
+package chaos
 
 import (
 	"fmt"
 	"net/netip"
 	"slices"
 
+	"github.com/uvxlan/uvxlan/cmd/uvxlan/controlapi"
 	"github.com/uvxlan/uvxlan/fdb"
 )
 
@@ -58,7 +59,7 @@ func (d *tableDiff) add(o tableDiff) {
 // self, differ from t: an entry behind self must be the agent's own
 // (origin local); one behind another VTEP must name that VTEP and not be
 // local; a binding must name the right MAC.
-func (t truth) compare(node string, self netip.Addr, fdbRows []fdbRow, neighRows []neighRow) tableDiff {
+func (t truth) compare(node string, self netip.Addr, fdbRows []controlapi.FDBRow, neighRows []controlapi.NeighRow) tableDiff {
 	var d tableDiff
 	seen := map[fdb.MAC]bool{}
 	for _, r := range fdbRows {
@@ -104,7 +105,7 @@ func (t truth) compare(node string, self netip.Addr, fdbRows []fdbRow, neighRows
 	return d
 }
 
-func fdbGot(r fdbRow) string {
+func fdbGot(r controlapi.FDBRow) string {
 	if r.Origin == fdb.OriginLocal {
 		return "local"
 	}

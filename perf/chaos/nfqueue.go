@@ -12,7 +12,7 @@
 // attributes are big-endian. The constants are from
 // <linux/netfilter/nfnetlink_queue.h>.
 
-package perf
+package chaos
 
 import (
 	"context"

@@ -3,7 +3,7 @@
 // opened inside each endpoint's namespace, and the gaps and losses each
 // directed pair saw.
 
-package perf
+package chaos
 
 import (
 	"encoding/binary"

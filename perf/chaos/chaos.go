@@ -1,9 +1,9 @@
-// RunChaos: many real agents under traffic, faults on a schedule, every
+// Run: many real agents under traffic, faults on a schedule, every
 // table entry accounted for.
 //
 // The stages, in order:
 //
-//  1. draw the fault schedule from the seed (chaos_schedule.go) and print
+//  1. draw the fault schedule from the seed (schedule.go) and print
 //     it, before anything is built;
 //  2. build a testbed of Hosts hosts (testenv), IPv6 off in every
 //     namespace (so that no link-local address enters the tables); in
@@ -11,17 +11,17 @@
 //     probe settings below, metrics on 127.0.0.1:9464) whose TAP joins
 //     the bridge, and two endpoint namespaces on it (10.42.0.E/24);
 //  3. wait until every agent sees every member, start the probe mesh
-//     (chaos_mesh.go) and wait until every pair gets its probes and every
-//     table equals the truth (chaos_truth.go); read every agent's RSS and
+//     (mesh.go) and wait until every pair gets its probes and every
+//     table equals the truth (truth.go); read every agent's RSS and
 //     goroutines;
 //  4. run the faults at their times, each on hosts no other fault holds;
 //  5. after the last fault, poll every table until all equal the truth
 //     (converged_seconds) or the settle time passes;
 //  6. stop the mesh, read RSS, goroutines and counters again, and score
-//     each fault kind on the pairs it touched (chaos_report.go);
+//     each fault kind on the pairs it touched (report.go);
 //  7. tear everything down (also on error or cancellation).
 
-package perf
+package chaos
 
 import (
 	"context"
@@ -38,25 +38,26 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/uvxlan/uvxlan/cmd/uvxlan/controlapi"
 	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/testenv"
 )
 
-// Defaults and bounds of ChaosConfig.
+// Defaults and bounds of Config.
 const (
-	DefaultChaosHosts    = 12
-	MaxChaosHosts        = 40
-	DefaultChaosDuration = 10 * time.Minute
-	// ChaosEndpoints is the number of endpoints behind each host.
-	ChaosEndpoints = 2
-	// DefaultChaosSettle bounds the wait for the tables to equal the
+	DefaultHosts    = 12
+	MaxHosts        = 40
+	DefaultDuration = 10 * time.Minute
+	// Endpoints is the number of endpoints behind each host.
+	Endpoints = 2
+	// DefaultSettle bounds the wait for the tables to equal the
 	// truth after the last fault.
-	DefaultChaosSettle = 60 * time.Second
+	DefaultSettle = 60 * time.Second
 	// The agents' endpoint probes: a vanished endpoint is withdrawn
-	// within ChaosProbeBudget.
-	ChaosProbeInterval = 2 * time.Second
-	ChaosProbeRetries  = 3
-	ChaosProbeBudget   = ChaosProbeInterval * (ChaosProbeRetries + 1)
+	// within ProbeBudget.
+	ProbeInterval = 2 * time.Second
+	ProbeRetries  = 3
+	ProbeBudget   = ProbeInterval * (ProbeRetries + 1)
 	// chaosGrace is how long after a fault's action ends its pairs are
 	// still its own: their losses are the fault's, not untouched ones.
 	chaosGrace          = 10 * time.Second
@@ -67,20 +68,20 @@ const (
 	chaosSetupTimeout   = 90 * time.Second
 )
 
-// ChaosConfig configures RunChaos.
-type ChaosConfig struct {
-	Hosts    int           // default DefaultChaosHosts
-	Duration time.Duration // of the fault phase; default DefaultChaosDuration
+// Config configures Run.
+type Config struct {
+	Hosts    int           // default DefaultHosts
+	Duration time.Duration // of the fault phase; default DefaultDuration
 	Seed     uint64        // of the schedule
 	Kinds    []FaultKind   // default all
-	Settle   time.Duration // default DefaultChaosSettle
+	Settle   time.Duration // default DefaultSettle
 	Prefix   string        // of the testbed's namespaces; default random
 	Binary   string        // the uvxlan binary the agents run; required
 	// Progress receives the schedule and a line per step; nil for none.
 	Progress io.Writer
 }
 
-// What the loss fault did: ChaosReport.Delay.
+// What the loss fault did: Report.Delay.
 const (
 	chaosDelayApplied    = "10% of the host's underlay packets dropped and the rest delayed 50 ms, each way (iptables NFQUEUE to the bench: this kernel has no sch_netem)"
 	chaosDelayNotApplied = "10% of the host's underlay packets dropped each way (nftables numgen); no 50 ms delay"
@@ -96,9 +97,9 @@ type chaosEndpoint struct {
 	addr netip.Addr
 }
 
-// chaosRun is a RunChaos in progress.
+// chaosRun is a Run in progress.
 type chaosRun struct {
-	cfg    ChaosConfig
+	cfg    Config
 	tb     *testenv.Testbed
 	work   string
 	agents []*chaosAgent // by host index - 1
@@ -169,34 +170,34 @@ func (r *chaosRun) say(format string, args ...any) {
 // epAddr is endpoint id's overlay address.
 func epAddr(id int) netip.Addr { return netip.AddrFrom4([4]byte{10, 42, 0, byte(id)}) }
 
-// RunChaos builds the testbed, runs the schedule of faults under the probe
+// Run builds the testbed, runs the schedule of faults under the probe
 // mesh and returns the report; see the stages above. It needs root. It
 // blocks for about cfg.Duration plus setup, settle and teardown.
 // Everything it starts is stopped and the testbed removed before it
 // returns, also when ctx is canceled (the error is then ctx's). Faults
 // that fail, agents that die and tables that differ are findings, in the
 // report; errors are for what kept the run from happening.
-func RunChaos(ctx context.Context, cfg ChaosConfig) (rep *ChaosReport, err error) {
+func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	if cfg.Hosts == 0 {
-		cfg.Hosts = DefaultChaosHosts
+		cfg.Hosts = DefaultHosts
 	}
 	if cfg.Duration == 0 {
-		cfg.Duration = DefaultChaosDuration
+		cfg.Duration = DefaultDuration
 	}
 	if cfg.Settle == 0 {
-		cfg.Settle = DefaultChaosSettle
+		cfg.Settle = DefaultSettle
 	}
 	if len(cfg.Kinds) == 0 {
 		cfg.Kinds = FaultKinds
 	}
-	if cfg.Hosts < 2 || cfg.Hosts > MaxChaosHosts {
-		return nil, fmt.Errorf("perf: chaos: %d hosts, want 2 to %d", cfg.Hosts, MaxChaosHosts)
+	if cfg.Hosts < 2 || cfg.Hosts > MaxHosts {
+		return nil, fmt.Errorf("chaos: %d hosts, want 2 to %d", cfg.Hosts, MaxHosts)
 	}
 	if cfg.Binary == "" {
-		return nil, errors.New("perf: chaos: no uvxlan binary to run (ChaosConfig.Binary)")
+		return nil, errors.New("chaos: no uvxlan binary to run (Config.Binary)")
 	}
-	sched, err := Schedule(ScheduleConfig{Seed: cfg.Seed, Hosts: cfg.Hosts, Endpoints: ChaosEndpoints, Duration: cfg.Duration,
-		Kinds: cfg.Kinds, VanishHold: ChaosProbeBudget + 4*time.Second})
+	sched, err := Schedule(ScheduleConfig{Seed: cfg.Seed, Hosts: cfg.Hosts, Endpoints: Endpoints, Duration: cfg.Duration,
+		Kinds: cfg.Kinds, VanishHold: ProbeBudget + 4*time.Second})
 	if err != nil {
 		return nil, err
 	}
@@ -208,7 +209,7 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (rep *ChaosReport, err error
 		}
 	}
 	if r.work, err = os.MkdirTemp("", "uvxlan-chaos-"); err != nil {
-		return nil, fmt.Errorf("perf: chaos: %w", err)
+		return nil, fmt.Errorf("chaos: %w", err)
 	}
 	keep := false
 	defer func() {
@@ -221,7 +222,7 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (rep *ChaosReport, err error
 	if r.tb, err = testenv.New(testenv.Config{Prefix: cfg.Prefix, Hosts: cfg.Hosts, LogDir: r.work}); err != nil {
 		return nil, err
 	}
-	r.say("building %d hosts (namespaces %s-*), each a bridge with an agent's TAP and %d endpoints", cfg.Hosts, r.tb.Prefix(), ChaosEndpoints)
+	r.say("building %d hosts (namespaces %s-*), each a bridge with an agent's TAP and %d endpoints", cfg.Hosts, r.tb.Prefix(), Endpoints)
 	if err := r.tb.Up(ctx); err != nil {
 		return nil, err
 	}
@@ -253,13 +254,13 @@ func (r *chaosRun) setup(runCtx context.Context) error {
 	defer cancel()
 	key := filepath.Join(r.work, "gossip.key")
 	if err := writeKeyFile(key); err != nil {
-		return fmt.Errorf("perf: chaos: %w", err)
+		return fmt.Errorf("chaos: %w", err)
 	}
 	var seeds []string
 	for i := 1; i <= min(3, r.cfg.Hosts); i++ {
 		seeds = append(seeds, r.tb.Host(i).Underlay.String())
 	}
-	r.loc = make([]int, r.cfg.Hosts*ChaosEndpoints+1)
+	r.loc = make([]int, r.cfg.Hosts*Endpoints+1)
 	r.cut = make([]bool, r.cfg.Hosts+1)
 	r.routes = map[[2]int]int{}
 	for _, h := range r.tb.Hosts() {
@@ -274,13 +275,14 @@ func (r *chaosRun) setup(runCtx context.Context) error {
 		}
 		a := &chaosAgent{host: h, bin: r.cfg.Binary, control: filepath.Join(r.work, h.Name+".sock"),
 			mac: fdb.MAC{0x02, 0x42, 0xc4, 0, byte(h.Index >> 8), byte(h.Index)}}
+		a.client = controlapi.NewClient(a.control)
 		state := filepath.Join(r.work, h.Name+"-state")
 		if err := os.MkdirAll(state, 0o700); err != nil {
 			return err
 		}
 		a.args = []string{"run", "--name", h.Name, "--local", h.Underlay.String(), "--mac", a.mac.String(),
 			"--control", a.control, "--state-dir", state, "--gossip-key-file", key, "--keep-tap",
-			"--probe-interval", ChaosProbeInterval.String(), "--probe-retries", strconv.Itoa(ChaosProbeRetries),
+			"--probe-interval", ProbeInterval.String(), "--probe-retries", strconv.Itoa(ProbeRetries),
 			"--metrics", chaosMetricsAddr}
 		for _, s := range seeds {
 			if s != h.Underlay.String() {
@@ -288,14 +290,14 @@ func (r *chaosRun) setup(runCtx context.Context) error {
 			}
 		}
 		if err := a.start(runCtx); err != nil {
-			return fmt.Errorf("perf: chaos: %w", err)
+			return fmt.Errorf("chaos: %w", err)
 		}
 		r.agents = append(r.agents, a)
 		if _, err := h.Run(ctx, "ip", "link", "set", chaosTAP, "master", chaosBridge, "up"); err != nil {
 			return err
 		}
-		for j := 1; j <= ChaosEndpoints; j++ {
-			id := (h.Index-1)*ChaosEndpoints + j
+		for j := 1; j <= Endpoints; j++ {
+			id := (h.Index-1)*Endpoints + j
 			name := "e" + strconv.Itoa(id)
 			ns, err := h.AddEndpoint(ctx, name, chaosBridge, netip.PrefixFrom(epAddr(id), 24))
 			if err != nil {
@@ -318,7 +320,7 @@ func (r *chaosRun) setup(runCtx context.Context) error {
 			st, err := a.status(ctx)
 			return err == nil && st.MembersAlive == r.cfg.Hosts
 		}); err != nil {
-			return fmt.Errorf("perf: chaos: %s does not see every member: %w", a.host.Name, err)
+			return fmt.Errorf("chaos: %s does not see every member: %w", a.host.Name, err)
 		}
 	}
 	var nss []*testenv.Host
@@ -327,7 +329,7 @@ func (r *chaosRun) setup(runCtx context.Context) error {
 	}
 	m, err := newMesh(nss)
 	if err != nil {
-		return fmt.Errorf("perf: chaos: probe sockets: %w", err)
+		return fmt.Errorf("chaos: probe sockets: %w", err)
 	}
 	r.mesh = m
 	m.run()
@@ -344,7 +346,7 @@ func (r *chaosRun) setup(runCtx context.Context) error {
 		diff = r.diff(ctx)
 		return diff.empty()
 	}); err != nil {
-		return fmt.Errorf("perf: chaos: the overlay is not whole before any fault: %d pairs without probes (first: %v), tables: %d missing, %d stale, %d wrong (first: %v %v %v)",
+		return fmt.Errorf("chaos: the overlay is not whole before any fault: %d pairs without probes (first: %v), tables: %d missing, %d stale, %d wrong (first: %v %v %v)",
 			len(missing), first(missing), len(diff.Missing), len(diff.Stale), len(diff.Wrong), first(diff.Missing), first(diff.Stale), first(diff.Wrong))
 	}
 	return nil
@@ -364,7 +366,7 @@ func noIPv6(h *testenv.Host) error {
 	return h.Do(func() error {
 		for _, conf := range []string{"all", "default"} {
 			if err := os.WriteFile("/proc/sys/net/ipv6/conf/"+conf+"/disable_ipv6", []byte("1\n"), 0o644); err != nil {
-				return fmt.Errorf("perf: chaos: %s: turning IPv6 off: %w", h.Name, err)
+				return fmt.Errorf("chaos: %s: turning IPv6 off: %w", h.Name, err)
 			}
 		}
 		return nil
@@ -406,10 +408,10 @@ func (r *chaosRun) diff(ctx context.Context) tableDiff {
 }
 
 // run runs the schedule, waits for the tables, and scores (stages 4 to 6).
-func (r *chaosRun) run(ctx context.Context, sched []Fault) (*ChaosReport, error) {
-	rep := &ChaosReport{Seed: r.cfg.Seed, Hosts: r.cfg.Hosts, Endpoints: len(r.eps), DurationSeconds: r.cfg.Duration.Seconds(),
+func (r *chaosRun) run(ctx context.Context, sched []Fault) (*Report, error) {
+	rep := &Report{Seed: r.cfg.Seed, Hosts: r.cfg.Hosts, Endpoints: len(r.eps), DurationSeconds: r.cfg.Duration.Seconds(),
 		MeshIntervalMS: ms(MeshInterval), MeshHotIntervalMS: ms(MeshHotInterval),
-		ProbeInterval: ChaosProbeInterval.String(), ProbeRetries: ChaosProbeRetries, Schedule: sched}
+		ProbeInterval: ProbeInterval.String(), ProbeRetries: ProbeRetries, Schedule: sched}
 	// The agents' memory at the start is read after a warm-up under the
 	// mesh's traffic: their heaps have grown to what traffic needs.
 	r.say("warming up for %v under the mesh's traffic", chaosWarmup)
@@ -629,9 +631,9 @@ func (r *chaosRun) partition(ctx context.Context, f Fault) error {
 
 // loss makes the host's underlay lossy and slow for f.Hold: 10 % of its
 // packets dropped and the rest delayed 50 ms, each way, through a
-// netfilter queue of this process (chaos_nfqueue.go); where the kernel
+// netfilter queue of this process (nfqueue.go); where the kernel
 // cannot queue, 10 % dropped each way by nftables (numgen) and no delay.
-// The report says which (ChaosReport.Delay).
+// The report says which (Report.Delay).
 func (r *chaosRun) loss(ctx context.Context, f Fault) error {
 	h := r.tb.Host(f.Hosts[0])
 	undo, qerr := lossyUnderlay(ctx, h, r.cfg.Seed+uint64(f.At))
@@ -736,8 +738,8 @@ func (r *chaosRun) holders(ctx context.Context, e *chaosEndpoint) []string {
 			held = append(held, a.host.Name+" (unreadable)")
 			continue
 		}
-		if slices.ContainsFunc(f, func(row fdbRow) bool { return row.MAC == fdb.MAC(e.mac) }) ||
-			slices.ContainsFunc(n, func(row neighRow) bool { return row.IP == e.addr }) {
+		if slices.ContainsFunc(f, func(row controlapi.FDBRow) bool { return row.MAC == fdb.MAC(e.mac) }) ||
+			slices.ContainsFunc(n, func(row controlapi.NeighRow) bool { return row.IP == e.addr }) {
 			held = append(held, a.host.Name)
 		}
 	}
@@ -769,7 +771,7 @@ type locChange struct {
 func (r *chaosRun) locAt(id int, at time.Duration) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	h := (id-1)/ChaosEndpoints + 1
+	h := (id-1)/Endpoints + 1
 	for _, c := range r.locLog {
 		if c.at > at {
 			break

@@ -1,0 +1,34 @@
+package main
+
+import (
+	"context"
+
+	"github.com/uvxlan/uvxlan/cmd/uvxlan/controlapi"
+)
+
+// The tests' short names for the control API (controlapi), which they
+// used when its types and client were package main's: the tests read
+// agents through controlapi.Client, with a background context (each
+// request is bounded by controlapi.Timeout).
+type (
+	fdbRow    = controlapi.FDBRow
+	neighRow  = controlapi.NeighRow
+	memberRow = controlapi.Member
+	statsView = controlapi.Stats
+)
+
+// testClient is a controlapi.Client without contexts.
+type testClient struct{ c *controlapi.Client }
+
+func newControlClient(path string) testClient { return testClient{controlapi.NewClient(path)} }
+
+func (t testClient) get(what string) ([]byte, error) { return t.c.Get(context.Background(), what) }
+
+func (t testClient) getInto(what string, v any) ([]byte, error) {
+	return t.c.GetInto(context.Background(), what, v)
+}
+
+func (t testClient) fdb() ([]fdbRow, []byte, error)        { return t.c.FDB(context.Background()) }
+func (t testClient) neigh() ([]neighRow, []byte, error)    { return t.c.Neigh(context.Background()) }
+func (t testClient) members() ([]memberRow, []byte, error) { return t.c.Members(context.Background()) }
+func (t testClient) stats() (statsView, []byte, error)     { return t.c.Stats(context.Background()) }
