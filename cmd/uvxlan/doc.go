@@ -1,6 +1,9 @@
 // Command uvxlan is a userspace VXLAN overlay agent: it owns a TAP device,
 // encapsulates and decapsulates RFC 7348 frames itself over batched UDP, and
-// answers `fdb show` and `stats` on a control socket.
+// gossips its tables with its peers; `uvxlan run` starts one, and the other
+// commands talk to a running one over its control socket (fdb, neigh,
+// members, stats, status, leases, bgp), build namespace testbeds, run the
+// demo, and benchmark overlays (bench).
 //
 // This package is the CLI and the process around one node: flags into
 // node.Config, the control socket's server (its API and client are package
