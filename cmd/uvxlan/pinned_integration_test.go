@@ -63,12 +63,12 @@ func endpointBehind(t *testing.T, tb *testenv.Testbed, h *testenv.Host, addr net
 
 // announceUntilLocal sends gratuitous ARP requests for ip from interface
 // ep1 of namespace ns, every 500 ms, until a's agent binds ip to mac as an
-// endpoint behind its TAP (at most 10 s). One GARP sent as the endpoint's
+// endpoint behind its TAP (at most 20 s). One GARP sent as the endpoint's
 // link comes up can be lost (a CI run: the binding never came), and the
 // tests that use this start from the binding, not from that packet.
 func announceUntilLocal(t *testing.T, a *agent, ns string, ip netip.Addr, mac fdb.MAC) {
 	t.Helper()
-	eventuallyT(t, 10*time.Second, a.host.Name+" binds "+ip.String()+" behind its TAP", func() bool {
+	eventuallyT(t, 20*time.Second, a.host.Name+" binds "+ip.String()+" behind its TAP", func() bool {
 		if err := sendGratuitous(ns, "ep1", 1, ip, mac); err != nil {
 			t.Fatal(err)
 		}
