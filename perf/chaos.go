@@ -40,6 +40,7 @@ import (
 
 	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/testenv"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // Defaults and bounds of ChaosConfig.
@@ -314,7 +315,7 @@ func (r *chaosRun) setup(runCtx context.Context) error {
 	}
 	r.say("waiting for every agent to see %d members", r.cfg.Hosts)
 	for _, a := range r.agents {
-		if err := testenv.Eventually(ctx, 60*time.Second, func() bool {
+		if err := wait.Until(ctx, 60*time.Second, func() bool {
 			st, err := a.status(ctx)
 			return err == nil && st.MembersAlive == r.cfg.Hosts
 		}); err != nil {
@@ -335,7 +336,7 @@ func (r *chaosRun) setup(runCtx context.Context) error {
 		len(r.eps), len(r.eps)*(len(r.eps)-1), MeshInterval)
 	var missing [][2]int
 	var diff tableDiff
-	if err := testenv.Eventually(ctx, 60*time.Second, func() bool {
+	if err := wait.Until(ctx, 60*time.Second, func() bool {
 		var whole bool
 		whole, missing = m.recentlyAll(time.Second)
 		if !whole {

@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // FRRDir is where Debian's frr package puts its daemons.
@@ -125,7 +127,7 @@ func (f *FRR) start(ctx context.Context, daemon string) (*Proc, error) {
 		return nil, err
 	}
 	sock := filepath.Join(f.Dir, daemon+".vty")
-	err = Eventually(ctx, frrStartTimeout, func() bool {
+	err = wait.Until(ctx, frrStartTimeout, func() bool {
 		if p.Exited() {
 			return true
 		}

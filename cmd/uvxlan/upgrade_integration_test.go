@@ -18,6 +18,7 @@ import (
 	"github.com/uvxlan/uvxlan/cmd/uvxlan/node"
 	"github.com/uvxlan/uvxlan/gossip/lease"
 	"github.com/uvxlan/uvxlan/testenv"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // stopTimed sends SIGTERM to a and returns how long it took to exit, or
@@ -185,7 +186,7 @@ func TestCleanStop(t *testing.T) {
 			t.Errorf("the stop logged an error: %s", l)
 		}
 	}
-	eventuallyT(t, 5*time.Second, "h2 sees h1 leave", func() bool {
+	wait.For(t, 5*time.Second, "h2 sees h1 leave", func() bool {
 		for _, m := range a2.members(t) {
 			if m.Name == a1.host.Name {
 				return m.State == "left"
@@ -254,7 +255,7 @@ func testFounderUpgrade(t *testing.T, mode, how string) {
 		}
 		return members, leases, nil
 	}
-	eventuallyT(t, 20*time.Second, "both nodes see two members (and two leases) and h2 pings h1", func() bool {
+	wait.For(t, 20*time.Second, "both nodes see two members (and two leases) and h2 pings h1", func() bool {
 		for _, c := range controls {
 			if m, l, err := countAlive(c); err != nil || m != 2 || mode == "routed" && l != 2 {
 				return false
@@ -377,7 +378,7 @@ func TestReloadSuccessorFails(t *testing.T) {
 				"--address", "10.42.0.1/24", "--control", control, "--gossip-key", testKey)
 			must(t, err)
 			must(t, waitForSocket(context.Background(), control, 10*time.Second))
-			eventuallyT(t, 20*time.Second, "h2 pings h1", func() bool {
+			wait.For(t, 20*time.Second, "h2 pings h1", func() bool {
 				_, err := h2.Ping(context.Background(), a1.overlay, 1)
 				return err == nil
 			})
@@ -385,7 +386,7 @@ func TestReloadSuccessorFails(t *testing.T) {
 			if err := syscall.Kill(a1.proc.Pid(), syscall.SIGHUP); err != nil {
 				t.Fatal(err)
 			}
-			eventuallyT(t, 10*time.Second, "the agent logs the SIGHUP", func() bool { return strings.Contains(a1.proc.Log(), tt.log) })
+			wait.For(t, 10*time.Second, "the agent logs the SIGHUP", func() bool { return strings.Contains(a1.proc.Log(), tt.log) })
 			gap, replies, err := pingGaps(h2, a1.overlay.String(), 200)
 			t.Logf("after the failed reload: ping h2 → h1 %d of 200, longest gap %v", replies, gap)
 			if err != nil || replies < 180 {
