@@ -548,7 +548,7 @@ func TestHostilePacketsAreCounted(t *testing.T) {
 	if _, err := conn.Write(append(hdr(0x08, vni, 0), frame(bcast, attacker)...)); err != nil {
 		t.Fatal(err)
 	}
-	err = wait.Until(context.Background(), 5*time.Second, func() bool { return victim.stats(t).Get(encap.RxPackets) > before.Get(encap.RxPackets) })
+	err = wait.Until(context.Background(), 30*time.Second, func() bool { return victim.stats(t).Get(encap.RxPackets) > before.Get(encap.RxPackets) })
 	stop()
 	if err != nil {
 		t.Fatalf("the good frame never arrived: %v", err)

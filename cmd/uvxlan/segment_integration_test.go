@@ -577,7 +577,7 @@ func TestSegments(t *testing.T) {
 			t.Fatal(err)
 		}
 		var after statsView
-		err = wait.Until(ctx, 5*time.Second, func() bool {
+		err = wait.Until(ctx, 30*time.Second, func() bool {
 			after, _ = victim.statsJSON(t)
 			return drop(after.Total, "wrong_vni") > drop(before.Total, "wrong_vni")
 		})
