@@ -5,8 +5,10 @@ import (
 	"net/netip"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/uvxlan/uvxlan/fdb"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // Two segments share one socket: each datagram reaches the TAP of its VNI
@@ -62,7 +64,7 @@ func TestDemuxTwoSegments(t *testing.T) {
 	send(vni2, ethFrame(bcast, macB, 20))
 	send(vni2, ethFrame(bcast, macB, 21))
 	send(vni1+100, ethFrame(bcast, macB, 30))
-	eventually(t, "frames delivered by VNI", func() bool {
+	wait.For(t, 10*time.Second, "frames delivered by VNI", func() bool {
 		return len(dev1.written()) == 1 && len(dev2.written()) == 2 && d.Stats().Drops[DropWrongVNI] == 1
 	})
 	if got := len(dev1.written()[0]); got != 14+10 {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/uvxlan/uvxlan/fdb"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 const testVNI fdb.VNI = 0x12ab34
@@ -82,18 +83,6 @@ func startNodeWith(t *testing.T, conn *fakeConn, mac fdb.MAC, flood []netip.Addr
 	return tn
 }
 
-// eventually polls cond for up to two seconds.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(2 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func TestEngineFloodLearnUnicast(t *testing.T) {
 	var n fakeNet
 	a := startNode(t, &n, macA, vtepA, []netip.AddrPort{vtepA, vtepB, vtepC}, true)
@@ -105,7 +94,7 @@ func TestEngineFloodLearnUnicast(t *testing.T) {
 	bc := ethFrame(bcast, macA, 28)
 	a.dev.inject(bc)
 	for _, x := range []*testNode{b, c} {
-		eventually(t, "broadcast delivered", func() bool { return len(x.dev.written()) == 1 })
+		wait.For(t, 10*time.Second, "broadcast delivered", func() bool { return len(x.dev.written()) == 1 })
 		if got := x.dev.written()[0]; !bytes.Equal(got, bc) {
 			t.Fatalf("delivered frame differs:\nwant %x\ngot  %x", bc, got)
 		}
@@ -120,7 +109,7 @@ func TestEngineFloodLearnUnicast(t *testing.T) {
 	// B answers by unicast: only A gets it, nothing is flooded.
 	uc := ethFrame(macA, macB, 100)
 	b.dev.inject(uc)
-	eventually(t, "unicast delivered", func() bool { return len(a.dev.written()) == 1 })
+	wait.For(t, 10*time.Second, "unicast delivered", func() bool { return len(a.dev.written()) == 1 })
 	time.Sleep(20 * time.Millisecond)
 	if got := len(c.dev.written()); got != 1 {
 		t.Fatalf("C got %d frames, want 1 (the broadcast only)", got)
@@ -138,7 +127,7 @@ func TestEngineUnknownUnicastWithoutPeersIsDropped(t *testing.T) {
 	a := startNode(t, &n, macA, vtepA, nil, true)
 	a.dev.inject(ethFrame(macB, macA, 10))
 	a.dev.inject([]byte{1, 2, 3})
-	eventually(t, "drops counted", func() bool {
+	wait.For(t, 10*time.Second, "drops counted", func() bool {
 		d := a.eng.Stats().Drops
 		return d[DropNoVTEP] == 1 && d[DropTxShortFrame] == 1
 	})
@@ -149,7 +138,7 @@ func TestEngineLearningOff(t *testing.T) {
 	a := startNode(t, &n, macA, vtepA, []netip.AddrPort{vtepB}, false)
 	b := startNode(t, &n, macB, vtepB, []netip.AddrPort{vtepA}, false)
 	b.dev.inject(ethFrame(bcast, macB, 10))
-	eventually(t, "frame delivered", func() bool { return len(a.dev.written()) == 1 })
+	wait.For(t, 10*time.Second, "frame delivered", func() bool { return len(a.dev.written()) == 1 })
 	if _, ok := a.table.Lookup(testVNI, macB); ok {
 		t.Fatal("learned macB with learning off")
 	}
@@ -200,7 +189,7 @@ func TestEngineReceiveDrops(t *testing.T) {
 			if _, err := attacker.WriteBatch([]Message{{Buf: tc.pkt, N: len(tc.pkt), Addr: vtepA}}); err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, tc.reason.String()+" counted", func() bool { return a.eng.Stats().Drops[tc.reason] == before+1 })
+			wait.For(t, 10*time.Second, tc.reason.String()+" counted", func() bool { return a.eng.Stats().Drops[tc.reason] == before+1 })
 		})
 	}
 	if got := a.dev.written(); len(got) != 0 {
@@ -212,7 +201,7 @@ func TestEngineReceiveDrops(t *testing.T) {
 	// A good frame after all that still goes through.
 	pkt := vxlanDatagram(good, ethFrame(macA, macB, 20))
 	attacker.WriteBatch([]Message{{Buf: pkt, N: len(pkt), Addr: vtepA}})
-	eventually(t, "good frame delivered", func() bool { return len(a.dev.written()) == 1 })
+	wait.For(t, 10*time.Second, "good frame delivered", func() bool { return len(a.dev.written()) == 1 })
 }
 
 // The per-packet work of both directions allocates nothing, ARP
@@ -317,13 +306,13 @@ func TestEngineARPSuppression(t *testing.T) {
 
 	askerIP := netip.MustParseAddr("10.42.0.1")
 	a.dev.inject(gopacketARP(t, 1, macA, askerIP, fdb.MAC{}, known))
-	eventually(t, "ARP reply in the TAP", func() bool { return len(a.dev.written()) == 1 })
+	wait.For(t, 10*time.Second, "ARP reply in the TAP", func() bool { return len(a.dev.written()) == 1 })
 	rep, ok := parseARP(a.dev.written()[0])
 	if !ok || rep.op != arpReply || rep.senderMAC != macB || rep.senderIP != known || rep.targetMAC != macA || rep.targetIP != askerIP {
 		t.Fatalf("reply %+v, want %s is-at %s to %s", rep, known, macB, macA)
 	}
 	a.dev.inject(gopacketARP(t, 1, macA, askerIP, fdb.MAC{}, unknown))
-	eventually(t, "unknown ARP flooded to B", func() bool { return len(b.dev.written()) == 1 })
+	wait.For(t, 10*time.Second, "unknown ARP flooded to B", func() bool { return len(b.dev.written()) == 1 })
 	if st := a.eng.Stats(); st.Counters[ARPSuppressed] != 1 || st.Counters[ARPFlooded] != 1 || st.Counters[TxPackets] != 1 {
 		t.Errorf("stats %+v: want 1 suppressed, 1 flooded, 1 datagram sent", st)
 	}
@@ -334,7 +323,7 @@ func TestEngineARPSuppression(t *testing.T) {
 	macNew := fdb.MAC{0x02, 0, 0, 0, 0, 0x77}
 	a.dev.inject(gopacketARP(t, 1, macNew, known, fdb.MAC{}, known))
 	a.dev.inject(gopacketARP(t, 1, macNew, netip.IPv4Unspecified(), fdb.MAC{}, known))
-	eventually(t, "GARP and probe flooded to B", func() bool { return len(b.dev.written()) == 3 })
+	wait.For(t, 10*time.Second, "GARP and probe flooded to B", func() bool { return len(b.dev.written()) == 3 })
 	for _, f := range b.dev.written()[1:] {
 		if p, ok := parseARP(f); !ok || p.senderMAC != macNew || p.targetIP != known {
 			t.Errorf("B got %+v, want the announcement of %s by %s", p, known, macNew)
@@ -361,7 +350,7 @@ func TestEngineNDSuppression(t *testing.T) {
 	b := startNode(t, &n, macB, vtepB, nil, true)
 
 	a.dev.inject(gopacketNS(t, macA, ip6A, ip6B))
-	eventually(t, "NA in the TAP", func() bool { return len(a.dev.written()) == 1 })
+	wait.For(t, 10*time.Second, "NA in the TAP", func() bool { return len(a.dev.written()) == 1 })
 	want := gopacketND(t, ndMsg{typ: ndAdvert, ethSrc: macB, ethDst: macA, src: ip6B, dst: ip6A, target: ip6B, flags: naSolicited | naOverride, ll: &macB})
 	if got := a.dev.written()[0]; !bytes.Equal(got, want) {
 		t.Fatalf("NA in the TAP:\nwant %x\ngot  %x", want, got)
@@ -381,7 +370,7 @@ func TestEngineNDSuppression(t *testing.T) {
 	}
 	for i, f := range sent {
 		a.dev.inject(f.frame)
-		eventually(t, f.desc+" sent to B", func() bool { return len(b.dev.written()) == i+1 })
+		wait.For(t, 10*time.Second, f.desc+" sent to B", func() bool { return len(b.dev.written()) == i+1 })
 		if got := b.dev.written()[i]; !bytes.Equal(got, f.frame) {
 			t.Fatalf("%s: B got %x", f.desc, got)
 		}
@@ -564,7 +553,7 @@ func TestEngineReceiveGRORun(t *testing.T) {
 	last[14] = 70
 	run = append(run, vxlanDatagram(goodHeader(testVNI), last)...)
 	a.conn.in <- datagram{b: run, from: vtepB, seg: seg}
-	eventually(t, "70 frames delivered", func() bool { return len(a.dev.written()) == 70 })
+	wait.For(t, 10*time.Second, "70 frames delivered", func() bool { return len(a.dev.written()) == 70 })
 	got := a.dev.written()
 	for i, f := range got {
 		want := byte(i)
@@ -618,7 +607,7 @@ func TestEngineReceiveBatchesRuns(t *testing.T) {
 		conn.in <- d
 	}
 	a := startNodeOn(t, conn, macA, nil, true)
-	eventually(t, "13 frames delivered", func() bool { return len(a.dev.written()) == 13 })
+	wait.For(t, 10*time.Second, "13 frames delivered", func() bool { return len(a.dev.written()) == 13 })
 	for i, f := range a.dev.written() {
 		if f[14] != byte(i) {
 			t.Fatalf("frame %d carries %d: out of order", i, f[14])
@@ -710,7 +699,7 @@ func TestEngineProbe(t *testing.T) {
 	if err := a.eng.Probe(ep, netip.MustParseAddr("ff02::1")); err == nil {
 		t.Error("a multicast probe: no error")
 	}
-	eventually(t, "the probe in the TAP", func() bool { return len(a.dev.written()) == 1 })
+	wait.For(t, 10*time.Second, "the probe in the TAP", func() bool { return len(a.dev.written()) == 1 })
 	f := a.dev.written()[0]
 	p, ok := parseARP(f)
 	if !ok || fdb.MAC(f[0:6]) != ep || fdb.MAC(f[6:12]) != probeMAC || p.op != arpRequest || !p.senderIP.IsUnspecified() ||
@@ -722,7 +711,7 @@ func TestEngineProbe(t *testing.T) {
 	copy(reply[0:6], probeMAC[:])
 	a.dev.inject(reply)
 	var got Sighting
-	eventually(t, "the answer reported", func() bool {
+	wait.For(t, 10*time.Second, "the answer reported", func() bool {
 		for {
 			select {
 			case s := <-snoop:
@@ -752,13 +741,13 @@ func TestEngineProbe(t *testing.T) {
 	if err := a.eng.Probe(ep, ep6); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the NS probe in the TAP", func() bool { return len(a.dev.written()) == 2 })
+	wait.For(t, 10*time.Second, "the NS probe in the TAP", func() bool { return len(a.dev.written()) == 2 })
 	if ns, ok := parseND(a.dev.written()[1]); !ok || ns.typ != ndSolicit || ns.target != ep6 || ns.dstIP != ep6 {
 		t.Fatalf("NS probe %+v (%v)", ns, ok)
 	}
 	a.dev.inject(gopacketND(t, ndMsg{typ: ndAdvert, ethSrc: ep, ethDst: probeMAC, src: ep6, dst: linkLocal(probeMAC),
 		target: ep6, flags: naSolicited | naOverride, ll: &ep}))
-	eventually(t, "the NA answer reported", func() bool {
+	wait.For(t, 10*time.Second, "the NA answer reported", func() bool {
 		for {
 			select {
 			case s := <-snoop:

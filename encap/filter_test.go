@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/uvxlan/uvxlan/fdb"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 func TestFilterAllows(t *testing.T) {
@@ -79,9 +80,9 @@ func TestEngineUnknownVTEP(t *testing.T) {
 
 	send(stranger, ethFrame(bcast, macC, 20))
 	send(stranger, ethFrame(macA, macC, 20))
-	eventually(t, "unknown_vtep counted", func() bool { return a.eng.Stats().Drops[DropUnknownVTEP] == 2 })
+	wait.For(t, 10*time.Second, "unknown_vtep counted", func() bool { return a.eng.Stats().Drops[DropUnknownVTEP] == 2 })
 	send(member, ethFrame(bcast, macB, 20))
-	eventually(t, "the member's frame delivered", func() bool { return len(a.dev.written()) == 1 })
+	wait.For(t, 10*time.Second, "the member's frame delivered", func() bool { return len(a.dev.written()) == 1 })
 	if _, ok := a.table.Lookup(testVNI, macC); ok {
 		t.Error("learned the stranger's MAC")
 	}
@@ -95,11 +96,11 @@ func TestEngineUnknownVTEP(t *testing.T) {
 	// The stranger becomes a member (gossip sets the flood list).
 	a.table.SetFlood(testVNI, []netip.AddrPort{vtepB, vtepC})
 	send(stranger, ethFrame(bcast, macC, 20))
-	eventually(t, "the new member's frame delivered", func() bool { return len(a.dev.written()) == 2 })
+	wait.For(t, 10*time.Second, "the new member's frame delivered", func() bool { return len(a.dev.written()) == 2 })
 	// And leaves again.
 	a.table.SetFlood(testVNI, []netip.AddrPort{vtepB})
 	send(stranger, ethFrame(bcast, macC, 20))
-	eventually(t, "the departed member's frame dropped", func() bool { return a.eng.Stats().Drops[DropUnknownVTEP] == 3 })
+	wait.For(t, 10*time.Second, "the departed member's frame dropped", func() bool { return a.eng.Stats().Drops[DropUnknownVTEP] == 3 })
 
 	// A hardware VTEP in an --allow-vtep range.
 	var n2 fakeNet
@@ -107,7 +108,7 @@ func TestEngineUnknownVTEP(t *testing.T) {
 	hw := n2.listen(vtepC)
 	pkt := vxlanDatagram(goodHeader(testVNI), ethFrame(bcast, macC, 20))
 	hw.WriteBatch([]Message{{Buf: pkt, N: len(pkt), Addr: vtepA}})
-	eventually(t, "the allowed VTEP's frame delivered", func() bool { return len(b.dev.written()) == 1 })
+	wait.For(t, 10*time.Second, "the allowed VTEP's frame delivered", func() bool { return len(b.dev.written()) == 1 })
 	if vtep, ok := b.table.Lookup(testVNI, macC); !ok || vtep != vtepC {
 		t.Errorf("allowed VTEP's MAC learned as %v %v", vtep, ok)
 	}
@@ -131,7 +132,7 @@ func TestEngineUnknownVTEPInterleaved(t *testing.T) {
 		conn.in <- d
 	}
 	a := startNodeCfg(t, conn, []netip.AddrPort{vtepB}, func(c *EngineConfig) { c.Filter = NewFilter(nil) })
-	eventually(t, "3 delivered, 6 dropped", func() bool {
+	wait.For(t, 10*time.Second, "3 delivered, 6 dropped", func() bool {
 		return len(a.dev.written()) == 3 && a.eng.Stats().Drops[DropUnknownVTEP] == 6
 	})
 	if _, ok := a.table.Lookup(testVNI, macC); ok {
@@ -230,12 +231,12 @@ func TestEngineBUMRateLimited(t *testing.T) {
 		a.dev.inject(ethFrame(macB, macA, 20)) // known unicast
 	}
 	a.dev.inject(ethFrame(macC, macA, 20)) // unknown unicast: over the limit too
-	eventually(t, "16 limited", func() bool { return a.eng.Stats().Drops[DropBUMLimited] == 16 })
+	wait.For(t, 10*time.Second, "16 limited", func() bool { return a.eng.Stats().Drops[DropBUMLimited] == 16 })
 	st := a.eng.Stats()
 	if st.Counters[Floods] != 5 || st.Counters[ARPSuppressed] != 3 {
 		t.Errorf("floods %d arp_suppressed %d, want 5 and 3", st.Counters[Floods], st.Counters[ARPSuppressed])
 	}
-	eventually(t, "all sent", func() bool { return len(b.in) == 25 && len(c.in) == 5 })
+	wait.For(t, 10*time.Second, "all sent", func() bool { return len(b.in) == 25 && len(c.in) == 5 })
 }
 
 // startNodeCfg starts a node on conn with flood as its flood list, learning

@@ -6,8 +6,10 @@ import (
 	"io"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/uvxlan/uvxlan/fdb"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 func TestPMTUMessageGolden(t *testing.T) {
@@ -137,7 +139,7 @@ func TestDemuxPMTU(t *testing.T) {
 	noMagic := append([]byte{}, probe[:100]...)
 	noMagic[14] = 'x'
 	send(noMagic)
-	eventually(t, "the ordinary frame", func() bool { return len(a.dev.written()) == 1 })
+	wait.For(t, 10*time.Second, "the ordinary frame", func() bool { return len(a.dev.written()) == 1 })
 	if got := a.dev.written()[0]; !bytes.Equal(got, noMagic) {
 		t.Errorf("TAP got %x, want the ordinary frame %x", got, noMagic)
 	}
@@ -164,10 +166,10 @@ func TestEnginePathMTU(t *testing.T) {
 	})
 	a.table.Learn(testVNI, macB, vtepB)
 	a.dev.inject(gopacketIP(t, macB, macA, ip4A, ip4B, true, 1350-28))
-	eventually(t, "the fitting frame delivered", func() bool { return len(nb.dev.written()) == 1 })
+	wait.For(t, 10*time.Second, "the fitting frame delivered", func() bool { return len(nb.dev.written()) == 1 })
 	big := gopacketIP(t, macB, macA, ip4A, ip4B, true, 1351-28)
 	a.dev.inject(big)
-	eventually(t, "the answer", func() bool { return len(a.dev.written()) == 1 })
+	wait.For(t, 10*time.Second, "the answer", func() bool { return len(a.dev.written()) == 1 })
 	if want := wantTooBig(t, big, 1350); !bytes.Equal(a.dev.written()[0], want) {
 		t.Errorf("answer\n got %x\nwant %x", a.dev.written()[0], want)
 	}

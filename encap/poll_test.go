@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/uvxlan/uvxlan/fdb"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // pollDev is a fakeDev that is also a tap.Poller and, like a TAP with
@@ -97,7 +98,7 @@ func TestEngineSendsTails(t *testing.T) {
 		f := ethFrame(macA, macB, 100+i)
 		bytesSent += uint64(len(f))
 		devB.inject(f)
-		eventually(t, "the frame on A's TAP", func() bool { return len(a.dev.written()) == i+1 })
+		wait.For(t, 10*time.Second, "the frame on A's TAP", func() bool { return len(a.dev.written()) == i+1 })
 		if got := a.dev.written()[i]; !bytes.Equal(got, f) {
 			t.Fatalf("frame %d arrived as %x, want %x", i, got, f)
 		}

@@ -6,12 +6,14 @@ import (
 	"net"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 
 	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/tap"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 var (
@@ -212,23 +214,23 @@ func TestEngineTooBig(t *testing.T) {
 
 	fits := gopacketIP(t, macB, macA, ip4A, ip4B, true, 1350-28)
 	a.dev.inject(fits)
-	eventually(t, "the fitting frame delivered", func() bool { return len(nb.dev.written()) == 1 })
+	wait.For(t, 10*time.Second, "the fitting frame delivered", func() bool { return len(nb.dev.written()) == 1 })
 
 	big := gopacketIP(t, macB, macA, ip4A, ip4B, true, 1351-28)
 	a.dev.inject(big)
-	eventually(t, "the answer", func() bool { return len(a.dev.written()) == 1 })
+	wait.For(t, 10*time.Second, "the answer", func() bool { return len(a.dev.written()) == 1 })
 	got := a.dev.written()[0]
 	if want := wantTooBig(t, big, 1350); !bytes.Equal(got, want) {
 		t.Errorf("answer\n got %x\nwant %x", got, want)
 	}
 	big6 := gopacketIP(t, macB, macA, ip6A, ip6B, false, 1351-48)
 	a.dev.inject(big6)
-	eventually(t, "the IPv6 answer", func() bool { return len(a.dev.written()) == 2 })
+	wait.For(t, 10*time.Second, "the IPv6 answer", func() bool { return len(a.dev.written()) == 2 })
 	checkTooBig(t, a.dev.written()[1], 1350)
 
 	// Without DF: sent as before, unanswered.
 	a.dev.inject(gopacketIP(t, macB, macA, ip4A, ip4B, false, 1351-28))
-	eventually(t, "the non-DF frame delivered", func() bool { return len(nb.dev.written()) == 2 })
+	wait.For(t, 10*time.Second, "the non-DF frame delivered", func() bool { return len(nb.dev.written()) == 2 })
 	st := a.eng.Stats()
 	if st.Get(TooBig) != 2 || st.Drops[DropTooBig] != 2 || st.Drops[DropSendError] != 0 || len(a.dev.written()) != 2 {
 		t.Errorf("too_big %d, drops too_big %d, send_error %d, %d answers; want 2, 2, 0, 2",
@@ -248,7 +250,7 @@ func TestEngineTooBigRefused(t *testing.T) {
 
 	big := gopacketIP(t, macB, macA, ip4A, ip4B, true, 1351-28)
 	a.dev.inject(big)
-	eventually(t, "the answer", func() bool { return len(a.dev.written()) == 1 })
+	wait.For(t, 10*time.Second, "the answer", func() bool { return len(a.dev.written()) == 1 })
 	if want := wantTooBig(t, big, 1350); !bytes.Equal(a.dev.written()[0], want) {
 		t.Errorf("answer\n got %x\nwant %x", a.dev.written()[0], want)
 	}
@@ -271,7 +273,7 @@ func TestEngineTooBigRateLimited(t *testing.T) {
 	for range sent {
 		a.dev.inject(big)
 	}
-	eventually(t, "all dropped", func() bool { return a.eng.Stats().Drops[DropTooBig] == sent })
+	wait.For(t, 10*time.Second, "all dropped", func() bool { return a.eng.Stats().Drops[DropTooBig] == sent })
 	// The burst passes, then tooBigRate per second: the test takes far
 	// less than the second that would let another burst through.
 	if got := a.eng.Stats().Get(TooBig); got < tooBigBurst || got == sent {

@@ -337,12 +337,16 @@ func loopbackPair(t *testing.T, ns string) (tx, rx *encap.UDPConn) {
 }
 
 // newNetns creates a network namespace deleted when the test ends. It skips
-// the test without root or iproute2, unless UVXLAN_REQUIRE_NETNS=1.
+// the test under -short (make unit), without root or without iproute2,
+// unless UVXLAN_REQUIRE_NETNS=1.
 func newNetns(t *testing.T) string {
 	t.Helper()
 	skip := t.Skipf
 	if os.Getenv("UVXLAN_REQUIRE_NETNS") == "1" {
 		skip = t.Fatalf
+	}
+	if testing.Short() {
+		skip("-short: namespace tests do not run")
 	}
 	if os.Geteuid() != 0 {
 		skip("needs root to create a network namespace")

@@ -43,6 +43,7 @@ import (
 	"time"
 
 	"github.com/uvxlan/uvxlan/testenv"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // DefaultDuration is the measuring budget when Config.Duration is zero.
@@ -420,7 +421,7 @@ func (b *bench) setup(ctx context.Context, d overlay, tb *testenv.Testbed) (path
 		return p, err
 	}
 	if up.Ready != nil {
-		if err := testenv.Eventually(ctx, setupTimeout, up.Ready); err != nil {
+		if err := wait.Until(ctx, setupTimeout, up.Ready); err != nil {
 			return p, fmt.Errorf("perf: %s: not ready after %v: %w%s", info.Name, setupTimeout, err, b.procLogs(p))
 		}
 	}

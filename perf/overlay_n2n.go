@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/uvxlan/uvxlan/testenv"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // n2nOverlay is n2n 1.3: a supernode on h1 (UDP 7654) and an edge with a
@@ -48,7 +49,7 @@ func (n2nOverlay) Setup(ctx context.Context, e *overlayEnv) (overlayUp, error) {
 		}
 		up.Procs = append(up.Procs, p)
 		// Wait for the TAP, then make sure of its address and MTU.
-		if err := testenv.Eventually(ctx, 10*time.Second, func() bool {
+		if err := wait.Until(ctx, 10*time.Second, func() bool {
 			_, err := h.Run(ctx, "ip", "link", "show", "n2n0")
 			return err == nil
 		}); err != nil {

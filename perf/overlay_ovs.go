@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/uvxlan/uvxlan/testenv"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // ovsOverlay is Open vSwitch with its userspace datapath: VXLAN in
@@ -57,7 +57,7 @@ func (ovsOverlay) Setup(ctx context.Context, e *overlayEnv) (overlayUp, error) {
 			"--unixctl="+filepath.Join(dir, "ovsdb-server.ctl")); err != nil {
 			return up, err
 		}
-		if err := testenv.Eventually(ctx, 10*time.Second, func() bool { _, err := os.Stat(sock); return err == nil }); err != nil {
+		if err := wait.Until(ctx, 10*time.Second, func() bool { _, err := os.Stat(sock); return err == nil }); err != nil {
 			return up, fmt.Errorf("%s: ovsdb-server made no socket %s: %w", h.Name, sock, err)
 		}
 		vsctl := func(args ...string) error {

@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/uvxlan/uvxlan/testenv"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // wireguardOverlay is wireguard-go (the userspace WireGuard, a TUN: L3),
@@ -59,7 +59,7 @@ func (d wireguardOverlay) Setup(ctx context.Context, e *overlayEnv) (overlayUp, 
 		up.Procs = append(up.Procs, p)
 		sock := filepath.Join("/var/run/wireguard", dev+".sock")
 		e.OnTeardown(func() { os.Remove(sock) }) // wireguard-go removes it unless killed
-		if err := testenv.Eventually(ctx, 10*time.Second, func() bool { _, err := os.Stat(sock); return err == nil || p.Exited() }); err != nil || p.Exited() {
+		if err := wait.Until(ctx, 10*time.Second, func() bool { _, err := os.Stat(sock); return err == nil || p.Exited() }); err != nil || p.Exited() {
 			return up, fmt.Errorf("%s: no UAPI socket %s: %v", h.Name, sock, err)
 		}
 		set := fmt.Sprintf("set=1\nprivate_key=%s\nlisten_port=%d\nreplace_peers=true\npublic_key=%s\nendpoint=%s\nreplace_allowed_ips=true\nallowed_ip=%s\n\n",

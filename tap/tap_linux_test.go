@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 
 	"github.com/uvxlan/uvxlan/tap"
 	"github.com/uvxlan/uvxlan/testenv"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // arpRequest asks who has target, from (mac, ip).
@@ -251,9 +253,9 @@ func TestTAPTryReadAfterWrite(t *testing.T) {
 
 	// got is a try for WaitRead: it reads what is there and stops the
 	// wait once it read something.
-	tries := 0
+	var tries atomic.Int32
 	got := func() bool {
-		tries++
+		tries.Add(1)
 		n, _, err := dev.TryRead(bufs, sizes, nil, off)
 		return n > 0 || err != nil
 	}
@@ -272,13 +274,14 @@ func TestTAPTryReadAfterWrite(t *testing.T) {
 		}
 	}
 	go func() { waited <- dev.WaitRead(got) }()
-	time.Sleep(50 * time.Millisecond) // the wait has begun: nothing to read
+	// The wait has begun: its first try found nothing to read.
+	wait.For(t, 30*time.Second, "WaitRead's first try", func() bool { return tries.Load() >= 1 })
 	if _, err := dev.Write([][]byte{req}, off); err != nil {
 		t.Fatal(err)
 	}
 	returns(nil, "after a frame was queued")
-	if tries < 2 {
-		t.Errorf("try ran %d times: the wait did not wait for the frame", tries)
+	if n := tries.Load(); n < 2 {
+		t.Errorf("try ran %d times: the wait did not wait for the frame", n)
 	}
 	drain()
 

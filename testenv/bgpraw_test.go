@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 var (
@@ -160,7 +162,7 @@ func TestBGPRawSpeakerAgainstFRR(t *testing.T) {
 	open := func(t *testing.T) *BGPRawSpeaker {
 		var s *BGPRawSpeaker
 		var last error
-		err := Eventually(ctx, 60*time.Second, func() bool {
+		err := wait.Until(ctx, 60*time.Second, func() bool {
 			conn, err := h2.DialTCP(ctx, netip.AddrPortFrom(h1.Underlay, 179))
 			if err == nil {
 				s, err = OpenBGP(ctx, conn, BGPRawConfig{ASN: 65000, RouterID: h2.Underlay})
@@ -197,7 +199,7 @@ func TestBGPRawSpeakerAgainstFRR(t *testing.T) {
 			if m == EVPNValid {
 				// 30 s: a CI run beside another suite saw nothing installed
 				// (and nothing logged by bgpd) within 10 s.
-				if err := Eventually(ctx, 30*time.Second, func() bool { return installed(mac) }); err != nil {
+				if err := wait.Until(ctx, 30*time.Second, func() bool { return installed(mac) }); err != nil {
 					t.Fatalf("FRR did not install the valid route: %v", err)
 				}
 			}
@@ -232,7 +234,7 @@ func TestBGPRawSpeakerAgainstFRR(t *testing.T) {
 
 	// The convenience form, retried while FRR holds the last session down.
 	var rep BGPRawReport
-	err = Eventually(ctx, 60*time.Second, func() bool {
+	err = wait.Until(ctx, 60*time.Second, func() bool {
 		rep, err = SendMalformedEVPN(ctx, h2, h1.Underlay, 65000, 100, EVPNMACLength7, 5*time.Second)
 		return err == nil
 	})
@@ -270,7 +272,7 @@ func TestBGPRawSpeakerAgainstFRR(t *testing.T) {
 		if err := s.SendEVPN(EVPNValid.NLRI(h2.Underlay, mac, 100), 100); err != nil {
 			t.Fatal(err)
 		}
-		if err := Eventually(ctx, 10*time.Second, func() bool { return installed(mac) }); err != nil {
+		if err := wait.Until(ctx, 10*time.Second, func() bool { return installed(mac) }); err != nil {
 			t.Errorf("FRR did not install the route sent on the session it dialled: %v", err)
 		}
 		s.Close()

@@ -18,8 +18,10 @@
 // bytes, malformed ones included, and reports what the peer did.
 //
 // The package drives iproute2, ping, tcpdump, FRR and the uvxlan binary as
-// subprocesses; it imports no other package of the project. Every command it
-// runs is bounded by a context with a timeout. Tests get a testbed from
+// subprocesses; it imports no other package of the project but its own wait,
+// the one way the project's tests and harnesses wait for a condition
+// (wait.Until; wait.For in tests). Every command it runs is bounded by a
+// context with a timeout. Tests get a testbed from
 // NewForTest, which skips (or fails, under UVXLAN_REQUIRE_NETNS=1) when the
 // machine cannot build one and tears it down in t.Cleanup. A crashed run's
 // leftovers go with Cleanup(prefix).

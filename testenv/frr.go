@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // FRRDir is where Debian's frr package puts its daemons.
@@ -69,11 +71,12 @@ type FRR struct {
 // Each host's pair has its own zserv socket, vty sockets and pid files, so
 // an FRR per host runs beside the others, and none touches /etc/frr or
 // /var/run/frr (vtysh still reads /etc/frr/vtysh.conf); Debian's own frr
-// service need not run. StartFRR returns once both daemons have opened
-// their vty sockets; a configuration line a daemon rejects (FRR goes on
-// without it, only logging it) is an error naming it. ctx bounds the start:
-// the daemons run until Stop, or Down, which also removes the directory
-// (NewForTest's teardown, also when the test failed). One FRR per host.
+// service need not run. StartFRR returns once both daemons have read
+// their configurations and answer on their vty sockets; a configuration
+// line a daemon rejects (FRR goes on without it, only logging it) is an
+// error naming it. ctx bounds the start: the daemons run until Stop, or
+// Down, which also removes the directory (NewForTest's teardown, also when
+// the test failed). One FRR per host.
 func (h *Host) StartFRR(ctx context.Context, cfg FRRConfig) (*FRR, error) {
 	fail := func(err error) (*FRR, error) { return nil, fmt.Errorf("testenv: %s: frr: %w", h.Name, err) }
 	bgpd, err := bgpdConf(h, cfg)
@@ -91,10 +94,8 @@ func (h *Host) StartFRR(ctx context.Context, cfg FRRConfig) (*FRR, error) {
 	f := &FRR{Host: h, Dir: dir}
 	zebra := "hostname " + h.Name + "-zebra\n"
 	for name, conf := range map[string]string{"zebra.conf": zebra, "bgpd.conf": bgpd} {
-		// Unbuffered logs: a rejected line is in the log by the time the
-		// daemon opens its vty socket, which start waits for and then
-		// reads the log (buffered, it came later, and the check missed
-		// it under load).
+		// Unbuffered logs: a rejected line is in the log file as the
+		// daemon reads it, before start's first command is answered.
 		conf = "log immediate-mode\n" + conf
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(conf), 0o644); err != nil {
 			return fail(err)
@@ -126,7 +127,7 @@ func (f *FRR) start(ctx context.Context, daemon string) (*Proc, error) {
 		return nil, err
 	}
 	sock := filepath.Join(f.Dir, daemon+".vty")
-	err = Eventually(ctx, frrStartTimeout, func() bool {
+	err = wait.Until(ctx, frrStartTimeout, func() bool {
 		if p.Exited() {
 			return true
 		}
@@ -140,8 +141,19 @@ func (f *FRR) start(ctx context.Context, daemon string) (*Proc, error) {
 		p.Stop()
 		return nil, fmt.Errorf("%s: no vty socket %s: %w\n%s", daemon, sock, err, p.Log())
 	}
-	// The daemon has read its configuration before it opens its vty
-	// socket. It goes on past a line it rejects, only logging it.
+	// The vty socket opens before the configuration is read: libfrr
+	// queues the read as the first event of the daemon's loop
+	// (frr_config_fork), and a loop serves its queued events before it
+	// polls its sockets. A command answered is therefore answered after
+	// the read (a check of the log at the socket alone missed a rejected
+	// line under load: TestStartFRRBadConfig).
+	vctx, cancel := context.WithTimeout(ctx, frrStartTimeout)
+	defer cancel()
+	if out, err := combined(vctx, exec.CommandContext(vctx, "vtysh", "--vty_socket", f.Dir, "-d", daemon, "-c", "show version")); err != nil {
+		p.Stop()
+		return nil, fmt.Errorf("%s: no answer on its vty socket: %w\n%s\n%s", daemon, err, out, p.Log())
+	}
+	// The daemon goes on past a line it rejects, only logging it.
 	var bad []string
 	for _, l := range strings.Split(p.Log(), "\n") {
 		if strings.Contains(l, "on config line") {

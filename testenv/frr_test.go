@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 func TestBGPDConf(t *testing.T) {
@@ -123,7 +125,7 @@ func TestFRREVPNFabric(t *testing.T) {
 			}
 		}
 	}
-	err := Eventually(ctx, 60*time.Second, func() bool {
+	err := wait.Until(ctx, 60*time.Second, func() bool {
 		for p := range pending {
 			dst := vteps[p.to].Endpoint.Underlay
 			if _, err := vteps[p.from].Endpoint.Run(ctx, "ping", "-n", "-c", "1", "-W", "1", dst.String()); err == nil {

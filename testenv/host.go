@@ -4,7 +4,6 @@ package testenv
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"os/exec"
@@ -127,27 +126,4 @@ func (h *Host) AddKernelVXLAN(ctx context.Context, vx KernelVXLAN) error {
 		return fmt.Errorf("testenv: %s: kernel vxlan %s: turn checksum offload off: %w\n%s", h.Name, vx.Name, err, out)
 	}
 	return nil
-}
-
-// Eventually calls cond every 50 ms until it returns true, and returns nil
-// then; it returns an error when timeout passes or ctx is done first.
-// cond runs on the caller's goroutine.
-func Eventually(ctx context.Context, timeout time.Duration, cond func() bool) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		if cond() {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				return fmt.Errorf("testenv: condition not met within %v", timeout)
-			}
-			return fmt.Errorf("testenv: condition not met: %w", ctx.Err())
-		case <-tick.C:
-		}
-	}
 }

@@ -19,6 +19,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // KubeBinEnv names the directory holding kube-apiserver, etcd and kubectl
@@ -149,7 +151,7 @@ func (k *KubeAPI) StartAPIServer(ctx context.Context) error {
 	}
 	k.APIServer = p
 	var out string
-	err = Eventually(ctx, kubeStartTimeout, func() bool {
+	err = wait.Until(ctx, kubeStartTimeout, func() bool {
 		if p.Exited() {
 			return true
 		}

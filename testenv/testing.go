@@ -5,6 +5,7 @@ package testenv
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -35,13 +36,17 @@ type T interface {
 // failures. CI sets it to 1.
 const RequireEnv = "UVXLAN_REQUIRE_NETNS"
 
-// Require skips the test, with the reason, when this machine cannot build
+// Require skips the test, with the reason, when the run is -short (make
+// unit: the tests that need no root) or this machine cannot build
 // testbeds: not root, without CAP_SYS_ADMIN and CAP_NET_ADMIN, no
 // /dev/net/tun, or no `ip`. With UVXLAN_REQUIRE_NETNS=1 it fails the test
 // instead of skipping.
 func Require(t T) {
 	t.Helper()
 	err := checkPrivileges()
+	if short() {
+		err = errors.New("-short: namespace tests do not run")
+	}
 	if err == nil {
 		return
 	}
@@ -49,6 +54,13 @@ func Require(t T) {
 		t.Fatalf("namespace testbed unavailable: %v (%s=1 forbids skipping)", err, RequireEnv)
 	}
 	t.Skipf("skipping: namespace testbed unavailable: %v (needs root, /dev/net/tun and iproute2; set %s=1 to fail instead)", err, RequireEnv)
+}
+
+// short reports whether the test binary runs with -short: testing.Short,
+// read through package flag, since testenv does not import testing (T).
+func short() bool {
+	f := flag.Lookup("test.short")
+	return f != nil && f.Value.String() == "true"
 }
 
 func checkPrivileges() error {

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/uvxlan/uvxlan/testenv"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // refPlugins is where Debian's containernetworking-plugins puts bridge and
@@ -127,7 +128,7 @@ func (ch *cniHost) subnetEnv(t *testing.T) subnetEnv {
 	t.Helper()
 	var env subnetEnv
 	var perr error
-	err := testenv.Eventually(context.Background(), 30*time.Second, func() bool {
+	err := wait.Until(context.Background(), 30*time.Second, func() bool {
 		b, err := os.ReadFile(ch.subnetFile)
 		if err != nil {
 			return false
@@ -256,7 +257,7 @@ func container(netns string) *testenv.Host { return &testenv.Host{Name: netns, N
 func pingFrom(t *testing.T, netns string, dst netip.Addr) testenv.PingResult {
 	t.Helper()
 	c := container(netns)
-	if err := testenv.Eventually(context.Background(), 15*time.Second, func() bool {
+	if err := wait.Until(context.Background(), 15*time.Second, func() bool {
 		_, err := c.Ping(context.Background(), dst, 1)
 		return err == nil
 	}); err != nil {

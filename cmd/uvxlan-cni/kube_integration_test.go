@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/uvxlan/uvxlan/testenv"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // kubeNode is what the test reads of a Node.
@@ -84,7 +85,7 @@ func setPodCIDR(t *testing.T, k *testenv.KubeAPI, name, podCIDR string) {
 // waitLog waits until the process's log holds want.
 func waitLog(t *testing.T, p *testenv.Proc, want string) {
 	t.Helper()
-	if err := testenv.Eventually(context.Background(), 30*time.Second, func() bool {
+	if err := wait.Until(context.Background(), 30*time.Second, func() bool {
 		return strings.Contains(p.Log(), want)
 	}); err != nil {
 		t.Fatalf("the log never said %q:\n%s", want, p.Log())
@@ -340,7 +341,7 @@ func TestKubeSubnetManager(t *testing.T) {
 		for i := 1; i <= 3; i++ {
 			h := tb.Host(i)
 			var n kubeNode
-			err := testenv.Eventually(ctx, 20*time.Second, func() bool {
+			err := wait.Until(ctx, 20*time.Second, func() bool {
 				n = getNode(t, k, h.Name)
 				return n.condition("NetworkUnavailable") == "False" && n.Metadata.Annotations["uvxlan.io/ready"] == "true"
 			})
@@ -387,7 +388,7 @@ func TestKubeSubnetManager(t *testing.T) {
 				`node=half-of-h1 err="Node \"half-of-h1\"'s podCIDR 10.244.1.128/25 overlaps `,
 				`node=inside-h2 err="Node \"inside-h2\"'s podCIDR 10.244.2.0/25 overlaps `,
 			} {
-				if err := testenv.Eventually(ctx, 20*time.Second, func() bool { return strings.Contains(h.proc.Log(), want) }); err != nil {
+				if err := wait.Until(ctx, 20*time.Second, func() bool { return strings.Contains(h.proc.Log(), want) }); err != nil {
 					t.Errorf("%s: no refusal %s in the log; routes:\n%s", h.Name, want, routes(t, h.Host))
 				}
 			}
@@ -466,7 +467,7 @@ func TestKubeSubnetManager(t *testing.T) {
 		for i := 1; i <= 3; i++ {
 			h := hosts[i]
 			vtep := gone.Underlay.String() + ":"
-			err := testenv.Eventually(ctx, 30*time.Second, func() bool {
+			err := wait.Until(ctx, 30*time.Second, func() bool {
 				return !strings.Contains(routes(t, h.Host), "10.244.4.0/24") && !slices.Contains(aliveMembers(t, h), "h4") &&
 					!strings.Contains(fdbJSON(t, h), vtep)
 			})

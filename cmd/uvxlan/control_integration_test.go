@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/uvxlan/uvxlan/testenv"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // nobody is the uid and gid of the unprivileged user of these tests.
@@ -89,7 +90,7 @@ func TestControlSocketNeverOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	var fi os.FileInfo
-	if err := testenv.Eventually(context.Background(), 60*time.Second, func() bool {
+	if err := wait.Until(context.Background(), 60*time.Second, func() bool {
 		fi, err = os.Lstat(sock)
 		return err == nil
 	}); err != nil {

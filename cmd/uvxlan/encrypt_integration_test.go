@@ -29,6 +29,7 @@ import (
 	"github.com/uvxlan/uvxlan/encap/esp"
 	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/testenv"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // encryptArgs are the flags of an encrypting agent: its state directory
@@ -155,7 +156,7 @@ func TestEncryptKernelPeerAndTshark(t *testing.T) {
 		Address: netip.PrefixFrom(overlayAddr(3), 24)}); err != nil {
 		t.Fatal(err)
 	}
-	eventuallyT(t, 20*time.Second, "h1 and h2 agree keys", func() bool {
+	wait.For(t, 20*time.Second, "h1 and h2 agree keys", func() bool {
 		for _, m := range a1.memberRows(t) {
 			if !m.Self && m.Wire != "esp" {
 				return false
@@ -312,7 +313,7 @@ func TestEncryptForgerReplayFlip(t *testing.T) {
 	if err := waitForMembers(ctx, a1.control, 2, 20*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	eventuallyT(t, 20*time.Second, "h2 pings h1", func() bool { _, err := h2.Ping(ctx, a1.overlay, 1); return err == nil })
+	wait.For(t, 20*time.Second, "h2 pings h1", func() bool { _, err := h2.Ping(ctx, a1.overlay, 1); return err == nil })
 	pcap := filepath.Join(t.TempDir(), "h2.pcap")
 	stop, err := tb.Capture(ctx, h1, testenv.UnderlayIface, "udp and src host "+h2.Underlay.String(), pcap)
 	if err != nil {
@@ -392,7 +393,7 @@ func iperfIntervals(t *testing.T, cliHost, srv *testenv.Host, dst netip.Addr, se
 		t.Fatal(err)
 	}
 	defer server.Stop()
-	if err := testenv.Eventually(context.Background(), 10*time.Second, func() bool {
+	if err := wait.Until(context.Background(), 10*time.Second, func() bool {
 		out, err := srv.Run(context.Background(), "ss", "-Hltn", "sport = :5201")
 		return err == nil && strings.Contains(out, "LISTEN")
 	}); err != nil {
@@ -439,7 +440,7 @@ func TestEncryptRekeyUnderLoad(t *testing.T) {
 	if err := waitForMembers(ctx, a1.control, 2, 20*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	eventuallyT(t, 20*time.Second, "h2 pings h1", func() bool { _, err := h2.Ping(ctx, a1.overlay, 1); return err == nil })
+	wait.For(t, 20*time.Second, "h2 pings h1", func() bool { _, err := h2.Ping(ctx, a1.overlay, 1); return err == nil })
 	keysBefore := countLines(t, a1)
 	b1, b2 := a1.stats(t), a2.stats(t)
 	done := make(chan struct{})
@@ -512,7 +513,7 @@ func TestEncryptTakeoverAndCrash(t *testing.T) {
 	if err := waitForMembers(ctx, a2.control, 2, 20*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	eventuallyT(t, 20*time.Second, "h2 pings h1", func() bool { _, err := h2.Ping(ctx, a1.overlay, 1); return err == nil })
+	wait.For(t, 20*time.Second, "h2 pings h1", func() bool { _, err := h2.Ping(ctx, a1.overlay, 1); return err == nil })
 	pcap := filepath.Join(t.TempDir(), "h1.pcap")
 	stop, err := tb.Capture(ctx, h2, testenv.UnderlayIface, "udp and src host "+h1.Underlay.String(), pcap)
 	if err != nil {
@@ -559,7 +560,7 @@ func TestEncryptTakeoverAndCrash(t *testing.T) {
 	// takeover under traffic was seen to wait for memberlist's push/pull
 	// (30 s) before it knew h2 again (see the report of issue 23).
 	a1 = startAgent(t, h1, encryptArgs(d1, "--join", h2.Underlay.String())...)
-	if err := testenv.Eventually(ctx, 30*time.Second, func() bool { _, err := h2.Ping(ctx, a1.overlay, 1); return err == nil }); err != nil {
+	if err := wait.Until(ctx, 30*time.Second, func() bool { _, err := h2.Ping(ctx, a1.overlay, 1); return err == nil }); err != nil {
 		t.Fatalf("h2 does not ping the restarted h1: %v\nh1 members:\n%s\nh2 members:\n%s\nh1 stats %v\nh2 stats %v\nh1 log:\n%s\nh2 log:\n%s", err,
 			runCLI(t, "members", "--control", a1.control), runCLI(t, "members", "--control", a2.control), a1.stats(t).Map(), a2.stats(t).Map(), a1.proc.Log(), a2.proc.Log())
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/uvxlan/uvxlan/encap/esp"
 	"github.com/uvxlan/uvxlan/testenv"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // startPausedSuccessor starts a1's successor held for pause before the
@@ -60,7 +61,7 @@ func TestEncryptTakeoverPaused(t *testing.T) {
 	if err := waitForMembers(ctx, a2.control, 2, 20*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	eventuallyT(t, 20*time.Second, "h2 pings h1", func() bool { _, err := h2.Ping(ctx, a1.overlay, 1); return err == nil })
+	wait.For(t, 20*time.Second, "h2 pings h1", func() bool { _, err := h2.Ping(ctx, a1.overlay, 1); return err == nil })
 	pcap := filepath.Join(t.TempDir(), "h1.pcap")
 	stop, err := tb.Capture(ctx, h2, testenv.UnderlayIface, "udp and src host "+h1.Underlay.String(), pcap)
 	if err != nil {
@@ -177,7 +178,7 @@ func TestEncryptTakeoverReplay(t *testing.T) {
 	if err := waitForMembers(ctx, a2.control, 2, 20*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	eventuallyT(t, 20*time.Second, "h2 pings h1", func() bool { _, err := h2.Ping(ctx, a1.overlay, 1); return err == nil })
+	wait.For(t, 20*time.Second, "h2 pings h1", func() bool { _, err := h2.Ping(ctx, a1.overlay, 1); return err == nil })
 	to := netip.AddrPortFrom(h1.Underlay, 4789)
 	pcap := filepath.Join(t.TempDir(), "into-h1.pcap")
 	stop, err := tb.Capture(ctx, h1, testenv.UnderlayIface, "udp and src host "+h2.Underlay.String()+" and dst host "+h1.Underlay.String(), pcap)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/testenv"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // rawPeer listens on h's port 179 and returns a function that accepts the
@@ -114,7 +115,7 @@ func macRoutes(rid netip.Addr, p byte, n int, vni uint32) [][]byte {
 // (updates), and returns how long that took from start.
 func waitUpdates(t *testing.T, a *agent, n uint64, timeout time.Duration, start time.Time) time.Duration {
 	t.Helper()
-	err := testenv.Eventually(t.Context(), timeout, func() bool { return bgpCounters(t, a)["updates"] >= n })
+	err := wait.Until(t.Context(), timeout, func() bool { return bgpCounters(t, a)["updates"] >= n })
 	if err != nil {
 		t.Fatalf("the agent handled %d of %d routes in %v: %v", bgpCounters(t, a)["updates"], n, timeout, err)
 	}
@@ -138,7 +139,7 @@ func endpointsReach(t *testing.T, a2, a3 *agent, n byte) {
 	mac2, mac3 := fdb.MAC{0x02, 0xee, 0, 0, n, 2}, fdb.MAC{0x02, 0xee, 0, 0, n, 3}
 	ep2 := addEndpoint(t, h2, "ep"+strconv.Itoa(int(n)), netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 42, 0, 100 + 2*n}), 24), mac2)
 	ep3 := addEndpoint(t, h3, "ep"+strconv.Itoa(int(n)), netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 42, 0, 101 + 2*n}), 24), mac3)
-	err := testenv.Eventually(t.Context(), 60*time.Second, func() bool {
+	err := wait.Until(t.Context(), 60*time.Second, func() bool {
 		if !pingOnce(t.Context(), ep2, ep3.Underlay) {
 			return false
 		}
@@ -200,7 +201,7 @@ func TestEVPNImportBounded(t *testing.T) {
 	if rep.Notification == nil || rep.Notification.Code != 6 || rep.Notification.Subcode != 1 {
 		t.Errorf("the agent answered %+v; want a NOTIFICATION Cease/Maximum Number of Prefixes Reached (6/1, RFC 4486)", rep)
 	}
-	if err := testenv.Eventually(t.Context(), 60*time.Second, func() bool { return bgpCounters(t, a2)["prefix_limit"] > 0 }); err != nil {
+	if err := wait.Until(t.Context(), 60*time.Second, func() bool { return bgpCounters(t, a2)["prefix_limit"] > 0 }); err != nil {
 		t.Errorf("prefix_limit never counted: %v", err)
 	}
 	t0 := time.Now()
@@ -337,7 +338,7 @@ func TestEVPNNextHopsRefused(t *testing.T) {
 	}
 	sent += 2
 	waitUpdates(t, a2, uint64(sent), 30*time.Second, time.Now())
-	err := testenv.Eventually(t.Context(), 10*time.Second, func() bool {
+	err := wait.Until(t.Context(), 10*time.Second, func() bool {
 		v, o := fdbOf(t, a2, goodMAC)
 		return v == good && o == "evpn"
 	})
@@ -437,7 +438,7 @@ func TestEVPNPrefixLimitOnePerUpdate(t *testing.T) {
 	if rep.Notification == nil || rep.Notification.Code != 6 || rep.Notification.Subcode != 1 {
 		t.Errorf("the agent answered %+v; want a Cease/Maximum Number of Prefixes Reached (6/1)", rep)
 	}
-	if err := testenv.Eventually(t.Context(), 60*time.Second, func() bool { return bgpCounters(t, a2)["prefix_limit"] > 0 }); err != nil {
+	if err := wait.Until(t.Context(), 60*time.Second, func() bool { return bgpCounters(t, a2)["prefix_limit"] > 0 }); err != nil {
 		t.Errorf("prefix_limit never counted: %v", err)
 	}
 	idle := procCPU(t, pid)

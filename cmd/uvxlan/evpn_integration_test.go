@@ -21,6 +21,7 @@ import (
 	"github.com/uvxlan/uvxlan/cmd/uvxlan/evpn"
 	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/testenv"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // evpnFabric is h1 with FRR (route reflector, AS 65000) and a kernel EVPN
@@ -196,7 +197,7 @@ func TestEVPNFabric(t *testing.T) {
 			}
 		}
 	}
-	err := testenv.Eventually(ctx, 60*time.Second, func() bool {
+	err := wait.Until(ctx, 60*time.Second, func() bool {
 		for p := range pending {
 			if pingOnce(ctx, eps[p.from], eps[p.to].Underlay) {
 				delete(pending, p)
@@ -212,7 +213,7 @@ func TestEVPNFabric(t *testing.T) {
 	// VNI 200: h1's endpoint reaches the agents' TAPs of that segment.
 	for _, h := range []*testenv.Host{h2, h3} {
 		dst := overlayNet(200, byte(h.Index)).Addr()
-		if err := testenv.Eventually(ctx, 30*time.Second, func() bool { return pingOnce(ctx, f.vteps[200].Endpoint, dst) }); err != nil {
+		if err := wait.Until(ctx, 30*time.Second, func() bool { return pingOnce(ctx, f.vteps[200].Endpoint, dst) }); err != nil {
 			t.Errorf("VNI 200: h1's endpoint never reached %s: %v", dst, err)
 		}
 	}
@@ -280,7 +281,7 @@ func TestEVPNFabric(t *testing.T) {
 	// A vanished endpoint: h3's probes withdraw it from the fabric.
 	removeEndpoint(t, eps[h3])
 	gone := time.Now()
-	err = testenv.Eventually(ctx, 60*time.Second, func() bool {
+	err = wait.Until(ctx, 60*time.Second, func() bool {
 		rs := frrRoutesOf(t, f, h3.Underlay)
 		return !hasRoute(rs, 2, 100, epMAC(3), eps[h3].Underlay)
 	})
@@ -294,7 +295,7 @@ func TestEVPNFabric(t *testing.T) {
 		t.Errorf("h2's agent: %v", err)
 	}
 	stopped := time.Now()
-	if err := testenv.Eventually(ctx, 30*time.Second, func() bool { return len(frrRoutesOf(t, f, h2.Underlay)) == 0 }); err != nil {
+	if err := wait.Until(ctx, 30*time.Second, func() bool { return len(frrRoutesOf(t, f, h2.Underlay)) == 0 }); err != nil {
 		t.Errorf("h2's routes still in FRR after a clean stop: %v", err)
 	}
 	cleanStop := time.Since(stopped)
@@ -302,7 +303,7 @@ func TestEVPNFabric(t *testing.T) {
 		t.Errorf("h3's agent: %v", err)
 	}
 	killed := time.Now()
-	if err := testenv.Eventually(ctx, 60*time.Second, func() bool { return len(frrRoutesOf(t, f, h3.Underlay)) == 0 }); err != nil {
+	if err := wait.Until(ctx, 60*time.Second, func() bool { return len(frrRoutesOf(t, f, h3.Underlay)) == 0 }); err != nil {
 		t.Errorf("h3's routes still in FRR after kill -9: %v", err)
 	}
 	crash := time.Since(killed)
@@ -337,7 +338,7 @@ func TestEVPNMove(t *testing.T) {
 	})
 	from := f.vteps[100].Endpoint
 	ep := addEndpoint(t, h2, "mv", addr, mac)
-	if err := testenv.Eventually(ctx, 60*time.Second, func() bool { return pingOnce(ctx, from, addr.Addr()) }); err != nil {
+	if err := wait.Until(ctx, 60*time.Second, func() bool { return pingOnce(ctx, from, addr.Addr()) }); err != nil {
 		t.Fatalf("h1's endpoint never reached the endpoint behind h2: %v", err)
 	}
 	var lastSeq uint32
@@ -347,7 +348,7 @@ func TestEVPNMove(t *testing.T) {
 	for i := range 5 {
 		// The destination knows where the endpoint is before it moves
 		// there (else its first route cannot outbid the old one's).
-		if err := testenv.Eventually(ctx, 30*time.Second, func() bool {
+		if err := wait.Until(ctx, 30*time.Second, func() bool {
 			vtep, origin := fdbOf(t, agentOn[to], mac)
 			return vtep == at.Underlay && origin == "evpn"
 		}); err != nil {
@@ -360,7 +361,7 @@ func TestEVPNMove(t *testing.T) {
 			t.Fatal(err)
 		}
 		var seq uint32
-		err := testenv.Eventually(ctx, 30*time.Second, func() bool {
+		err := wait.Until(ctx, 30*time.Second, func() bool {
 			for _, r := range frrRoutesOf(t, f, to.Underlay) {
 				if r.Type == 2 && slices.Equal(r.MAC, mac[:]) && !r.IP.IsValid() {
 					seq = r.MobilitySeq
@@ -376,17 +377,17 @@ func TestEVPNMove(t *testing.T) {
 			t.Errorf("move %d: MAC mobility sequence %d, want above %d", i+1, seq, lastSeq)
 		}
 		lastSeq = seq
-		if err := testenv.Eventually(ctx, 30*time.Second, func() bool { return kernelFDBHas(t, h1, f.vteps[100].VXLAN, mac, to.Underlay) }); err != nil {
+		if err := wait.Until(ctx, 30*time.Second, func() bool { return kernelFDBHas(t, h1, f.vteps[100].VXLAN, mac, to.Underlay) }); err != nil {
 			t.Fatalf("move %d: h1's kernel FDB never followed to %s: %v", i+1, to.Name, err)
 		}
 		fdbTimes = append(fdbTimes, time.Since(moved))
-		if err := testenv.Eventually(ctx, 30*time.Second, func() bool { return pingOnce(ctx, from, addr.Addr()) }); err != nil {
+		if err := wait.Until(ctx, 30*time.Second, func() bool { return pingOnce(ctx, from, addr.Addr()) }); err != nil {
 			t.Fatalf("move %d: h1's endpoint never reached the moved endpoint: %v", i+1, err)
 		}
 		pingTimes = append(pingTimes, time.Since(moved))
 		// The old VTEP's agent saw the higher sequence, probed, and gave
 		// the endpoint up: its route leaves FRR.
-		if err := testenv.Eventually(ctx, 30*time.Second, func() bool {
+		if err := wait.Until(ctx, 30*time.Second, func() bool {
 			return !hasRoute(frrRoutesOf(t, f, at.Underlay), 2, 100, mac, addr.Addr())
 		}); err != nil {
 			t.Errorf("move %d: %s still advertises the moved endpoint: %v", i+1, at.Name, err)
@@ -453,7 +454,7 @@ func TestEVPNMalformedUpdate(t *testing.T) {
 	if err := s.SendEVPN(testenv.EVPNValid.NLRI(h1.Underlay, mac, 100), 100); err != nil {
 		t.Fatal(err)
 	}
-	if err := testenv.Eventually(t.Context(), 30*time.Second, func() bool {
+	if err := wait.Until(t.Context(), 30*time.Second, func() bool {
 		vtep, origin := fdbOf(t, a, fdb.MAC(mac))
 		return vtep == h1.Underlay && origin == "evpn"
 	}); err != nil {
@@ -517,7 +518,7 @@ func TestEVPNWithEncryptedMembers(t *testing.T) {
 	ep3 := addEndpoint(t, h3, "ep", overlayNet(100, 13), epMAC(3))
 	ep1 := f.vteps[100].Endpoint
 	for _, c := range []struct{ from, to *testenv.Host }{{ep1, ep2}, {ep2, ep1}, {ep2, ep3}, {ep3, ep1}} {
-		if err := testenv.Eventually(ctx, 60*time.Second, func() bool { return pingOnce(ctx, c.from, c.to.Underlay) }); err != nil {
+		if err := wait.Until(ctx, 60*time.Second, func() bool { return pingOnce(ctx, c.from, c.to.Underlay) }); err != nil {
 			t.Errorf("%s never reached %s: %v", c.from.Name, c.to.Underlay, err)
 		}
 	}

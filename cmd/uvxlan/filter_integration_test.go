@@ -25,6 +25,7 @@ import (
 	"github.com/uvxlan/uvxlan/encap"
 	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/testenv"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // A non-member host on the underlay (h3, a kernel VXLAN device pointed at
@@ -261,7 +262,7 @@ func TestBroadcastStorm(t *testing.T) {
 	setup := func(as []*agent) string {
 		epNS := endpointBehind(t, tb, h1, netip.MustParseAddr("10.42.0.51"), fdb.MAC{})
 		// The endpoint reaches h2 (bridge ports up, the overlay works).
-		if err := testenv.Eventually(ctx, 10*time.Second, func() bool {
+		if err := wait.Until(ctx, 10*time.Second, func() bool {
 			return exec.Command("ip", "netns", "exec", epNS, "ping", "-c", "1", "-W", "1", as[1].overlay.String()).Run() == nil
 		}); err != nil {
 			t.Fatal("the endpoint cannot reach h2")

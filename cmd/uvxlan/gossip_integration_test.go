@@ -20,6 +20,7 @@ import (
 	"github.com/uvxlan/uvxlan/encap"
 	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/testenv"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // startGossipCluster runs an agent on every host of tb with no --peer: host 1
@@ -63,13 +64,6 @@ func (a *agent) fdbLacks(t *testing.T, mac fdb.MAC) bool {
 	return true
 }
 
-func eventuallyT(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	if err := testenv.Eventually(context.Background(), timeout, cond); err != nil {
-		t.Fatalf("%s: %v", what, err)
-	}
-}
-
 // Three hosts that only know a seed: every pair pings, every FDB holds the
 // others' TAP MACs from gossip, and ARP for gossiped addresses never crosses
 // the underlay.
@@ -79,11 +73,11 @@ func TestGossipCluster(t *testing.T) {
 	agents := startGossipCluster(t, tb, "--learning=false")
 	h1, h2, h3 := agents[0], agents[1], agents[2]
 
-	eventuallyT(t, 30*time.Second, "h3 learns h1's and h2's TAP MACs from gossip", func() bool {
+	wait.For(t, 30*time.Second, "h3 learns h1's and h2's TAP MACs from gossip", func() bool {
 		return h3.fdbHas(t, h1.mac, h1, fdb.OriginGossip) && h3.fdbHas(t, h2.mac, h2, fdb.OriginGossip)
 	})
 	for _, a := range agents {
-		eventuallyT(t, 30*time.Second, a.host.Name+" sees 3 alive members", func() bool {
+		wait.For(t, 30*time.Second, a.host.Name+" sees 3 alive members", func() bool {
 			alive := 0
 			for _, m := range a.members(t) {
 				if m.State == "alive" {
@@ -160,12 +154,12 @@ func TestGossipCluster(t *testing.T) {
 		}
 		start := time.Now()
 		for _, a := range []*agent{h1, h3} {
-			eventuallyT(t, 60*time.Second, a.host.Name+" withdraws h2's MAC", func() bool { return a.fdbLacks(t, h2.mac) })
+			wait.For(t, 60*time.Second, a.host.Name+" withdraws h2's MAC", func() bool { return a.fdbLacks(t, h2.mac) })
 		}
 		t.Logf("h2's entries withdrawn on h1 and h3 %v after kill -9", time.Since(start).Round(100*time.Millisecond))
 		restarted := startAgent(t, h2.host, "--join", h1.host.Underlay.String(), "--learning=false")
 		for _, a := range []*agent{h1, h3} {
-			eventuallyT(t, 30*time.Second, a.host.Name+" gets h2's MAC back", func() bool { return a.fdbHas(t, h2.mac, restarted, fdb.OriginGossip) })
+			wait.For(t, 30*time.Second, a.host.Name+" gets h2's MAC back", func() bool { return a.fdbHas(t, h2.mac, restarted, fdb.OriginGossip) })
 		}
 		ping(t, h1.host, restarted.overlay)
 	})
@@ -298,7 +292,7 @@ func TestEndpointBehindTAP(t *testing.T) {
 	// The endpoint talks to h2 through the bridge and the TAP (the new
 	// bridge ports may take a moment to forward).
 	var pingOut string
-	if err := testenv.Eventually(context.Background(), 10*time.Second, func() bool {
+	if err := wait.Until(context.Background(), 10*time.Second, func() bool {
 		pingOut, err = inEP("ping", "-c", "1", "-W", "1", a2.overlay.String())
 		return err == nil
 	}); err != nil {
@@ -314,7 +308,7 @@ func TestEndpointBehindTAP(t *testing.T) {
 				ep, epMAC, a1.fdb(t), n1, s1.Gossip, a2.fdb(t), n2, s2.Gossip)
 		}
 	})
-	eventuallyT(t, 10*time.Second, "h2 learns the endpoint's MAC and address from gossip", func() bool {
+	wait.For(t, 10*time.Second, "h2 learns the endpoint's MAC and address from gossip", func() bool {
 		rows, _, err := newControlClient(a2.control).neigh()
 		if err != nil {
 			return false
@@ -331,7 +325,7 @@ func TestEndpointBehindTAP(t *testing.T) {
 	if out, err := inEP("ip", "link", "set", "ep1", "down"); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	eventuallyT(t, 20*time.Second, "the quiet endpoint is withdrawn everywhere", func() bool {
+	wait.For(t, 20*time.Second, "the quiet endpoint is withdrawn everywhere", func() bool {
 		rows, _, err := newControlClient(a2.control).neigh()
 		if err != nil {
 			return false

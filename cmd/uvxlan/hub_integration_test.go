@@ -12,6 +12,7 @@ import (
 
 	"github.com/uvxlan/uvxlan/gossip/lease"
 	"github.com/uvxlan/uvxlan/testenv"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // KohakuRiver's layout (docs/routed.md, "A hub with a fixed address"): a cluster
@@ -97,7 +98,7 @@ func (hc *hubCluster) reachable(t *testing.T) {
 		var out string
 		var err error
 		start := time.Now()
-		if werr := testenv.Eventually(context.Background(), 20*time.Second, func() bool {
+		if werr := wait.Until(context.Background(), 20*time.Second, func() bool {
 			out, err = p.from.ping(p.to)
 			return err == nil
 		}); werr != nil {
@@ -228,7 +229,7 @@ func TestRoutedHubRoute(t *testing.T) {
 		h3.args = append(h3.args, "--route", "10.0.0.0/30")
 		h3.start(t)
 		h2 := hc.agents[1]
-		eventuallyT(t, 20*time.Second, "h2 refuses h3's 10.0.0.0/30", func() bool {
+		wait.For(t, 20*time.Second, "h2 refuses h3's 10.0.0.0/30", func() bool {
 			for _, l := range h2.leases(t) {
 				for _, r := range l.Routes {
 					if l.Node == "h3" && r.Prefix.String() == "10.0.0.0/30" {
@@ -277,7 +278,7 @@ func TestRoutedHubRoute(t *testing.T) {
 			}
 		}()
 		for _, ra := range hc.agents[1:] {
-			eventuallyT(t, 20*time.Second, ra.host.Name+" drops the route to "+hubAddr+" via the hub", func() bool {
+			wait.For(t, 20*time.Second, ra.host.Name+" drops the route to "+hubAddr+" via the hub", func() bool {
 				out := routesOf(t, ra.host)
 				return strings.Contains(out, hubSubnet.String()) && !strings.Contains(out, viaHub)
 			})

@@ -26,6 +26,7 @@ import (
 	"github.com/uvxlan/uvxlan/encap"
 	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/testenv"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // uvxlanBin is the binary under test, built once by TestMain.
@@ -355,7 +356,7 @@ func iperfTCP(t *testing.T, cliHost, srv *testenv.Host, dst netip.Addr, secs int
 	if reverse {
 		args = append(args, "-R")
 	}
-	if err := testenv.Eventually(context.Background(), 10*time.Second, func() bool {
+	if err := wait.Until(context.Background(), 10*time.Second, func() bool {
 		out, err := srv.Run(context.Background(), "ss", "-Hltn", "sport = :5201")
 		return err == nil && strings.Contains(out, "LISTEN")
 	}); err != nil {
@@ -547,7 +548,7 @@ func TestHostilePacketsAreCounted(t *testing.T) {
 	if _, err := conn.Write(append(hdr(0x08, vni, 0), frame(bcast, attacker)...)); err != nil {
 		t.Fatal(err)
 	}
-	err = testenv.Eventually(context.Background(), 5*time.Second, func() bool { return victim.stats(t).Get(encap.RxPackets) > before.Get(encap.RxPackets) })
+	err = wait.Until(context.Background(), 30*time.Second, func() bool { return victim.stats(t).Get(encap.RxPackets) > before.Get(encap.RxPackets) })
 	stop()
 	if err != nil {
 		t.Fatalf("the good frame never arrived: %v", err)

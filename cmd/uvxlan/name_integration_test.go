@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/uvxlan/uvxlan/testenv"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // readmeByHand returns the commands of README.md's "cluster by hand"
@@ -141,7 +142,7 @@ func TestReadmeClusterByHand(t *testing.T) {
 			// take a moment more.
 			var out []byte
 			var err error
-			if werr := testenv.Eventually(context.Background(), 20*time.Second, func() bool {
+			if werr := wait.Until(context.Background(), 20*time.Second, func() bool {
 				out, err = exec.Command(args[0], args[1:]...).CombinedOutput()
 				return err == nil
 			}); werr != nil {
@@ -188,7 +189,7 @@ func checkByHandMembers(t *testing.T, controls []string) {
 	}
 	for _, control := range controls {
 		var got []string
-		err := testenv.Eventually(context.Background(), 20*time.Second, func() bool {
+		err := wait.Until(context.Background(), 20*time.Second, func() bool {
 			ms, _, err := newControlClient(control).members()
 			got = got[:0]
 			for _, m := range ms {
@@ -289,7 +290,7 @@ func aliveLease(t *testing.T, a *routedAgent, subnet netip.Prefix, node string) 
 	t.Helper()
 	var got []leaseJSON
 	var l leaseJSON
-	err := testenv.Eventually(context.Background(), 20*time.Second, func() bool {
+	err := wait.Until(context.Background(), 20*time.Second, func() bool {
 		got = got[:0]
 		if err := json.Unmarshal([]byte(runCLI(t, "leases", "--json", "--control", a.control)), &got); err != nil {
 			t.Fatal(err)
@@ -321,7 +322,7 @@ type leaseJSON struct {
 func pingTAP(t *testing.T, h *testenv.Host, dst netip.Addr) {
 	t.Helper()
 	var err error
-	if werr := testenv.Eventually(context.Background(), 20*time.Second, func() bool {
+	if werr := wait.Until(context.Background(), 20*time.Second, func() bool {
 		_, err = h.Ping(context.Background(), dst, 3)
 		return err == nil
 	}); werr != nil {

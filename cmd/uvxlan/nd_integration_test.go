@@ -14,6 +14,7 @@ import (
 	"github.com/uvxlan/uvxlan/encap"
 	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/testenv"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // ndEndpoint is host i's endpoint behind its TAP: its IPv6 address and MAC.
@@ -99,7 +100,7 @@ func TestNDSuppression(t *testing.T) {
 			{h2, ip2, mac2, fdb.OriginLocal, "h2 holds its endpoint's binding (local)"},
 			{h2, ip1, mac1, fdb.OriginGossip, "h2 holds h1's endpoint's binding (gossip)"},
 		} {
-			if err := testenv.Eventually(ctx, 15*time.Second, func() bool { return neighHas(c.a.neighJSON(t), c.ip, c.mac, c.origin) }); err != nil {
+			if err := wait.Until(ctx, 15*time.Second, func() bool { return neighHas(c.a.neighJSON(t), c.ip, c.mac, c.origin) }); err != nil {
 				t.Errorf("%s: %v; neigh show: %+v", c.description, err, c.a.neighJSON(t))
 			}
 		}

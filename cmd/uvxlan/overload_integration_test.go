@@ -10,6 +10,7 @@ import (
 
 	"github.com/uvxlan/uvxlan/encap"
 	"github.com/uvxlan/uvxlan/testenv"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // TestUDPOverloadAccounted: an unthrottled UDP sender behind h1 sends
@@ -34,7 +35,7 @@ func TestUDPOverloadAccounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer server.Stop()
-	if err := testenv.Eventually(ctx, 10*time.Second, func() bool {
+	if err := wait.Until(ctx, 10*time.Second, func() bool {
 		out, err := h2.host.Run(ctx, "ss", "-Hltn", "sport = :5201")
 		return err == nil && strings.Contains(out, "LISTEN")
 	}); err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/uvxlan/uvxlan/encap"
 	"github.com/uvxlan/uvxlan/testenv"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // A kernel VXLAN peer set up as a new user would, offloads on (no `ethtool
@@ -58,7 +59,7 @@ func counter(st encap.Stats, name string) uint64 {
 // taking partial checksums as want says (by name).
 func waitPartial(t *testing.T, a *agent, want map[string]bool) {
 	t.Helper()
-	eventuallyT(t, 30*time.Second, a.host.Name+" sees the members' partial_checksums", func() bool {
+	wait.For(t, 30*time.Second, a.host.Name+" sees the members' partial_checksums", func() bool {
 		n := 0
 		for _, m := range a.members(t) {
 			if w, ok := want[m.Name]; ok && m.State == "alive" && m.PartialCsum == w {
@@ -171,7 +172,7 @@ func routedOut(t *testing.T, tb *testenv.Testbed, a1, a2 *agent) {
 		t.Fatal(err)
 	}
 	defer server.Stop()
-	eventuallyT(t, 10*time.Second, "iperf3 server", func() bool {
+	wait.For(t, 10*time.Second, "iperf3 server", func() bool {
 		out, err := far.Run(ctx, "ss", "-Hltn", "sport = :5201")
 		return err == nil && strings.Contains(out, "LISTEN")
 	})

@@ -13,6 +13,7 @@ import (
 	"github.com/uvxlan/uvxlan/encap"
 	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/testenv"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // Pinned keys, attacked from namespaces: a TAP address (10.42.0.1, h1's)
@@ -63,12 +64,12 @@ func endpointBehind(t *testing.T, tb *testenv.Testbed, h *testenv.Host, addr net
 
 // announceUntilLocal sends gratuitous ARP requests for ip from interface
 // ep1 of namespace ns, every 500 ms, until a's agent binds ip to mac as an
-// endpoint behind its TAP (at most 10 s). One GARP sent as the endpoint's
+// endpoint behind its TAP (at most 20 s). One GARP sent as the endpoint's
 // link comes up can be lost (a CI run: the binding never came), and the
 // tests that use this start from the binding, not from that packet.
 func announceUntilLocal(t *testing.T, a *agent, ns string, ip netip.Addr, mac fdb.MAC) {
 	t.Helper()
-	eventuallyT(t, 10*time.Second, a.host.Name+" binds "+ip.String()+" behind its TAP", func() bool {
+	wait.For(t, 20*time.Second, a.host.Name+" binds "+ip.String()+" behind its TAP", func() bool {
 		if err := sendGratuitous(ns, "ep1", 1, ip, mac); err != nil {
 			t.Fatal(err)
 		}
@@ -163,7 +164,7 @@ func TestPinnedAddressGARP(t *testing.T) {
 	// bridge port now: h3's own address on it is out of use.)
 	var out []byte
 	var err error
-	if werr := testenv.Eventually(context.Background(), 15*time.Second, func() bool {
+	if werr := wait.Until(context.Background(), 15*time.Second, func() bool {
 		out, err = exec.Command("ip", "netns", "exec", ep, "ping", "-c", "1", "-W", "1", a2.overlay.String()).CombinedOutput()
 		return err == nil
 	}); werr != nil {

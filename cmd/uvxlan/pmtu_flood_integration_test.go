@@ -10,6 +10,7 @@ import (
 	"github.com/uvxlan/uvxlan/encap"
 	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/testenv"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // Issue 26, row 12: a member floods another member with path MTU probes
@@ -24,7 +25,7 @@ func TestPMTUProbeFloodNetns(t *testing.T) {
 	agents := startGossipCluster(t, tb)
 	h1, h2 := agents[0], agents[1]
 	var h2MAC fdb.MAC
-	eventuallyT(t, 15*time.Second, "h1 sees h2", func() bool {
+	wait.For(t, 15*time.Second, "h1 sees h2", func() bool {
 		for _, m := range h1.members(t) {
 			if m.Name == h2.host.Name && m.State == "alive" {
 				h2MAC = m.MAC
@@ -38,7 +39,7 @@ func TestPMTUProbeFloodNetns(t *testing.T) {
 	// list of the members it answers predates h1 (it was refused, and the
 	// round ended at 1499 of 1500).
 	var pmtu int
-	eventuallyT(t, 15*time.Second, "h1 measures h2's path MTU", func() bool {
+	wait.For(t, 15*time.Second, "h1 measures h2's path MTU", func() bool {
 		for _, m := range h1.members(t) {
 			if m.Name == h2.host.Name {
 				pmtu = m.PathMTU

@@ -19,6 +19,7 @@ import (
 	"github.com/uvxlan/uvxlan/encap"
 	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/testenv"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // quotaKey is the gossip key of the quota tests (16 bytes, base64).
@@ -84,7 +85,7 @@ func macFloodTest(t *testing.T, h1Max, max int) {
 	}
 	h1, h2, h3 := agents[0], agents[1], agents[2]
 	for _, a := range agents {
-		eventuallyT(t, 30*time.Second, a.host.Name+" sees 3 alive members", func() bool { return aliveMembers(t, a) == 3 })
+		wait.For(t, 30*time.Second, a.host.Name+" sees 3 alive members", func() bool { return aliveMembers(t, a) == 3 })
 	}
 	rssBefore := map[string]int{}
 	for _, a := range agents {
@@ -99,7 +100,7 @@ func macFloodTest(t *testing.T, h1Max, max int) {
 	// more, for anything beyond it to arrive too).
 	local := func() int { return countEntries(t, h1, h1, fdb.OriginLocal) - 1 } // less the TAP MAC
 	var converged time.Duration
-	err := testenv.Eventually(context.Background(), 60*time.Second, func() bool {
+	err := wait.Until(context.Background(), 60*time.Second, func() bool {
 		want := min(local(), max)
 		ok := countEntries(t, h2, h1, fdb.OriginGossip)-1 >= want && countEntries(t, h3, h1, fdb.OriginGossip)-1 >= want
 		if ok {
@@ -160,7 +161,7 @@ func macFloodTest(t *testing.T, h1Max, max int) {
 	// unicast.
 	h4 := startAgent(t, tb.Host(4), append([]string{"--join", seed, "--gossip-key", quotaKey}, maxFlag...)...)
 	joined := time.Now()
-	ok := testenv.Eventually(context.Background(), 30*time.Second, func() bool {
+	ok := wait.Until(context.Background(), 30*time.Second, func() bool {
 		for _, a := range agents {
 			if !a.fdbHas(t, h4.mac, h4, fdb.OriginGossip) {
 				return false

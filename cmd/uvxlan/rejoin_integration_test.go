@@ -11,6 +11,7 @@ import (
 	"github.com/uvxlan/uvxlan/cmd/uvxlan/node"
 	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/testenv"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // A restarted agent whose --join seed is unreachable joins the members it
@@ -42,10 +43,10 @@ func TestRestartRejoinsRememberedMembers(t *testing.T) {
 		}
 		return true
 	}
-	eventuallyT(t, 30*time.Second, "h4 sees h1, h2 and h3 alive", func() bool {
+	wait.For(t, 30*time.Second, "h4 sees h1, h2 and h3 alive", func() bool {
 		return alive(h4, h1.host.Name, h2.host.Name, h3.host.Name)
 	})
-	eventuallyT(t, 30*time.Second, "h2 holds h4's TAP MAC", func() bool { return h2.fdbHas(t, h4.mac, h4, fdb.OriginGossip) })
+	wait.For(t, 30*time.Second, "h2 holds h4's TAP MAC", func() bool { return h2.fdbHas(t, h4.mac, h4, fdb.OriginGossip) })
 
 	if err := h4.proc.Stop(); err != nil {
 		t.Fatalf("stop h4: %v\n%s", err, h4.proc.Log())
@@ -56,7 +57,7 @@ func TestRestartRejoinsRememberedMembers(t *testing.T) {
 		t.Logf("%s after the stop:\n%s", node.MembersFile, b)
 	}
 	for _, a := range []*agent{h2, h3} {
-		eventuallyT(t, 30*time.Second, a.host.Name+" withdraws h4's MAC", func() bool { return a.fdbLacks(t, h4.mac) })
+		wait.For(t, 30*time.Second, a.host.Name+" withdraws h4's MAC", func() bool { return a.fdbLacks(t, h4.mac) })
 	}
 	cut := func(op string) {
 		for _, p := range [][2]*testenv.Host{{h4host, h1.host}, {h1.host, h4host}} {
@@ -72,11 +73,11 @@ func TestRestartRejoinsRememberedMembers(t *testing.T) {
 	h4 = startAgent(t, h4host, args...)
 	// The bug waits for the 30 s rejoin (and even that fails: its only
 	// seed is cut off); 20 s is slack for a busy machine.
-	eventuallyT(t, 20*time.Second, "the restarted h4 sees h2 and h3 alive", func() bool {
+	wait.For(t, 20*time.Second, "the restarted h4 sees h2 and h3 alive", func() bool {
 		return alive(h4, h2.host.Name, h3.host.Name)
 	})
 	joined := time.Since(start)
-	eventuallyT(t, 20*time.Second-joined, "h2 holds the restarted h4's TAP MAC", func() bool {
+	wait.For(t, 20*time.Second-joined, "h2 holds the restarted h4's TAP MAC", func() bool {
 		return h2.fdbHas(t, h4.mac, h4, fdb.OriginGossip)
 	})
 	t.Logf("restarted h4, its seed h1 cut off: sees h2 and h3 alive after %v, its TAP MAC on h2 after %v",

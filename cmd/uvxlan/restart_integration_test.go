@@ -12,6 +12,7 @@ import (
 	"github.com/uvxlan/uvxlan/cmd/uvxlan/node"
 	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/testenv"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // tapState is what `ip -o addr show dev` and `ip -o link show dev` say of a
@@ -118,7 +119,7 @@ func TestTAPOutlivesTheProcess(t *testing.T) {
 		}
 		reach := func(within time.Duration) (time.Duration, error) {
 			start := time.Now()
-			err := testenv.Eventually(context.Background(), within, func() bool {
+			err := wait.Until(context.Background(), within, func() bool {
 				_, err := inEP("ping", "-c", "1", "-W", "0.2", a2.overlay.String())
 				return err == nil
 			})
@@ -211,7 +212,7 @@ func TestCrashRestartKeepsEntries(t *testing.T) {
 		}
 		return mac, ip
 	}
-	eventuallyT(t, 10*time.Second, "h2 holds h1's entries", func() bool { m, i := holds(); return m && i })
+	wait.For(t, 10*time.Second, "h2 holds h1's entries", func() bool { m, i := holds(); return m && i })
 
 	stop := make(chan struct{})
 	gaps := make(chan string, 1000)
@@ -238,7 +239,7 @@ func TestCrashRestartKeepsEntries(t *testing.T) {
 	start := time.Now()
 	a1 = startAgent(t, h1)
 	served := time.Since(start)
-	if err := testenv.Eventually(context.Background(), 10*time.Second, func() bool {
+	if err := wait.Until(context.Background(), 10*time.Second, func() bool {
 		_, err := h2.Ping(context.Background(), a1.overlay, 1)
 		return err == nil
 	}); err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/uvxlan/uvxlan/encap"
 	"github.com/uvxlan/uvxlan/gossip/lease"
 	"github.com/uvxlan/uvxlan/testenv"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // routedAgent is an agent in routed mode (--network) and its files.
@@ -65,7 +66,7 @@ func (ra *routedAgent) start(t *testing.T) {
 func (ra *routedAgent) subnetEnv(t *testing.T) map[string]string {
 	t.Helper()
 	var env map[string]string
-	err := testenv.Eventually(context.Background(), 30*time.Second, func() bool {
+	err := wait.Until(context.Background(), 30*time.Second, func() bool {
 		b, err := os.ReadFile(ra.subnetFile)
 		if err != nil {
 			return false
@@ -185,7 +186,7 @@ func pingAll(t *testing.T, byHost map[string][]container) {
 				for _, b := range bs {
 					var out string
 					var err error
-					if werr := testenv.Eventually(context.Background(), 10*time.Second, func() bool {
+					if werr := wait.Until(context.Background(), 10*time.Second, func() bool {
 						out, err = a.ping(b.addr)
 						return err == nil
 					}); werr != nil {
@@ -255,7 +256,7 @@ func TestRoutedOverlay(t *testing.T) {
 	})
 
 	t.Run("uvxlan leases", func(t *testing.T) {
-		eventuallyT(t, 10*time.Second, "h1 lists three alive leases", func() bool {
+		wait.For(t, 10*time.Second, "h1 lists three alive leases", func() bool {
 			alive := 0
 			for _, l := range agents[0].leases(t) {
 				if l.State == "alive" && l.Subnet == subnets[l.Node] {
@@ -329,7 +330,7 @@ func TestRoutedOverlay(t *testing.T) {
 		if out, err := h3.host.Run(context.Background(), "nft", "list", "tables"); err != nil || strings.Contains(out, "uvxlan") {
 			t.Errorf("h3's masquerade table outlived the agent (%v):\n%s", err, out)
 		}
-		eventuallyT(t, 20*time.Second, "h1 drops the route to h3's subnet", func() bool {
+		wait.For(t, 20*time.Second, "h1 drops the route to h3's subnet", func() bool {
 			out, err := h1.host.Run(context.Background(), "ip", "-4", "route", "show", "dev", "uvx0")
 			return err == nil && !strings.Contains(out, s3.String())
 		})

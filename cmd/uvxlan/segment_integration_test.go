@@ -25,6 +25,7 @@ import (
 	"github.com/uvxlan/uvxlan/encap"
 	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/testenv"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // The two segments of the test: VNI 42 on the default TAP name (uvx42),
@@ -85,7 +86,7 @@ func startSegAgent(t *testing.T, tb *testenv.Testbed, h *testenv.Host) *segAgent
 	}
 	// GET /v1/status is served only once the node (and its TAPs) exist.
 	// An agent that exits (a refused command line) fails the test at once.
-	err = testenv.Eventually(context.Background(), 15*time.Second, func() bool {
+	err = wait.Until(context.Background(), 15*time.Second, func() bool {
 		if a.proc.Exited() {
 			return true
 		}
@@ -576,7 +577,7 @@ func TestSegments(t *testing.T) {
 			t.Fatal(err)
 		}
 		var after statsView
-		err = testenv.Eventually(ctx, 5*time.Second, func() bool {
+		err = wait.Until(ctx, 30*time.Second, func() bool {
 			after, _ = victim.statsJSON(t)
 			return drop(after.Total, "wrong_vni") > drop(before.Total, "wrong_vni")
 		})

@@ -22,6 +22,7 @@ import (
 
 	"github.com/uvxlan/uvxlan/gossip"
 	"github.com/uvxlan/uvxlan/testenv"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // A cluster of three agents (h1, h2, h3, encrypted gossip); h4 and h5, on
@@ -66,7 +67,7 @@ func TestGossipStreams(t *testing.T) {
 	}
 	h1 := agents[0]
 	for _, a := range agents {
-		eventuallyT(t, 30*time.Second, a.host.Name+" sees 3 alive members", func() bool { return aliveMembers(t, a) == 3 })
+		wait.For(t, 30*time.Second, a.host.Name+" sees 3 alive members", func() bool { return aliveMembers(t, a) == 3 })
 	}
 	// gossipStats reads h1's gossip counters as `uvxlan stats --json`
 	// shows them.
@@ -123,7 +124,7 @@ func TestGossipStreams(t *testing.T) {
 
 	// The cluster still works.
 	for _, a := range agents {
-		eventuallyT(t, 30*time.Second, a.host.Name+" sees 3 alive members after the attacks", func() bool { return aliveMembers(t, a) == 3 })
+		wait.For(t, 30*time.Second, a.host.Name+" sees 3 alive members after the attacks", func() bool { return aliveMembers(t, a) == 3 })
 	}
 	for _, a := range agents[1:] {
 		r := ping(t, a.host, h1.overlay)

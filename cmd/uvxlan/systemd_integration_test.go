@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/uvxlan/uvxlan/testenv"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // container is a systemd booted in a systemd-nspawn container: the host's
@@ -69,7 +70,7 @@ func bootContainer(t *testing.T, binds ...string) *nspawn {
 	// A boot on a busy machine (the suite's other tests, CPU-bound work
 	// beside it) took over 30 s once: the bound only catches a boot that
 	// never ends.
-	err := testenv.Eventually(context.Background(), 3*time.Minute, func() bool {
+	err := wait.Until(context.Background(), 3*time.Minute, func() bool {
 		select {
 		case <-exited:
 			return true // said below
@@ -191,7 +192,7 @@ func TestSystemdReload(t *testing.T) {
 		t.Helper()
 		old := c.mainPID()
 		c.must("systemctl", "reload", "uvxlan")
-		eventuallyT(t, 10*time.Second, "a new main process after the reload", func() bool {
+		wait.For(t, 10*time.Second, "a new main process after the reload", func() bool {
 			pid := c.mainPID()
 			return pid != 0 && pid != old && !processExists(c, old)
 		})

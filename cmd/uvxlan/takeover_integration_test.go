@@ -19,6 +19,7 @@ import (
 	"github.com/uvxlan/uvxlan/cmd/uvxlan/node"
 	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/testenv"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // pingGaps pings dst from h every 10 ms, count times, and returns the
@@ -157,7 +158,7 @@ func startJoinedPair(t *testing.T) (a1, a2 *agent) {
 	if err := waitForMembers(context.Background(), a2.control, 2, 20*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	eventuallyT(t, 10*time.Second, "h2 pings h1", func() bool {
+	wait.For(t, 10*time.Second, "h2 pings h1", func() bool {
 		_, err := h2.Ping(context.Background(), a1.overlay, 1)
 		return err == nil
 	})
@@ -298,7 +299,7 @@ func TestTakeoverDropsWhatTheClusterWithdrew(t *testing.T) {
 	ip, mac := overlayAddr(77), fdb.MAC{0x02, 0x77, 0, 0, 0, 3}
 	ep := endpointBehind(t, tb, a3.host, ip, mac)
 	announceUntilLocal(t, a3, ep, ip, mac)
-	eventuallyT(t, 10*time.Second, "h2 holds h3's endpoint from gossip", func() bool {
+	wait.For(t, 10*time.Second, "h2 holds h3's endpoint from gossip", func() bool {
 		vtep, origin := fdbOf(t, a2, mac)
 		return vtep == a3.host.Underlay && origin == "gossip"
 	})
@@ -317,12 +318,12 @@ func TestTakeoverDropsWhatTheClusterWithdrew(t *testing.T) {
 	}
 	inherited, origin := fdbOf(t, a2, mac)
 	t.Logf("right after the takeover the successor holds the endpoint at %v (%s)", inherited, origin)
-	eventuallyT(t, 30*time.Second, "h1 withdraws the dead h3's endpoint", func() bool {
+	wait.For(t, 30*time.Second, "h1 withdraws the dead h3's endpoint", func() bool {
 		_, origin := fdbOf(t, a1, mac)
 		return origin == "none"
 	})
 	withdrawn := time.Now()
-	err = testenv.Eventually(context.Background(), 20*time.Second, func() bool {
+	err = wait.Until(context.Background(), 20*time.Second, func() bool {
 		_, origin := fdbOf(t, a2, mac)
 		return origin == "none"
 	})

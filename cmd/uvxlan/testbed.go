@@ -17,6 +17,7 @@ import (
 
 	"github.com/uvxlan/uvxlan/cmd/uvxlan/controlapi"
 	"github.com/uvxlan/uvxlan/testenv"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 func testbedCommand() *cli.Command {
@@ -284,39 +285,29 @@ func (d *demo) show(ctx context.Context, w io.Writer, h *testenv.Host) error {
 
 // waitForMembers waits until the agent at control sees n alive members.
 func waitForMembers(ctx context.Context, control string, n int, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	for {
+	alive := 0
+	if err := wait.Until(ctx, timeout, func() bool {
 		rows, _, err := controlapi.NewClient(control).Members(ctx)
-		alive := 0
+		alive = 0
 		for _, m := range rows {
 			if m.State == "alive" {
 				alive++
 			}
 		}
-		if err == nil && alive == n {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%d of %d members alive after %v", alive, n, timeout)
-		case <-time.After(100 * time.Millisecond):
-		}
+		return err == nil && alive == n
+	}); err != nil {
+		return fmt.Errorf("%d of %d members alive: %w", alive, n, err)
 	}
+	return nil
 }
 
 // waitForSocket waits until something listens on the unix socket at path.
 func waitForSocket(ctx context.Context, path string, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	for {
-		if _, err := controlapi.NewClient(path).Get(ctx, "status"); err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("no control socket at %s after %v", path, timeout)
-		case <-time.After(50 * time.Millisecond):
-		}
+	if err := wait.Until(ctx, timeout, func() bool {
+		_, err := controlapi.NewClient(path).Get(ctx, "status")
+		return err == nil
+	}); err != nil {
+		return fmt.Errorf("no control socket at %s: %w", path, err)
 	}
+	return nil
 }

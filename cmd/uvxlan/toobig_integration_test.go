@@ -10,6 +10,7 @@ import (
 
 	"github.com/uvxlan/uvxlan/encap"
 	"github.com/uvxlan/uvxlan/testenv"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // TestTooBig: the underlay path is smaller than the hosts think. The
@@ -106,7 +107,7 @@ func TestPathMTU(t *testing.T) {
 	h1, h2 := agents[0], agents[1]
 	start := time.Now()
 	pmtu := 0
-	eventuallyT(t, 15*time.Second, "h1 measures h2's path MTU", func() bool {
+	wait.For(t, 15*time.Second, "h1 measures h2's path MTU", func() bool {
 		for _, m := range h1.members(t) {
 			if m.Name == h2.host.Name {
 				pmtu = m.PathMTU
@@ -127,7 +128,7 @@ func TestPathMTU(t *testing.T) {
 	t.Logf("h2: pmtu_probes %d; h1: pmtu_acks %d", st.Get(encap.PMTUProbes), h1.stats(t).Get(encap.PMTUAcks))
 
 	dst := h2.overlay.String()
-	eventuallyT(t, 10*time.Second, "h1 reaches h2 through the overlay", func() bool {
+	wait.For(t, 10*time.Second, "h1 reaches h2 through the overlay", func() bool {
 		out, err := h1.host.Run(ctx, "ping", "-c", "1", "-W", "1", dst)
 		return err == nil && strings.Contains(out, " 1 received")
 	})

@@ -41,6 +41,7 @@ import (
 	"github.com/uvxlan/uvxlan/cmd/uvxlan/controlapi"
 	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/testenv"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // Defaults and bounds of Config.
@@ -316,7 +317,7 @@ func (r *chaosRun) setup(runCtx context.Context) error {
 	}
 	r.say("waiting for every agent to see %d members", r.cfg.Hosts)
 	for _, a := range r.agents {
-		if err := testenv.Eventually(ctx, 60*time.Second, func() bool {
+		if err := wait.Until(ctx, 60*time.Second, func() bool {
 			st, err := a.status(ctx)
 			return err == nil && st.MembersAlive == r.cfg.Hosts
 		}); err != nil {
@@ -337,7 +338,7 @@ func (r *chaosRun) setup(runCtx context.Context) error {
 		len(r.eps), len(r.eps)*(len(r.eps)-1), MeshInterval)
 	var missing [][2]int
 	var diff tableDiff
-	if err := testenv.Eventually(ctx, 60*time.Second, func() bool {
+	if err := wait.Until(ctx, 60*time.Second, func() bool {
 		var whole bool
 		whole, missing = m.recentlyAll(time.Second)
 		if !whole {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/uvxlan/uvxlan/fdb"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // The caps per VNI, and the VTEPs no VTEP may have: each refusal counted
@@ -145,13 +146,13 @@ func TestPrefixLimit(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, "b closes the session at its prefix limit", func() error {
+	wait.For(t, 60*time.Second, "b closes the session at its prefix limit", func() error {
 		if st := b.Stats(); st.PrefixLimit != 1 {
 			return fmt.Errorf("prefix_limit %d: %+v", st.PrefixLimit, st)
 		}
 		return nil
 	})
-	eventually(t, "b drops a's routes", func() error {
+	wait.For(t, 60*time.Second, "b drops a's routes", func() error {
 		for i := range byte(4) {
 			if err := fdbHas(b.fdb, 100, fdb.MAC{0x02, 0xc0, 0, 0, 0, i}, ""); err != nil {
 				return err
@@ -161,7 +162,7 @@ func TestPrefixLimit(t *testing.T) {
 	})
 	// After the pause the session comes back, and is closed again: a still
 	// sends more than 3 routes.
-	eventually(t, "b starts the session again, and closes it again", func() error {
+	wait.For(t, 60*time.Second, "b starts the session again, and closes it again", func() error {
 		if st := b.Stats(); st.PrefixLimit < 2 {
 			return fmt.Errorf("prefix_limit %d", st.PrefixLimit)
 		}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/uvxlan/uvxlan/fdb"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // freePort returns a TCP port free on addr now.
@@ -102,21 +103,6 @@ func (ts *testSpeaker) stop(t *testing.T) {
 	}
 }
 
-func eventually(t *testing.T, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 func fdbHas(tb *fdb.Table, vni fdb.VNI, mac fdb.MAC, vtep string) error {
 	got, o, ok := tb.LookupOrigin(vni, mac)
 	switch {
@@ -153,7 +139,7 @@ func TestSpeakersExchange(t *testing.T) {
 	if err := a.AnnounceNeigh(100, ipEP, macEP); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "b imports a's routes", func() error {
+	wait.For(t, 60*time.Second, "b imports a's routes", func() error {
 		if err := fdbHas(b.fdb, 100, macA, "127.0.0.1:4789"); err != nil {
 			return err
 		}
@@ -185,7 +171,7 @@ func TestSpeakersExchange(t *testing.T) {
 	if got := b.seqOf(100, macEP); got != 1 {
 		t.Errorf("b's sequence for the moved MAC = %d, want 1", got)
 	}
-	eventually(t, "a is told its binding is claimed", func() error {
+	wait.For(t, 60*time.Second, "a is told its binding is claimed", func() error {
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		if len(a.contests) == 0 {
@@ -207,10 +193,10 @@ func TestSpeakersExchange(t *testing.T) {
 	if err := a.WithdrawMAC(100, macEP); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "a imports b's route once its own is withdrawn", func() error {
+	wait.For(t, 60*time.Second, "a imports b's route once its own is withdrawn", func() error {
 		return fdbHas(a.fdb, 100, macEP, "127.0.0.2:4789")
 	})
-	eventually(t, "b drops a's withdrawn MAC/IP route", func() error {
+	wait.For(t, 60*time.Second, "b drops a's withdrawn MAC/IP route", func() error {
 		// b holds the MAC itself (no FDB entry of origin evpn) …
 		return fdbHas(b.fdb, 100, macEP, "")
 	})
@@ -223,7 +209,7 @@ func TestSpeakersExchange(t *testing.T) {
 
 	// a stops: b withdraws everything a said.
 	a.stop(t)
-	eventually(t, "b withdraws a's routes when the session closes", func() error {
+	wait.For(t, 60*time.Second, "b withdraws a's routes when the session closes", func() error {
 		if err := fdbHas(b.fdb, 100, macA, ""); err != nil {
 			return err
 		}
@@ -244,7 +230,7 @@ func TestOutrankedRouteTakesKeyLater(t *testing.T) {
 	if err := a.AnnounceMAC(100, macEP); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the route is outranked", func() error {
+	wait.For(t, 60*time.Second, "the route is outranked", func() error {
 		if b.Stats().Outranked == 0 {
 			return fmt.Errorf("stats %+v", b.Stats())
 		}
@@ -254,7 +240,7 @@ func TestOutrankedRouteTakesKeyLater(t *testing.T) {
 		t.Errorf("origin %s, want gossip kept", o)
 	}
 	b.fdb.DeleteOrigin(100, macEP, fdb.OriginGossip)
-	eventually(t, "the route takes the key gossip gave up", func() error {
+	wait.For(t, 60*time.Second, "the route takes the key gossip gave up", func() error {
 		return fdbHas(b.fdb, 100, macEP, "127.0.0.1:4789")
 	})
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/gossip/lease"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 var network = netip.MustParsePrefix("10.244.0.0/16")
@@ -157,16 +158,6 @@ func (s *seeds) get() []string {
 	return s.last
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if cond() {
-			return
-		}
-	}
-	t.Fatalf("never: %s", what)
-}
-
 func testNode(name, cidr string, annotations map[string]string) *node {
 	n := &node{}
 	n.Metadata.Name, n.Metadata.Annotations, n.Spec.PodCIDR = name, annotations, cidr
@@ -211,7 +202,7 @@ current-context: x
 	sd := &seeds{}
 	runErr := make(chan error, 1)
 	go func() { runErr <- s.Run(ctx, self, sd) }()
-	eventually(t, "an RBAC hint in the log", func() bool {
+	wait.For(t, 30*time.Second, "an RBAC hint in the log", func() bool {
 		logMu.Lock()
 		defer logMu.Unlock()
 		return strings.Contains(logs.String(), "RBAC: the agent's account needs get, list and watch nodes")
@@ -225,8 +216,8 @@ current-context: x
 		l, _ := s.WaitLease(ctx)
 		leased <- l
 	}()
-	eventually(t, "seeds from b", func() bool { return slices.Equal(sd.get(), []string{"198.18.0.2:7946"}) })
-	eventually(t, "a annotated", func() bool {
+	wait.For(t, 30*time.Second, "seeds from b", func() bool { return slices.Equal(sd.get(), []string{"198.18.0.2:7946"}) })
+	wait.For(t, 30*time.Second, "a annotated", func() bool {
 		return f.patched(`"flannel.alpha.coreos.com/backend-data":"{\"VNI\":1,\"VtepMAC\":\"02:00:00:00:00:01\"}"`)
 	})
 	select {
@@ -242,7 +233,7 @@ current-context: x
 		t.Fatal("NetworkUnavailable set before Forwarding")
 	}
 	s.Forwarding()
-	eventually(t, "NetworkUnavailable=False", func() bool { return f.patched(`/status {"status":{"conditions":[{`) })
+	wait.For(t, 30*time.Second, "NetworkUnavailable=False", func() bool { return f.patched(`/status {"status":{"conditions":[{`) })
 
 	var subnets []string
 	for _, l := range s.Leases() {
@@ -254,7 +245,7 @@ current-context: x
 	}
 
 	f.event("DELETED", f.nodes["b"])
-	eventually(t, "b withdrawn", func() bool { return len(s.Leases()) == 1 && len(sd.get()) == 0 })
+	wait.For(t, 30*time.Second, "b withdrawn", func() bool { return len(s.Leases()) == 1 && len(sd.get()) == 0 })
 	f.event("DELETED", f.nodes["a"])
 	select {
 	case err := <-runErr:

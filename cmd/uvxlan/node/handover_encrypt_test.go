@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/uvxlan/uvxlan/encap/esp"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // sealed seals a small VXLAN datagram with sa and returns the ESP
@@ -36,7 +37,7 @@ func TestEncryptionTakeFinal(t *testing.T) {
 		c.waitMembers(agents...)
 		n1, n2 := agents[0], agents[1]
 		var out2 *esp.SA // n2 → n1
-		eventually(t, time.Minute, "keys agreed", func() bool {
+		wait.For(t, time.Minute, "keys agreed", func() bool {
 			p, ok := n2.enc.table.Lookup(vtepOf(1))
 			if ok && p.Out != nil && n1.enc.table.Inbound(vtepOf(2), p.Out.SPI) != nil {
 				out2 = p.Out

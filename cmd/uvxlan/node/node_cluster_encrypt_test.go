@@ -12,6 +12,7 @@ import (
 	"github.com/uvxlan/uvxlan/encap"
 	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/gossip"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // encrypting is a config change: --encrypt, with a gossip key (which it
@@ -51,7 +52,7 @@ func TestClusterEncrypt(t *testing.T) {
 			}
 		}
 		// The first frames go once the keys are agreed.
-		eventually(t, time.Minute, "a first frame across", func() bool { send(0); return got(0) })
+		wait.For(t, time.Minute, "a first frame across", func() bool { send(0); return got(0) })
 		// 10 rekeys, a frame every 50 ms: every one arrives.
 		lost := 0
 		for k := 1; k <= int(10*rekey/(50*time.Millisecond)); k++ {
@@ -106,7 +107,7 @@ func TestClusterGossipLossHeld(t *testing.T) {
 		n1, n2 := c.start(1, mod(1)), c.start(2, mod(2))
 		c.waitMembers(n1, n2)
 		v2 := n2.local
-		eventually(t, time.Minute, "n1 has keys with n2", func() bool { return n1.Wire(v2) == "esp" })
+		wait.For(t, time.Minute, "n1 has keys with n2", func() bool { return n1.Wire(v2) == "esp" })
 		// An operator's static entry at n2's address: a plain VTEP, but
 		// for its binding to n2's key.
 		mac := fdb.MAC{0x02, 0x77, 0, 0, 0, 2}
@@ -125,7 +126,7 @@ func TestClusterGossipLossHeld(t *testing.T) {
 		}
 
 		n2.gossipTr.Crash()
-		eventually(t, time.Minute, "n1 holds n2's address", func() bool { return n1.Wire(v2) == "esp-held" })
+		wait.For(t, time.Minute, "n1 holds n2's address", func() bool { return n1.Wire(v2) == "esp-held" })
 		if !n1.keyed(v2) {
 			t.Errorf("n1: n2's address is not keyed once gossip lost n2")
 		}
@@ -137,7 +138,7 @@ func TestClusterGossipLossHeld(t *testing.T) {
 		}
 		before := n1.Stats().Total
 		plain(n1)
-		eventually(t, 5*time.Second, "n1 drops plain VXLAN from n2's address", func() bool {
+		wait.For(t, 5*time.Second, "n1 drops plain VXLAN from n2's address", func() bool {
 			return n1.Stats().Total.Drops[encap.DropPlainFromMember] == before.Drops[encap.DropPlainFromMember]+1
 		})
 		if rx := n1.Stats().Total.Get(encap.RxPackets) - before.Get(encap.RxPackets); rx != 0 {
@@ -159,14 +160,14 @@ func TestClusterGossipLossHeld(t *testing.T) {
 		}
 		before = n1.Stats().Total
 		n1.tap("uvx0").Inject(udpFrame(t, n1.mac(), overlayOf(1), mac, overlayOf(2), "to n2"))
-		eventually(t, 5*time.Second, "the restarted n1 holds a frame for n2 (esp_no_key)", func() bool {
+		wait.For(t, 5*time.Second, "the restarted n1 holds a frame for n2 (esp_no_key)", func() bool {
 			return n1.Stats().Total.Drops[encap.DropESPNoKey] > before.Drops[encap.DropESPNoKey]
 		})
 		if tx := n1.Stats().Total.Get(encap.TxPackets) - before.Get(encap.TxPackets); tx != 0 {
 			t.Errorf("the restarted n1 sent %d datagrams to n2's address, with no key", tx)
 		}
 		plain(n1)
-		eventually(t, 5*time.Second, "the restarted n1 drops plain VXLAN from n2's address", func() bool {
+		wait.For(t, 5*time.Second, "the restarted n1 drops plain VXLAN from n2's address", func() bool {
 			return n1.Stats().Total.Drops[encap.DropPlainFromMember] == before.Drops[encap.DropPlainFromMember]+1
 		})
 		c.stop()

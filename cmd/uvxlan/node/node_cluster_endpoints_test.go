@@ -8,6 +8,7 @@ import (
 
 	"github.com/uvxlan/uvxlan/encap"
 	"github.com/uvxlan/uvxlan/fdb"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // An endpoint behind n2 announces itself (a gratuitous ARP): every agent
@@ -27,7 +28,7 @@ func TestClusterEndpointAnnounced(t *testing.T) {
 			if a == n2 {
 				want = fdb.OriginLocal
 			}
-			eventually(t, 10*time.Second, a.name+" binds the endpoint", func() bool {
+			wait.For(t, 10*time.Second, a.name+" binds the endpoint", func() bool {
 				m, o := a.neigh(1, ip)
 				vtep, fo := a.fdbOf(1, mac)
 				return m == mac && o == want && vtep == n2.local && fo == want
@@ -84,14 +85,14 @@ func TestClusterProbeWithdrawsVanished(t *testing.T) {
 		// address nobody has.
 		n2.tap("uvx0").Inject(nsFrame(t, mac, ip6, netip.MustParseAddr("fd42::ffff")))
 		for _, a := range agents {
-			eventually(t, 10*time.Second, a.name+" binds the endpoint", func() bool {
+			wait.For(t, 10*time.Second, a.name+" binds the endpoint", func() bool {
 				m, _ := a.neigh(1, ip)
 				m6, _ := a.neigh(1, ip6)
 				return m == mac && m6 == mac
 			})
 		}
 		start := time.Now()
-		eventually(t, time.Minute, "every node drops the vanished endpoint", func() bool {
+		wait.For(t, time.Minute, "every node drops the vanished endpoint", func() bool {
 			for _, a := range agents {
 				m, _ := a.neigh(1, ip)
 				m6, _ := a.neigh(1, ip6)
@@ -121,10 +122,10 @@ func TestClusterMove(t *testing.T) {
 		ip := overlayOf(61)
 		mac1, mac2 := fdb.MAC{0x02, 0x61, 0, 0, 0, 1}, fdb.MAC{0x02, 0x61, 0, 0, 0, 2}
 		n1.tap("uvx0").Inject(garp(t, mac1, ip))
-		eventually(t, 10*time.Second, "n3 binds the endpoint behind n1", func() bool { m, _ := n3.neigh(1, ip); return m == mac1 })
+		wait.For(t, 10*time.Second, "n3 binds the endpoint behind n1", func() bool { m, _ := n3.neigh(1, ip); return m == mac1 })
 
 		n2.tap("uvx0").Inject(garp(t, mac2, ip))
-		eventually(t, 30*time.Second, "every node binds the address to the moved endpoint, n1 through gossip", func() bool {
+		wait.For(t, 30*time.Second, "every node binds the address to the moved endpoint, n1 through gossip", func() bool {
 			for _, a := range agents {
 				m, o := a.neigh(1, ip)
 				if m != mac2 || (a == n2) != (o == fdb.OriginLocal) {
@@ -158,11 +159,11 @@ func TestClusterMoveSameMAC(t *testing.T) {
 		n1, n2, n3 := agents[0], agents[1], agents[2]
 		ip, mac := overlayOf(62), fdb.MAC{0x02, 0x62, 0, 0, 0, 1}
 		n1.tap("uvx0").Inject(garp(t, mac, ip))
-		eventually(t, 10*time.Second, "n3 binds the endpoint behind n1", func() bool { m, _ := n3.neigh(1, ip); return m == mac })
+		wait.For(t, 10*time.Second, "n3 binds the endpoint behind n1", func() bool { m, _ := n3.neigh(1, ip); return m == mac })
 
 		n1.tap("uvx0").Inject(garp(t, mac, ip)) // its last words behind n1
 		n2.tap("uvx0").Inject(garp(t, mac, ip))
-		eventually(t, 30*time.Second, "every node sends the moved MAC to n2", func() bool {
+		wait.For(t, 30*time.Second, "every node sends the moved MAC to n2", func() bool {
 			for _, a := range []*testAgent{n1, n3} {
 				if vtep, o := a.fdbOf(1, mac); vtep != n2.local || o != fdb.OriginGossip {
 					return false
@@ -190,7 +191,7 @@ func TestClusterDuplicateAddress(t *testing.T) {
 		answers1 := endpoint(t, n1.tap("uvx0"), mac1, ip)
 		answers2 := endpoint(t, n2.tap("uvx0"), mac2, ip)
 		n1.tap("uvx0").Inject(garp(t, mac1, ip))
-		eventually(t, 10*time.Second, "n3 binds the address to n1's endpoint", func() bool { m, _ := n3.neigh(1, ip); return m == mac1 })
+		wait.For(t, 10*time.Second, "n3 binds the address to n1's endpoint", func() bool { m, _ := n3.neigh(1, ip); return m == mac1 })
 		n2.tap("uvx0").Inject(garp(t, mac2, ip))
 
 		flips, last := 0, mac1
@@ -237,7 +238,7 @@ func TestClusterGARPFloodedNotAnswered(t *testing.T) {
 		ip := overlayOf(52)
 		oldMAC, newMAC := fdb.MAC{0x02, 0x52, 0, 0, 0, 1}, fdb.MAC{0x02, 0x52, 0, 0, 0, 2}
 		n2.tap("uvx0").Inject(garp(t, oldMAC, ip))
-		eventually(t, 10*time.Second, "n1 binds the old endpoint", func() bool { m, _ := n1.neigh(1, ip); return m == oldMAC })
+		wait.For(t, 10*time.Second, "n1 binds the old endpoint", func() bool { m, _ := n1.neigh(1, ip); return m == oldMAC })
 		suppressed := n2.Stats().Total.Get(encap.ARPSuppressed)
 
 		n2.tap("uvx0").Inject(garp(t, newMAC, ip))
@@ -246,7 +247,7 @@ func TestClusterGARPFloodedNotAnswered(t *testing.T) {
 			return a != nil && fdb.MAC(a.SourceHwAddress) == newMAC
 		})
 		for _, a := range agents {
-			eventually(t, 10*time.Second, a.name+" binds the new MAC", func() bool { m, _ := a.neigh(1, ip); return m == newMAC })
+			wait.For(t, 10*time.Second, a.name+" binds the new MAC", func() bool { m, _ := a.neigh(1, ip); return m == newMAC })
 		}
 		if d := n2.Stats().Total.Get(encap.ARPSuppressed) - suppressed; d != 0 {
 			t.Errorf("n2 answered the GARP from its table (arp_suppressed +%d)", d)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/uvxlan/uvxlan/gossip/lease"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // Routed mode's leases, without its host networking (package routed):
@@ -54,11 +55,11 @@ func TestClusterLeases(t *testing.T) {
 		}
 		t.Logf("subnets %v", subnets)
 		for _, a := range agents {
-			eventually(t, 30*time.Second, a.name+" sees the 3 leases", func() bool { return len(a.Leases()) == 3 })
+			wait.For(t, 30*time.Second, a.name+" sees the 3 leases", func() bool { return len(a.Leases()) == 3 })
 		}
 		n2, n3 := agents[1], agents[2]
 		want := []netip.Addr{subnets["n2"].Addr(), subnets["n2"].Addr().Next()}
-		eventually(t, 30*time.Second, "n3 lists n2 pinning its subnet's first two addresses", func() bool {
+		wait.For(t, 30*time.Second, "n3 lists n2 pinning its subnet's first two addresses", func() bool {
 			for _, m := range n3.Members() {
 				if m.Name != "n2" {
 					continue
@@ -73,7 +74,7 @@ func TestClusterLeases(t *testing.T) {
 			}
 			return false
 		})
-		eventually(t, 10*time.Second, "n2 saves its lease", func() bool {
+		wait.For(t, 10*time.Second, "n2 saves its lease", func() bool {
 			_, err := os.Stat(filepath.Join(dirs[1], "uvx0.lease.json"))
 			return err == nil
 		})
@@ -129,7 +130,7 @@ func TestClusterHub(t *testing.T) {
 				t.Fatalf("the hub leases %s (%v), want %s", l.Subnet, err, hub)
 			}
 			for _, a := range agents {
-				eventually(t, 30*time.Second, a.name+" sees the hub's subnet and n2's prefix in effect", func() bool {
+				wait.For(t, 30*time.Second, a.name+" sees the hub's subnet and n2's prefix in effect", func() bool {
 					hubOK, extraOK := false, false
 					for _, l := range a.Leases() {
 						hubOK = hubOK || (l.Subnet == hub && l.Node == "n1" && l.State == lease.Alive)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/uvxlan/uvxlan/encap"
 	"github.com/uvxlan/uvxlan/fdb"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // A gratuitous ARP from an endpoint behind n3 claiming n1's TAP address
@@ -21,7 +22,7 @@ func TestClusterPinnedAddressGARP(t *testing.T) {
 		agents := c.startN(3, nil)
 		n1, n3 := agents[0], agents[2]
 		for _, a := range agents {
-			eventually(t, 10*time.Second, a.name+" binds n1's address", func() bool { m, _ := a.neigh(1, overlayOf(1)); return m == n1.mac() })
+			wait.For(t, 10*time.Second, a.name+" binds n1's address", func() bool { m, _ := a.neigh(1, overlayOf(1)); return m == n1.mac() })
 		}
 		forged := fdb.MAC{0x02, 0x66, 0, 0, 0, 1}
 		drops := n3.Stats().Total.Drops[encap.DropPinnedAddr]

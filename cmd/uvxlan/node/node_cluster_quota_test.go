@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/uvxlan/uvxlan/fdb"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // A MAC flood behind n1 (frames with 400 source MACs): n1 tracks at most
@@ -50,7 +51,7 @@ func macFlood(t *testing.T, n1Max int) {
 			time.Sleep(time.Millisecond) // lets the tracker catch up: sightings beyond its queue are dropped (snoop_dropped)
 		}
 	}
-	eventually(t, time.Minute, "n2 and n3 hold as many of n1's endpoints as n1 tracks, up to their quota", func() bool {
+	wait.For(t, time.Minute, "n2 and n3 hold as many of n1's endpoints as n1 tracks, up to their quota", func() bool {
 		want := min(own(n1, fdb.OriginLocal), max)
 		return want > 0 && own(agents[1], fdb.OriginGossip) >= want && own(agents[2], fdb.OriginGossip) >= want
 	})
@@ -72,7 +73,7 @@ func macFlood(t *testing.T, n1Max int) {
 	}
 	n4 := c.start(4, func(cfg *Config) { cfg.MaxEndpoints = max })
 	for _, a := range agents {
-		eventually(t, 30*time.Second, a.name+" holds n4's TAP MAC", func() bool {
+		wait.For(t, 30*time.Second, a.name+" holds n4's TAP MAC", func() bool {
 			vtep, o := a.fdbOf(1, n4.mac())
 			return vtep == n4.local && o == fdb.OriginGossip
 		})

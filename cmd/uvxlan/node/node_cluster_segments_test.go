@@ -10,6 +10,7 @@ import (
 
 	"github.com/uvxlan/uvxlan/encap"
 	"github.com/uvxlan/uvxlan/fdb"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // Segments on one port, demultiplexed by VNI: n1 and n2 serve VNIs 10
@@ -36,7 +37,7 @@ func TestClusterSegments(t *testing.T) {
 		c.waitMembers(agents...)
 		n1, n2, n3 := agents[0], agents[1], agents[2]
 		port := func(a *testAgent) netip.AddrPort { return netip.AddrPortFrom(a.local, 4789) }
-		eventually(t, 10*time.Second, "n1's flood lists: VNI 10 n2, VNI 20 n2 and n3", func() bool {
+		wait.For(t, 10*time.Second, "n1's flood lists: VNI 10 n2, VNI 20 n2 and n3", func() bool {
 			f10, f20 := n1.table.Flood(10), n1.table.Flood(20)
 			slices.SortFunc(f20, netip.AddrPort.Compare)
 			return slices.Equal(f10, []netip.AddrPort{port(n2)}) && slices.Equal(f20, []netip.AddrPort{port(n2), port(n3)})
@@ -44,7 +45,7 @@ func TestClusterSegments(t *testing.T) {
 
 		ip, mac := netip.MustParseAddr("10.10.0.77"), fdb.MAC{0x02, 0x77, 0, 0, 0, 1}
 		n1.tap("uvx10").Inject(garp(t, mac, ip))
-		eventually(t, 10*time.Second, "n2 binds the endpoint in VNI 10", func() bool { m, _ := n2.neigh(10, ip); return m == mac })
+		wait.For(t, 10*time.Second, "n2 binds the endpoint in VNI 10", func() bool { m, _ := n2.neigh(10, ip); return m == mac })
 		for _, a := range agents {
 			if m, _ := a.neigh(20, ip); !m.IsZero() {
 				t.Errorf("%s binds VNI 10's endpoint in VNI 20", a.name)
@@ -79,7 +80,7 @@ func TestClusterSegments(t *testing.T) {
 		encap.PutHeader(dgram, 30)
 		before := n1.Stats().Total.Drops[encap.DropWrongVNI]
 		sender.Send(port(n1), append(dgram, udpFrame(t, mac20, netip.MustParseAddr("10.30.0.2"), n1.mac(), netip.MustParseAddr("10.30.0.1"), "x")...))
-		eventually(t, 5*time.Second, "n1 counts the datagram for VNI 30 as wrong_vni", func() bool {
+		wait.For(t, 5*time.Second, "n1 counts the datagram for VNI 30 as wrong_vni", func() bool {
 			return n1.Stats().Total.Drops[encap.DropWrongVNI] == before+1
 		})
 	})

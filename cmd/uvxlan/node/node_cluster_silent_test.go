@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/uvxlan/uvxlan/fdb"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // A static peer that never sends VXLAN (in the field, a kernel VXLAN
@@ -30,7 +31,7 @@ func TestClusterSilentPeerReported(t *testing.T) {
 		n2.tap("uvx0").Inject(arpFrame(t, 1, fdb.MAC{0x02, 0, 0, 0, 0, 2}, overlayOf(2), broadcast, fdb.MAC{}, overlayOf(1)))
 
 		var silent []SilentVTEP
-		eventually(t, 10*time.Second, "n1 reports a silent VTEP", func() bool { silent = n1.Silent(); return len(silent) > 0 })
+		wait.For(t, 10*time.Second, "n1 reports a silent VTEP", func() bool { silent = n1.Silent(); return len(silent) > 0 })
 		time.Sleep(10 * time.Second) // more rounds of the watcher: still one of each
 		silent = n1.Silent()
 		if len(silent) != 1 || silent[0].VTEP != mute.Addr() || silent[0].Kind != "peer" {

@@ -31,6 +31,7 @@ import (
 	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/tap/taptest"
 	"github.com/uvxlan/uvxlan/testenv/memnet"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // cluster is the networks its agents share.
@@ -194,7 +195,7 @@ func (c *cluster) startN(n int, mod func(*Config)) []*testAgent {
 // waitMembers waits until each of agents sees every one of them alive.
 func (c *cluster) waitMembers(agents ...*testAgent) {
 	c.t.Helper()
-	eventually(c.t, time.Minute, fmt.Sprintf("%d members alive everywhere", len(agents)), func() bool {
+	wait.For(c.t, time.Minute, fmt.Sprintf("%d members alive everywhere", len(agents)), func() bool {
 		for _, a := range agents {
 			alive := 0
 			for _, m := range a.Members() {
@@ -208,17 +209,6 @@ func (c *cluster) waitMembers(agents ...*testAgent) {
 		}
 		return true
 	})
-}
-
-// eventually polls cond every 100 ms (virtual time in a bubble) until it
-// holds, and fails the test after within.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	for end := time.Now().Add(within); !cond(); time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(end) {
-			t.Fatalf("not within %v: %s", within, what)
-		}
-	}
 }
 
 // tap is agent a's TAP of segment dev.
