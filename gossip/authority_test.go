@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/memberlist"
 
 	"github.com/uvxlan/uvxlan/fdb"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // forge makes node n receive records in another's name, as a key holder
@@ -24,7 +25,7 @@ func restartNode(t *testing.T, x *testNode, seed *testNode, others []*testNode) 
 	t.Helper()
 	i := memberIndex(t, x.name)
 	x.kill()
-	eventually(t, converge, "crashed node gone", func() error {
+	wait.For(t, converge, "crashed node gone", func() error {
 		for _, n := range others {
 			if s := memberState(n.Node, x.name); s == "alive" {
 				return fmt.Errorf("%s still sees %s alive", n.name, x.name)
@@ -69,11 +70,11 @@ func testFarFutureRecordsRefused(t *testing.T) {
 	if err := a.AnnounceNeigh(testVNI, ip, mine); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, converge, "victim's own binding", neighOn(nodes, a.name, testVNI, ip, mine))
+	wait.For(t, converge, "victim's own binding", neighOn(nodes, a.name, testVNI, ip, mine))
 
 	a2 := restartNode(t, a, b, []*testNode{b, c})
 	all := []*testNode{a2, b, c}
-	eventually(t, converge, "restarted victim's TAP MAC", fdbOn(all, a2.name, testVNI, testMAC(0), testVTEP(0)))
+	wait.For(t, converge, "restarted victim's TAP MAC", fdbOn(all, a2.name, testVNI, testMAC(0), testVTEP(0)))
 }
 
 // An owner's view of its records wins over records in its name within the
@@ -91,7 +92,7 @@ func testOwnerWinsAfterRestart(t *testing.T) {
 	k := key{kind: kindNeigh, vni: testVNI, ip: ip}
 	ahead := uint64(time.Now().Add(time.Hour).UnixNano())
 	forge(b, record{key: k, owner: a.name, version: ahead, lladdr: testMAC(2)})
-	eventually(t, converge, "victim withdrew the forged binding", func() error {
+	wait.For(t, converge, "victim withdrew the forged binding", func() error {
 		if v := ownVersion(a.Node, k); v <= ahead {
 			return fmt.Errorf("victim's record has version %d, not above %d", v, ahead)
 		}
@@ -104,8 +105,8 @@ func testOwnerWinsAfterRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	all := []*testNode{a2, b, c}
-	eventually(t, converge, "restarted victim's binding", neighOn(all, a2.name, testVNI, ip, mine))
-	eventually(t, converge, "restarted victim's TAP MAC", fdbOn(all, a2.name, testVNI, testMAC(0), testVTEP(0)))
+	wait.For(t, converge, "restarted victim's binding", neighOn(all, a2.name, testVNI, ip, mine))
+	wait.For(t, converge, "restarted victim's TAP MAC", fdbOn(all, a2.name, testVNI, testMAC(0), testVTEP(0)))
 }
 
 // Issue 26, row 11: a member's metadata VTEP must be its gossip address (or
@@ -161,7 +162,7 @@ func testBadMetadataVTEPRefused(t *testing.T) {
 		go func() { defer close(done); n.Run(ctx) }()
 		t.Cleanup(func() { cancel(); <-done })
 	}
-	eventually(t, converge, "bad VTEPs refused", func() error {
+	wait.For(t, converge, "bad VTEPs refused", func() error {
 		if got := a.Stats().RefusedVTEP; got < 2 {
 			return fmt.Errorf("RefusedVTEP = %d", got)
 		}
@@ -263,7 +264,7 @@ func testMetaUpdatesThrottled(t *testing.T) {
 	if err := b.SetPinnedAddrs([]PinnedAddr{{VNI: testVNI, Addr: netip.MustParseAddr("10.77.9.9")}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, converge, "b's pinned address on a", func() error {
+	wait.For(t, converge, "b's pinned address on a", func() error {
 		for _, m := range a.Members() {
 			if m.Name == b.name && len(m.PinnedAddrs) == 1 && m.PinnedAddrs[0].Addr == netip.MustParseAddr("10.77.9.9") {
 				return nil
@@ -313,7 +314,7 @@ func testForgedStateAnsweredByOwner(t *testing.T) {
 	if _, ok := b.fdb.Lookup(testVNI, testMAC(0)); ok {
 		t.Fatal("setup: the forged tombstone did not take a's TAP MAC on b")
 	}
-	eventually(t, converge, "a's TAP MAC back on b", fdbOn(nodes, a.name, testVNI, testMAC(0), testVTEP(0)))
+	wait.For(t, converge, "a's TAP MAC back on b", fdbOn(nodes, a.name, testVNI, testMAC(0), testVTEP(0)))
 	if a.Stats().Reannounced == 0 {
 		t.Error("a did not reannounce")
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/memberlist"
 
 	"github.com/uvxlan/uvxlan/fdb"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 const converge = 20 * time.Second
@@ -25,7 +26,7 @@ func testCluster20(t *testing.T) {
 	nodes := startCluster(t, 20, nil)
 	waitMembers(t, nodes)
 
-	eventually(t, converge, "flood lists", func() error {
+	wait.For(t, converge, "flood lists", func() error {
 		for i, n := range nodes {
 			var want []netip.AddrPort
 			for j := range nodes {
@@ -40,7 +41,7 @@ func testCluster20(t *testing.T) {
 		}
 		return nil
 	})
-	eventually(t, converge, "every TAP MAC everywhere", func() error {
+	wait.For(t, converge, "every TAP MAC everywhere", func() error {
 		for i, n := range nodes {
 			if err := fdbOn(nodes, n.name, testVNI, testMAC(i), testVTEP(i))(); err != nil {
 				return err
@@ -58,8 +59,8 @@ func testCluster20(t *testing.T) {
 	if err := owner.AnnounceNeigh(testVNI, ip, endpoint); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, converge, "announced MAC everywhere", fdbOn(nodes, owner.name, testVNI, endpoint, testVTEP(7)))
-	eventually(t, converge, "announced binding everywhere", neighOn(nodes, owner.name, testVNI, ip, endpoint))
+	wait.For(t, converge, "announced MAC everywhere", fdbOn(nodes, owner.name, testVNI, endpoint, testVTEP(7)))
+	wait.For(t, converge, "announced binding everywhere", neighOn(nodes, owner.name, testVNI, ip, endpoint))
 
 	// Announcing again publishes nothing new.
 	v := ownVersion(owner.Node, key{kind: kindFDB, vni: testVNI, mac: endpoint})
@@ -72,7 +73,7 @@ func testCluster20(t *testing.T) {
 
 	// Eventually: on a busy machine memberlist may declare a member dead for
 	// a moment (it refutes; a CI run saw n15 dead at one look).
-	eventually(t, converge, "n03's view of the members", func() error {
+	wait.For(t, converge, "n03's view of the members", func() error {
 		for _, m := range nodes[3].Members() {
 			if m.State != "alive" || m.VTEP != testVTEP(memberIndex(t, m.Name)) || !slices.Equal(m.VNIs, []fdb.VNI{testVNI}) {
 				return fmt.Errorf("member %+v: want alive, its VTEP and VNI %d", m, testVNI)
@@ -90,11 +91,11 @@ func testCluster20(t *testing.T) {
 	if err := owner.WithdrawNeigh(testVNI, ip); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, converge, "withdrawn MAC gone everywhere", fdbOn(nodes, owner.name, testVNI, endpoint, netip.AddrPort{}))
-	eventually(t, converge, "withdrawn binding gone everywhere", neighOn(nodes, owner.name, testVNI, ip, fdb.MAC{}))
+	wait.For(t, converge, "withdrawn MAC gone everywhere", fdbOn(nodes, owner.name, testVNI, endpoint, netip.AddrPort{}))
+	wait.For(t, converge, "withdrawn binding gone everywhere", neighOn(nodes, owner.name, testVNI, ip, fdb.MAC{}))
 	// The owner's TAP MAC stays (eventually: under -race a member may be
 	// suspected and cleared meanwhile).
-	eventually(t, converge, "owner's TAP MAC everywhere", fdbOn(nodes, owner.name, testVNI, testMAC(7), testVTEP(7)))
+	wait.For(t, converge, "owner's TAP MAC everywhere", fdbOn(nodes, owner.name, testVNI, testMAC(7), testVTEP(7)))
 }
 
 func ownVersion(n *Node, k key) uint64 {
@@ -136,7 +137,7 @@ func testFailureAndLeave(t *testing.T) {
 			}
 		}
 	}
-	eventually(t, converge, "announcements", func() error {
+	wait.For(t, converge, "announcements", func() error {
 		for _, check := range []func() error{
 			fdbOn(nodes[:3], "", testVNI, testMAC(3), testVTEP(3)),
 			fdbOn(nodes[:3], "", testVNI, endpoint, testVTEP(4)),
@@ -151,7 +152,7 @@ func testFailureAndLeave(t *testing.T) {
 	})
 
 	nodes[3].kill()
-	eventually(t, converge, "crashed node's entries and VTEP withdrawn", func() error {
+	wait.For(t, converge, "crashed node's entries and VTEP withdrawn", func() error {
 		if err := noVTEP(nodes[:3], "", testVTEP(3))(); err != nil {
 			return err
 		}
@@ -169,13 +170,13 @@ func testFailureAndLeave(t *testing.T) {
 	}
 
 	nodes[4].stop() // graceful: Leave, then Shutdown
-	eventually(t, converge, "departed node's entries and VTEP withdrawn", func() error {
+	wait.For(t, converge, "departed node's entries and VTEP withdrawn", func() error {
 		if err := noVTEP(nodes[:3], "", testVTEP(4))(); err != nil {
 			return err
 		}
 		return neighOn(nodes[:3], "", testVNI, ip.Next(), fdb.MAC{})()
 	})
-	eventually(t, converge, "departed node marked left", func() error {
+	wait.For(t, converge, "departed node marked left", func() error {
 		if s := memberState(nodes[0].Node, nodes[4].name); s != "left" {
 			return fmt.Errorf("departed node is %q, want left", s)
 		}
@@ -213,11 +214,11 @@ func testRestart(t *testing.T) {
 	if err := x.AnnounceNeigh(testVNI, ip, kept); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, converge, "announcements", fdbOn(nodes, x.name, testVNI, dropped, testVTEP(2)))
-	eventually(t, converge, "binding", neighOn(nodes, x.name, testVNI, ip, kept))
+	wait.For(t, converge, "announcements", fdbOn(nodes, x.name, testVNI, dropped, testVTEP(2)))
+	wait.For(t, converge, "binding", neighOn(nodes, x.name, testVNI, ip, kept))
 
 	x.kill()
-	eventually(t, converge, "crashed node withdrawn", noVTEP(nodes[:2], "", testVTEP(2)))
+	wait.For(t, converge, "crashed node withdrawn", noVTEP(nodes[:2], "", testVTEP(2)))
 
 	cfg := testConfig(2, int(x.Addr().Port()), nil) // same name, address and port
 	cfg.Seeds = []string{nodes[0].Addr().String()}
@@ -229,10 +230,10 @@ func testRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	all := []*testNode{nodes[0], nodes[1], y}
-	eventually(t, converge, "restarted node's TAP MAC back", fdbOn(all, y.name, testVNI, testMAC(2), testVTEP(2)))
-	eventually(t, converge, "restarted node's endpoint back", fdbOn(all, y.name, testVNI, kept, testVTEP(2)))
-	eventually(t, converge, "restarted node's binding back", neighOn(all, y.name, testVNI, ip, kept))
-	eventually(t, converge, "restarted node in flood lists", func() error {
+	wait.For(t, converge, "restarted node's TAP MAC back", fdbOn(all, y.name, testVNI, testMAC(2), testVTEP(2)))
+	wait.For(t, converge, "restarted node's endpoint back", fdbOn(all, y.name, testVNI, kept, testVTEP(2)))
+	wait.For(t, converge, "restarted node's binding back", neighOn(all, y.name, testVNI, ip, kept))
+	wait.For(t, converge, "restarted node in flood lists", func() error {
 		for _, n := range nodes[:2] {
 			if !slices.Contains(n.fdb.Flood(testVNI), testVTEP(2)) {
 				return fmt.Errorf("%s does not flood to %s", n.name, testVTEP(2))
@@ -263,16 +264,16 @@ func testStaleReplay(t *testing.T) {
 	}
 	oldMAC := ownRecord(t, a.Node, key{kind: kindFDB, vni: testVNI, mac: mac})
 	oldNeigh := ownRecord(t, a.Node, key{kind: kindNeigh, vni: testVNI, ip: ip})
-	eventually(t, converge, "announcement", fdbOn(nodes, a.name, testVNI, mac, testVTEP(0)))
-	eventually(t, converge, "binding", neighOn(nodes, a.name, testVNI, ip, mac))
+	wait.For(t, converge, "announcement", fdbOn(nodes, a.name, testVNI, mac, testVTEP(0)))
+	wait.For(t, converge, "binding", neighOn(nodes, a.name, testVNI, ip, mac))
 	if err := a.WithdrawMAC(testVNI, mac); err != nil {
 		t.Fatal(err)
 	}
 	if err := a.WithdrawNeigh(testVNI, ip); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, converge, "withdrawal", fdbOn(nodes, a.name, testVNI, mac, netip.AddrPort{}))
-	eventually(t, converge, "binding withdrawal", neighOn(nodes, a.name, testVNI, ip, fdb.MAC{}))
+	wait.For(t, converge, "withdrawal", fdbOn(nodes, a.name, testVNI, mac, netip.AddrPort{}))
+	wait.For(t, converge, "binding withdrawal", neighOn(nodes, a.name, testVNI, ip, fdb.MAC{}))
 
 	before := b.Stats()
 	(&delegate{b.Node}).NotifyMsg(oldMAC)
@@ -320,8 +321,8 @@ func testMove(t *testing.T) {
 	if err := a.AnnounceNeigh(testVNI, ip, mac); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, converge, "A's announcement", fdbOn(nodes, a.name, testVNI, mac, testVTEP(0)))
-	eventually(t, converge, "A's binding", neighOn(nodes, a.name, testVNI, ip, mac))
+	wait.For(t, converge, "A's announcement", fdbOn(nodes, a.name, testVNI, mac, testVTEP(0)))
+	wait.For(t, converge, "A's binding", neighOn(nodes, a.name, testVNI, ip, mac))
 
 	if err := b.AnnounceMAC(testVNI, mac); err != nil {
 		t.Fatal(err)
@@ -329,8 +330,8 @@ func testMove(t *testing.T) {
 	if err := b.AnnounceNeigh(testVNI, ip, macB); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, converge, "B's announcement wins", fdbOn(nodes, b.name, testVNI, mac, testVTEP(1)))
-	eventually(t, converge, "B's binding wins", neighOn(nodes, b.name, testVNI, ip, macB))
+	wait.For(t, converge, "B's announcement wins", fdbOn(nodes, b.name, testVNI, mac, testVTEP(1)))
+	wait.For(t, converge, "B's binding wins", neighOn(nodes, b.name, testVNI, ip, macB))
 	if v, ok := b.fdb.Lookup(testVNI, mac); ok {
 		t.Errorf("B, the new owner, still maps the MAC to %s", v)
 	}
@@ -341,7 +342,7 @@ func testMove(t *testing.T) {
 	if err := a.WithdrawNeigh(testVNI, ip); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, converge, "A's withdrawal reaches everyone", func() error {
+	wait.For(t, converge, "A's withdrawal reaches everyone", func() error {
 		for _, n := range nodes {
 			n.cluster.mu.Lock()
 			r := n.cluster.store.get(key{kind: kindFDB, vni: testVNI, mac: mac}, a.name)
@@ -399,7 +400,7 @@ func testForeignVTEPAndPending(t *testing.T) {
 	if _, err := late.ml.Join([]string{c.Addr().String()}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, converge, "pending record merged at join", fdbOn([]*testNode{c}, "", testVNI, testMAC(3), testVTEP(3)))
+	wait.For(t, converge, "pending record merged at join", fdbOn([]*testNode{c}, "", testVNI, testMAC(3), testVTEP(3)))
 	if s := c.Stats(); s.Pending != 0 {
 		t.Errorf("Pending = %d after the owner joined, want 0", s.Pending)
 	}
@@ -424,7 +425,7 @@ func testKeys(t *testing.T) {
 	ecfg := withKeys(4, key1)
 	ecfg.Seeds = []string{a.Addr().String()}
 	e := start(t, ecfg)
-	eventually(t, converge, "same key merges", func() error {
+	wait.For(t, converge, "same key merges", func() error {
 		if a.ml.NumMembers() != 2 || e.ml.NumMembers() != 2 {
 			return fmt.Errorf("a sees %d, e sees %d members; want 2", a.ml.NumMembers(), e.ml.NumMembers())
 		}
@@ -553,7 +554,7 @@ func testIncompatibleNode(t *testing.T) {
 		t.Log("join reported success; a must still refuse b")
 	}
 	// b gossips its alive message to a: a refuses it.
-	eventually(t, converge, "a refuses b", func() error {
+	wait.For(t, converge, "a refuses b", func() error {
 		if a.Stats().RefusedNodes == 0 {
 			return errors.New("RefusedNodes = 0")
 		}
@@ -638,7 +639,7 @@ func testDeadThenAlive(t *testing.T) {
 	if err := b.AnnounceNeigh(testVNI, ip, testMAC(1)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, converge, "b's entries on a", func() error {
+	wait.For(t, converge, "b's entries on a", func() error {
 		if err := fdbOn([]*testNode{a}, "", testVNI, testMAC(1), testVTEP(1))(); err != nil {
 			return err
 		}
@@ -680,7 +681,7 @@ func testDeadGrace(t *testing.T) {
 	if err := b.AnnounceNeigh(testVNI, ip, testMAC(1)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, converge, "b's entries on a", func() error {
+	wait.For(t, converge, "b's entries on a", func() error {
 		return neighOn([]*testNode{a}, "", testVNI, ip, testMAC(1))()
 	})
 	b.meta.mu.Lock()
@@ -709,7 +710,7 @@ func testDeadGrace(t *testing.T) {
 		t.Errorf("deaths refuted: %d, want 1", got)
 	}
 	d.NotifyLeave(node)
-	eventually(t, converge, "b withdrawn after the grace", func() error {
+	wait.For(t, converge, "b withdrawn after the grace", func() error {
 		if _, ok := a.neigh.Lookup(testVNI, ip); ok {
 			return fmt.Errorf("b's binding is still there")
 		}
@@ -734,7 +735,7 @@ func testOwnRecordAuthority(t *testing.T) {
 	forged := record{key: k, owner: a.name, version: a.clock.next() + 1e9, vtep: testVTEP(0)}
 	(&delegate{b.Node}).NotifyMsg(appendEntries(nil, []record{forged}))
 	// b relays it to a, which withdraws it at a newer version.
-	eventually(t, converge, "owner withdrew a record it never made", func() error {
+	wait.For(t, converge, "owner withdrew a record it never made", func() error {
 		if v, ok := b.fdb.Lookup(testVNI, ghost); ok {
 			return fmt.Errorf("b still maps it to %s", v)
 		}
@@ -856,7 +857,7 @@ func testContested(t *testing.T) {
 	if err := a.AnnounceNeigh(testVNI, ip, macOld); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, converge, "A's binding on B", neighOn(nodes[1:], a.name, testVNI, ip, macOld))
+	wait.For(t, converge, "A's binding on B", neighOn(nodes[1:], a.name, testVNI, ip, macOld))
 	select {
 	case c := <-claims:
 		t.Fatalf("contested before anyone else claimed: %+v", c)
@@ -917,7 +918,7 @@ func testKnownMembers(t *testing.T) {
 	case <-time.After(time.Second):
 		t.Error("a node without seeds is not in its cluster at once")
 	}
-	eventually(t, 3*time.Second, "the successor sees b", func() error {
+	wait.For(t, 3*time.Second, "the successor sees b", func() error {
 		if n := succ.AliveMembers(); n != 2 {
 			return fmt.Errorf("%d alive members", n)
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/uvxlan/uvxlan/fdb"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // Mixed clusters: nodes of this release beside nodes of a release before
@@ -105,7 +106,7 @@ func announceEach(t *testing.T, nodes []*testNode, tag byte) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, converge, "entries everywhere", func() error {
+	wait.For(t, converge, "entries everywhere", func() error {
 		for i, n := range nodes {
 			if err := fdbOn(nodes, n.name, testVNI, macs[i], n.cfg.VTEP)(); err != nil {
 				return err
@@ -137,7 +138,7 @@ func testRollingUpgrade(t *testing.T) {
 	n3 := startNode(t, 3, old[0], false) // the seed refuses it at first
 	all := append(old[:len(old):len(old)], n3)
 	t.Cleanup(func() { stopAll(all[3:]) })
-	eventually(t, converge, "the new node a member everywhere, speaking version 4", protocolsAre(all, 4))
+	wait.For(t, converge, "the new node a member everywhere, speaking version 4", protocolsAre(all, 4))
 	if n3.Stats().ProtocolSwitches != 1 {
 		t.Errorf("ProtocolSwitches = %d, want 1", n3.Stats().ProtocolSwitches)
 	}
@@ -145,12 +146,12 @@ func testRollingUpgrade(t *testing.T) {
 
 	n4 := startNode(t, 4, n3, false) // joins a new node, speaking version 4
 	all = append(all, n4)
-	eventually(t, converge, "a second new node a member everywhere", protocolsAre(all, 4))
+	wait.For(t, converge, "a second new node a member everywhere", protocolsAre(all, 4))
 	announceEach(t, all, 2)
 
 	news := all[3:]
 	stopAll(old)
-	eventually(t, 20*time.Second, "version 5 again when the old nodes are dead", func() error {
+	wait.For(t, 20*time.Second, "version 5 again when the old nodes are dead", func() error {
 		for _, n := range news {
 			for _, o := range old {
 				if s := memberState(n.Node, o.name); s != "dead" {
@@ -183,7 +184,7 @@ func testUpgradeInPlace(t *testing.T) {
 
 	x := old[2]
 	x.stop()
-	eventually(t, converge, "the old run left", func() error {
+	wait.For(t, converge, "the old run left", func() error {
 		for _, n := range old[:2] {
 			if s := memberState(n.Node, x.name); s != "left" {
 				return fmt.Errorf("%s sees %s %s", n.name, x.name, s)
@@ -196,7 +197,7 @@ func testUpgradeInPlace(t *testing.T) {
 	y := start(t, cfg)
 	all := []*testNode{old[0], old[1], y}
 	t.Cleanup(func() { y.kill() })
-	eventually(t, converge, "the new run a member everywhere, speaking version 4", protocolsAre(all, 4))
+	wait.For(t, converge, "the new run a member everywhere, speaking version 4", protocolsAre(all, 4))
 	announceEach(t, all, 2)
 }
 
@@ -208,7 +209,7 @@ func TestRollback(t *testing.T) { inBubble(t, testRollback) }
 func testRollback(t *testing.T) {
 	news := startCluster(t, 3, nil)
 	waitMembers(t, news)
-	eventually(t, converge, "version 5", protocolsAre(news, protoVersion))
+	wait.For(t, converge, "version 5", protocolsAre(news, protoVersion))
 	if err := digestsOn(news)(); err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +219,7 @@ func testRollback(t *testing.T) {
 
 	o := startNode(t, 3, news[0], true)
 	all := append(news[:3:3], o)
-	eventually(t, converge, "the old node a member everywhere, all speaking version 4", protocolsAre(all, 4))
+	wait.For(t, converge, "the old node a member everywhere, all speaking version 4", protocolsAre(all, 4))
 	select {
 	case <-o.joinedCh:
 	default:
@@ -227,7 +228,7 @@ func testRollback(t *testing.T) {
 	announceEach(t, all, 1)
 
 	o.stop() // leaves
-	eventually(t, converge, "version 5 again when the old node has left", func() error {
+	wait.For(t, converge, "version 5 again when the old node has left", func() error {
 		for _, n := range news {
 			if s := memberState(n.Node, o.name); s != "left" {
 				return fmt.Errorf("%s sees %s %s", n.name, o.name, s)
@@ -296,7 +297,7 @@ func testRollingUpgradeFromV5(t *testing.T) {
 	news := []*testNode{n2, n3}
 	t.Cleanup(func() { stopAll(news) })
 	all := append(old[:2:2], news...)
-	eventually(t, converge, "the new nodes members everywhere, speaking version 5", protocolsAre(all, 5))
+	wait.For(t, converge, "the new nodes members everywhere, speaking version 5", protocolsAre(all, 5))
 	for _, n := range all {
 		for name, p := range sourcesOf(n) {
 			if p != nil {
@@ -307,7 +308,7 @@ func testRollingUpgradeFromV5(t *testing.T) {
 	announceEach(t, all, 1)
 
 	stopAll(old)
-	eventually(t, 20*time.Second, "version 6 and ports when the old nodes are dead", func() error {
+	wait.For(t, 20*time.Second, "version 6 and ports when the old nodes are dead", func() error {
 		if err := protocolsAre(news, protoVersion)(); err != nil {
 			return err
 		}
@@ -324,7 +325,7 @@ func testRollingUpgradeFromV5(t *testing.T) {
 		}
 		return nil
 	})
-	eventually(t, converge, "SourcesChanged told of the ports", func() error {
+	wait.For(t, converge, "SourcesChanged told of the ports", func() error {
 		s := last.Load()
 		if s == nil || len(*s) != 2 || (*s)[0].Ports == nil || (*s)[1].Ports == nil {
 			return fmt.Errorf("last SourcesChanged: %+v (%d calls)", s, calls.Load())
@@ -373,7 +374,7 @@ func testRollingUpgradeFromV6(t *testing.T) {
 	news := []*testNode{n1, n2, n3}
 	t.Cleanup(func() { stopAll(news) })
 	all := []*testNode{old, n1, n2, n3}
-	eventually(t, converge, "the new nodes members everywhere, speaking version 6", protocolsAre(all, 6))
+	wait.For(t, converge, "the new nodes members everywhere, speaking version 6", protocolsAre(all, 6))
 	for _, n := range all {
 		for name, p := range partialOf(n) {
 			if p {
@@ -383,7 +384,7 @@ func testRollingUpgradeFromV6(t *testing.T) {
 	}
 
 	old.stop()
-	eventually(t, 20*time.Second, "version 7 and features when the old node has left", func() error {
+	wait.For(t, 20*time.Second, "version 7 and features when the old node has left", func() error {
 		if err := protocolsAre(news, protoVersion)(); err != nil {
 			return err
 		}
@@ -395,7 +396,7 @@ func testRollingUpgradeFromV6(t *testing.T) {
 		}
 		return nil
 	})
-	eventually(t, converge, "SourcesChanged told of the features", func() error {
+	wait.For(t, converge, "SourcesChanged told of the features", func() error {
 		s := last.Load()
 		if s == nil || len(*s) != 3 || !(*s)[0].PartialCsum || !(*s)[1].PartialCsum || (*s)[2].PartialCsum {
 			return fmt.Errorf("last SourcesChanged: %+v", s)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/uvxlan/uvxlan/fdb"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // logCounter counts log messages containing any of its needles, across the
@@ -121,7 +122,7 @@ func testDuplicateNameRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	const entries = 3 // TAP MAC, endpoint, binding
-	eventually(t, converge, "the holder's entries everywhere", func() error {
+	wait.For(t, converge, "the holder's entries everywhere", func() error {
 		if err := fdbOn(nodes, holder.name, testVNI, endpoint, testVTEP(0))(); err != nil {
 			return err
 		}
@@ -136,7 +137,7 @@ func testDuplicateNameRefused(t *testing.T) {
 		cfg.Logger = logs.logger("duplicate")
 		wantNameTaken(t, runDuplicate(t, cfg), holder.name, holder.Addr())
 		// It refuses after it sent its state: perhaps after Run returned.
-		eventually(t, 5*time.Second, via.name+" counts the refusal", func() error {
+		wait.For(t, 5*time.Second, via.name+" counts the refusal", func() error {
 			if via.Stats().RefusedNodes == 0 {
 				return errors.New("no refused node")
 			}

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // toyType is the type of the toy extension of these tests.
@@ -145,7 +147,7 @@ func testExtensionToy(t *testing.T) {
 		t.Fatal("Start was not called")
 	}
 	toys[0].add("apple")
-	eventually(t, 5*time.Second, "b has a's word from a broadcast", func() error {
+	wait.For(t, 5*time.Second, "b has a's word from a broadcast", func() error {
 		if got := toys[1].word("apple"); got != "broadcast" {
 			return fmt.Errorf("b has apple as %q", got)
 		}
@@ -160,13 +162,13 @@ func testExtensionToy(t *testing.T) {
 	c := start(t, cfg)
 	nodes = append(nodes, c)
 	waitMembers(t, nodes)
-	eventually(t, 5*time.Second, "c has the word from a push/pull", func() error {
+	wait.For(t, 5*time.Second, "c has the word from a push/pull", func() error {
 		if got := toys[2].word("apple"); got != "state" {
 			return fmt.Errorf("c has apple as %q", got)
 		}
 		return nil
 	})
-	eventually(t, 5*time.Second, "the toys hear of members", func() error {
+	wait.For(t, 5*time.Second, "the toys hear of members", func() error {
 		toys[0].mu.Lock()
 		defer toys[0].mu.Unlock()
 		if !toys[0].alive[c.name] || !toys[0].ran {
@@ -178,7 +180,7 @@ func testExtensionToy(t *testing.T) {
 		return nil
 	})
 	c.kill()
-	eventually(t, 20*time.Second, "a's toy hears c is gone", func() error {
+	wait.For(t, 20*time.Second, "a's toy hears c is gone", func() error {
 		toys[0].mu.Lock()
 		defer toys[0].mu.Unlock()
 		if toys[0].alive[c.name] {
@@ -252,7 +254,7 @@ func testOptionalExtension(t *testing.T) {
 	b := start(t, cfg)
 	waitMembers(t, []*testNode{a, b})
 	ty.add("plum")
-	eventually(t, 10*time.Second, "b skips the toy's broadcast", func() error {
+	wait.For(t, 10*time.Second, "b skips the toy's broadcast", func() error {
 		if b.Stats().UnknownExtension == 0 {
 			return errors.New("nothing skipped yet")
 		}

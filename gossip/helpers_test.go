@@ -17,6 +17,7 @@ import (
 
 	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/testenv/memnet"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // Clusters in tests run in this process, each node on its own address
@@ -223,7 +224,7 @@ func stopAll(nodes []*testNode) {
 // waitMembers waits until every node sees all the others alive.
 func waitMembers(t testing.TB, nodes []*testNode) {
 	t.Helper()
-	eventually(t, 20*time.Second, "full membership", func() error {
+	wait.For(t, 20*time.Second, "full membership", func() error {
 		for _, n := range nodes {
 			if got := n.ml.NumMembers(); got != len(nodes) {
 				return fmt.Errorf("%s sees %d members, want %d", n.name, got, len(nodes))

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // A node whose first seed accepts TCP connections but never answers (a
@@ -47,6 +49,6 @@ func TestJoinDoesNotWaitForASilentSeed(t *testing.T) {
 	t.Cleanup(func() { silent.Close() })
 	// Well within the silent seed's timeout (generous, for a busy
 	// machine): a join that waited for it takes tcpTimeout.
-	eventually(t, tcpTimeout/2, "b holds a's TAP MAC", fdbOn([]*testNode{b}, a.name, testVNI, testMAC(1), testVTEP(1)))
+	wait.For(t, tcpTimeout/2, "b holds a's TAP MAC", fdbOn([]*testNode{b}, a.name, testVNI, testMAC(1), testVTEP(1)))
 	t.Logf("b joined through its second seed %v after it started (its first never answers; TCP timeout %v)", time.Since(began).Round(time.Millisecond), tcpTimeout)
 }

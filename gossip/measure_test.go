@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/memberlist"
 
 	"github.com/uvxlan/uvxlan/fdb"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // TestMeasureConvergence measures a 100-node cluster in this process (on
@@ -36,7 +37,7 @@ func TestMeasureConvergence(t *testing.T) {
 	lan := func(*memberlist.Config) {} // keep DefaultLANConfig's timings
 	t0 := time.Now()
 	nodes := startCluster(t, size, lan)
-	eventually(t, 2*time.Minute, "every node holds every other TAP MAC", func() error {
+	wait.For(t, 2*time.Minute, "every node holds every other TAP MAC", func() error {
 		for _, n := range nodes {
 			if got := n.fdb.Len(); got != size-1 {
 				return fmt.Errorf("%s holds %d entries, want %d", n.name, got, size-1)

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // The metadata memberlist gets (NodeMeta) is the last one encoded: callers
@@ -134,7 +136,7 @@ func testMetaUpdatesInOrder(t *testing.T) {
 	if !bytes.Equal(got, want) {
 		t.Errorf("memberlist publishes our metadata with pinned addresses %v, the node's own is %v", gotMeta.addrs, newer)
 	}
-	eventually(t, 10*time.Second, "the node's own pins follow its metadata", func() error {
+	wait.For(t, 10*time.Second, "the node's own pins follow its metadata", func() error {
 		n.cluster.mu.Lock()
 		defer n.cluster.mu.Unlock()
 		if got := n.cluster.members[n.name].meta.addrs; !slices.Equal(got, newer) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/uvxlan/uvxlan/fdb"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 var pinnedIP = netip.MustParseAddr("10.42.0.1")
@@ -43,8 +44,8 @@ func testPinnedRecordsRejected(t *testing.T) {
 	if err := h1.AnnounceNeigh(testVNI, pinnedIP, testMAC(0)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "n00's binding everywhere", neighOn(nodes, h1.name, testVNI, pinnedIP, testMAC(0)))
-	eventually(t, 5*time.Second, "n00's TAP MAC everywhere", fdbOn(nodes, h1.name, testVNI, testMAC(0), testVTEP(0)))
+	wait.For(t, 5*time.Second, "n00's binding everywhere", neighOn(nodes, h1.name, testVNI, pinnedIP, testMAC(0)))
+	wait.For(t, 5*time.Second, "n00's TAP MAC everywhere", fdbOn(nodes, h1.name, testVNI, testMAC(0), testVTEP(0)))
 
 	// The agent's own path: h3 refuses to announce them.
 	forged := fdb.MAC{0x02, 0x66, 0, 0, 0, 1}
@@ -76,7 +77,7 @@ func testPinnedRecordsRejected(t *testing.T) {
 		before[i] = n.Stats().RejectedPinned
 	}
 	h3.queue.QueueBroadcast(&broadcast{name: "forged", msg: appendEntries(nil, bad)})
-	eventually(t, 5*time.Second, "the forged records rejected by n00 and n01", func() error {
+	wait.For(t, 5*time.Second, "the forged records rejected by n00 and n01", func() error {
 		for i, n := range nodes[:2] {
 			if got := n.Stats().RejectedPinned - before[i]; got < 2 {
 				return fmt.Errorf("%s rejected_pinned +%d, want +2", n.name, got)
@@ -113,7 +114,7 @@ func testPinnedKeyWinsOverEarlierRecord(t *testing.T) {
 	if err := nodes[1].AnnounceNeigh(testVNI, pinnedIP, squatter); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "n01's binding on n00", neighOn(nodes[:1], nodes[1].name, testVNI, pinnedIP, squatter))
+	wait.For(t, 5*time.Second, "n01's binding on n00", neighOn(nodes[:1], nodes[1].name, testVNI, pinnedIP, squatter))
 
 	cfg := pinnedConfig(2)
 	cfg.Seeds = []string{nodes[0].Addr().String()}
@@ -126,7 +127,7 @@ func testPinnedKeyWinsOverEarlierRecord(t *testing.T) {
 	if err := owner.AnnounceNeigh(testVNI, pinnedIP, testMAC(2)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "n02's binding on n00", neighOn(nodes[:1], owner.name, testVNI, pinnedIP, testMAC(2)))
+	wait.For(t, 5*time.Second, "n02's binding on n00", neighOn(nodes[:1], owner.name, testVNI, pinnedIP, testMAC(2)))
 	nodes[0].cluster.mu.Lock()
 	w := nodes[0].winnerLocked(key{kind: kindNeigh, vni: testVNI, ip: pinnedIP})
 	var effective bool
@@ -169,7 +170,7 @@ func testPinnedKeyTakenRefused(t *testing.T) {
 	if err := h1.AnnounceNeigh(testVNI, pinnedIP, testMAC(0)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "n00's binding on n01", neighOn(nodes, h1.name, testVNI, pinnedIP, testMAC(0)))
+	wait.For(t, 5*time.Second, "n00's binding on n01", neighOn(nodes, h1.name, testVNI, pinnedIP, testMAC(0)))
 	refusedBefore := nodes[1].Stats().RefusedNodes
 
 	tests := []struct {
@@ -270,7 +271,7 @@ func testSetPinnedAddrs(t *testing.T) {
 	if err := nodes[0].SetPinnedAddrs([]PinnedAddr{{VNI: testVNI, Addr: pinnedIP}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "n01 sees n00's pinned address", func() error {
+	wait.For(t, 5*time.Second, "n01 sees n00's pinned address", func() error {
 		addrs, macs := nodes[1].Pins()
 		if addrs[PinnedAddr{VNI: testVNI, Addr: pinnedIP}] != nodes[0].name || macs[testMAC(0)] != nodes[0].name {
 			return fmt.Errorf("n01's pins: %v %v", addrs, macs)

@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/memberlist"
 
 	"github.com/uvxlan/uvxlan/fdb"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // The store's digest of an owner, kept up to date record by record, is the
@@ -290,9 +291,9 @@ func testPullCatchesUp(t *testing.T) {
 	putQuietly(owner.Node, record{key: key{kind: kindNeigh, vni: testVNI, ip: ip}, lladdr: macs[0]})
 	others := slices.DeleteFunc(slices.Clone(nodes), func(n *testNode) bool { return n == owner })
 	for _, mac := range macs {
-		eventually(t, 10*time.Second, "the quiet records pulled", fdbOn(others, owner.name, testVNI, mac, owner.cfg.VTEP))
+		wait.For(t, 10*time.Second, "the quiet records pulled", fdbOn(others, owner.name, testVNI, mac, owner.cfg.VTEP))
 	}
-	eventually(t, 10*time.Second, "the quiet binding pulled", neighOn(others, owner.name, testVNI, ip, macs[0]))
+	wait.For(t, 10*time.Second, "the quiet binding pulled", neighOn(others, owner.name, testVNI, ip, macs[0]))
 
 	// A withdrawal nobody heard: the owner's digest no longer counts the
 	// record, the others hold it live, they pull the tombstone.
@@ -301,7 +302,7 @@ func testPullCatchesUp(t *testing.T) {
 	owner.cluster.mu.Unlock()
 	cur.deleted = true
 	putQuietly(owner.Node, cur)
-	eventually(t, 10*time.Second, "the quiet withdrawal pulled", func() error {
+	wait.For(t, 10*time.Second, "the quiet withdrawal pulled", func() error {
 		for _, n := range others {
 			if _, ok := n.fdb.Lookup(testVNI, macs[1]); ok {
 				return fmt.Errorf("%s still holds %s", n.name, macs[1])
@@ -319,7 +320,7 @@ func testPullCatchesUp(t *testing.T) {
 		t.Errorf("pulls %d, answers %d: want both above 0", pulls, answers)
 	}
 	// Once caught up, everyone holds the owner's digest and nobody pulls.
-	eventually(t, 10*time.Second, "digests matched", func() error {
+	wait.For(t, 10*time.Second, "digests matched", func() error {
 		for _, n := range others {
 			n.cluster.mu.Lock()
 			m := n.cluster.members[owner.name]
@@ -347,7 +348,7 @@ func testPullLateJoiner(t *testing.T) {
 			}
 		}
 	}
-	eventually(t, converge, "the broadcasts done", func() error {
+	wait.For(t, converge, "the broadcasts done", func() error {
 		for _, n := range nodes {
 			if q := n.queue.NumQueued(); q > 0 {
 				return fmt.Errorf("%s has %d broadcasts queued", n.name, q)
@@ -360,11 +361,11 @@ func testPullLateJoiner(t *testing.T) {
 	late := start(t, cfg)
 	for i, n := range nodes {
 		for j := range 5 {
-			eventually(t, 10*time.Second, "entries on the late joiner",
+			wait.For(t, 10*time.Second, "entries on the late joiner",
 				fdbOn([]*testNode{late}, n.name, testVNI, fdb.MAC{2, 0xdd, 0, 0, byte(i), byte(j + 1)}, n.cfg.VTEP))
 		}
 	}
-	eventually(t, 10*time.Second, "the late joiner's TAP MAC everywhere", fdbOn(nodes, late.name, testVNI, late.cfg.MAC, late.cfg.VTEP))
+	wait.For(t, 10*time.Second, "the late joiner's TAP MAC everywhere", fdbOn(nodes, late.name, testVNI, late.cfg.MAC, late.cfg.VTEP))
 }
 
 // A member lying in its digest (more records than it sends) costs a bounded

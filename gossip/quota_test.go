@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/memberlist"
 
 	"github.com/uvxlan/uvxlan/fdb"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 func quotaMAC(owner, i int) fdb.MAC {
@@ -173,7 +174,7 @@ func testQuotaCluster(t *testing.T) {
 			t.Fatalf("AnnounceMAC %d: %v", i, err)
 		}
 	}
-	eventually(t, 10*time.Second, "quota enforced", func() error {
+	wait.For(t, 10*time.Second, "quota enforced", func() error {
 		for _, n := range nodes[1:] {
 			if s := n.Stats(); s.RejectedQuota == 0 {
 				return fmt.Errorf("%s: RejectedQuota 0", n.name)
@@ -184,7 +185,7 @@ func testQuotaCluster(t *testing.T) {
 	cfg := testConfig(3, 0, nil)
 	cfg.Seeds = []string{nodes[1].Addr().String()}
 	nodes = append(nodes, start(t, cfg))
-	eventually(t, 20*time.Second, "the late node's TAP MAC everywhere", fdbOn(nodes, testName(3), testVNI, testMAC(3), testVTEP(3)))
+	wait.For(t, 20*time.Second, "the late node's TAP MAC everywhere", fdbOn(nodes, testName(3), testVNI, testMAC(3), testVTEP(3)))
 	if err := fdbOn(nodes, testName(0), testVNI, testMAC(0), testVTEP(0))(); err != nil {
 		t.Error(err)
 	}

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // Hostile hosts of these tests: loopback addresses below the nodes'
@@ -116,7 +118,7 @@ func TestStreamsRefused(t *testing.T) {
 	for range 10 {
 		conns = append(conns, dialFrom(t, hostileAddr(0), a.Addr()))
 	}
-	eventually(t, converge, "8 refused streams", func() error {
+	wait.For(t, converge, "8 refused streams", func() error {
 		if got := a.Stats().RefusedStreams; got != 8 {
 			return fmt.Errorf("RefusedStreams = %d", got)
 		}
@@ -135,7 +137,7 @@ func TestStreamsRefused(t *testing.T) {
 		})
 	}
 	refusedNow := len(conns) - DefaultMaxStreamsPerHost
-	eventually(t, converge, "the refused connections closed", func() error {
+	wait.For(t, converge, "the refused connections closed", func() error {
 		if got := int(closed.Load()); got < refusedNow {
 			return fmt.Errorf("%d of 10 closed, want %d", got, refusedNow)
 		}
@@ -150,12 +152,12 @@ func TestStreamsRefused(t *testing.T) {
 	bcfg.Seeds = []string{a.Addr().String()}
 	b := start(t, bcfg)
 	waitMembers(t, []*testNode{a, b})
-	eventually(t, converge, "b's TAP MAC on a", fdbOn([]*testNode{a}, b.name, testVNI, testMAC(1), testVTEP(1)))
+	wait.For(t, converge, "b's TAP MAC on a", fdbOn([]*testNode{a}, b.name, testVNI, testMAC(1), testVTEP(1)))
 	b.stop() // its push/pulls would take slots in what follows
 
 	// Two more hosts: two connections from the second fill the slots
 	// (MaxStreams, 4), the third host's is refused.
-	eventually(t, converge, "only the held streams open", func() error {
+	wait.For(t, converge, "only the held streams open", func() error {
 		if got := a.streams.openStreams(); got != 2 {
 			return fmt.Errorf("%d streams open", got)
 		}
@@ -178,7 +180,7 @@ func TestStreamsRefused(t *testing.T) {
 			c.Close()
 		}
 	}
-	eventually(t, converge, "slots given back", func() error {
+	wait.For(t, converge, "slots given back", func() error {
 		if got := a.streams.openStreams(); got != 0 {
 			return fmt.Errorf("%d streams open", got)
 		}
@@ -233,7 +235,7 @@ func TestStreamTooLarge(t *testing.T) {
 				t.Fatal("the node did not close the stream")
 			}
 			took := time.Since(begin)
-			eventually(t, converge, "counters", func() error {
+			wait.For(t, converge, "counters", func() error {
 				want := uint64(0)
 				if tt.cut {
 					want = 1
@@ -267,7 +269,7 @@ func TestStreamsShareBytes(t *testing.T) {
 	}
 	send(c1, head, first) // and waits, memberlist waiting for the rest
 	// What it sent, and what the read waiting for the rest asks for.
-	eventually(t, converge, "the first stream read", func() error {
+	wait.For(t, converge, "the first stream read", func() error {
 		if got := a.streams.inflight.Load(); got < 5+first {
 			return fmt.Errorf("%d bytes read, want %d", got, 5+first)
 		}
@@ -281,14 +283,14 @@ func TestStreamsShareBytes(t *testing.T) {
 	if closedWithin(c1, 100*time.Millisecond) {
 		t.Error("the first stream (within the limit) was closed")
 	}
-	eventually(t, converge, "counted", func() error {
+	wait.For(t, converge, "counted", func() error {
 		if got := a.Stats().CutStreams; got != 1 {
 			return fmt.Errorf("CutStreams = %d, want 1", got)
 		}
 		return nil
 	})
 	c1.Close()
-	eventually(t, converge, "bytes given back", func() error {
+	wait.For(t, converge, "bytes given back", func() error {
 		if got := a.streams.inflight.Load(); got != 0 {
 			return fmt.Errorf("%d bytes still counted", got)
 		}
@@ -329,7 +331,7 @@ func TestStreamTimeout(t *testing.T) {
 		t.Errorf("an idle stream closed after %v, before StreamTimeout (500ms)", took)
 	}
 	t.Logf("an idle stream closed after %v (StreamTimeout 500ms, memberlist's TCPTimeout %v)", took.Round(time.Millisecond), tcpTimeout)
-	eventually(t, converge, "counted", func() error {
+	wait.For(t, converge, "counted", func() error {
 		if got := a.Stats().CutStreams; got != 1 {
 			return fmt.Errorf("CutStreams = %d, want 1", got)
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/uvxlan/uvxlan/fdb"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // Issue 26, row 10: a key holder announces leases for an owner never seen
@@ -68,7 +69,7 @@ func testGhostLeases(t *testing.T) {
 	if s := b.ls.Stats(); s.Pending != 0 {
 		t.Errorf("after pendingTTL: %d pending", s.Pending)
 	}
-	eventually(t, 5*time.Second, "ghost leases gone", func() error {
+	wait.For(t, 5*time.Second, "ghost leases gone", func() error {
 		for _, l := range b.ls.Leases() {
 			if l.Node == "ghost" {
 				return fmt.Errorf("b still holds %+v", l)

@@ -220,19 +220,3 @@ func network(t *testing.T) *memnet.Network {
 	}
 	return nil
 }
-
-// eventually polls cond until it holds, and fails the test after timeout.
-func eventually(t testing.TB, timeout time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %s: %v", timeout, what, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/gossip"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // Five nodes joining at once, in a range of exactly five subnets: each
@@ -32,7 +33,7 @@ func testLeasesConcurrentJoin(t *testing.T) {
 		}
 		got[l.Subnet] = n.name
 	}
-	eventually(t, 10*time.Second, "every node sees the five leases", func() error {
+	wait.For(t, 10*time.Second, "every node sees the five leases", func() error {
 		for _, n := range nodes {
 			for subnet, owner := range got {
 				l, ok := leaseOf(n.ls, subnet)
@@ -58,7 +59,7 @@ func testLeaseRestart(t *testing.T) {
 	// A graceful leave, by Run (a Close beside Run waits in sync.Once,
 	// which a synctest bubble does not count as blocked: it would hang).
 	b.stop(t)
-	eventually(t, 10*time.Second, "a shows b's lease down", func() error {
+	wait.For(t, 10*time.Second, "a shows b's lease down", func() error {
 		if l, ok := leaseOf(a.ls, lb.Subnet); !ok || l.State != Down || l.Node != b.name {
 			return fmt.Errorf("a sees %+v", l)
 		}
@@ -68,7 +69,7 @@ func testLeaseRestart(t *testing.T) {
 	if l := b2.wait(t); l.Subnet != lb.Subnet || !l.Claimed.Equal(lb.Claimed) {
 		t.Fatalf("after a restart b leases %s claimed %v; want %s claimed %v", l.Subnet, l.Claimed, lb.Subnet, lb.Claimed)
 	}
-	eventually(t, 10*time.Second, "a shows b's lease alive", func() error {
+	wait.For(t, 10*time.Second, "a shows b's lease alive", func() error {
 		if l, ok := leaseOf(a.ls, lb.Subnet); !ok || l.State != Alive {
 			return fmt.Errorf("a sees %+v", l)
 		}
@@ -221,7 +222,7 @@ func testLeaseRenewal(t *testing.T) {
 	b := startLease(t, 1, 1, 200, 2*time.Second, nil, a.Addr().String())
 	b.wait(t)
 	time.Sleep(3 * time.Second) // longer than the TTL
-	eventually(t, 5*time.Second, "b sees a's renewed lease", func() error {
+	wait.For(t, 5*time.Second, "b sees a's renewed lease", func() error {
 		got, ok := leaseOf(b.ls, l.Subnet)
 		if !ok || got.Node != a.name || !got.Expires.After(time.Now()) {
 			return fmt.Errorf("b sees %+v", got)
@@ -269,7 +270,7 @@ func TestMergeRules(t *testing.T) {
 		t.Errorf("stats %+v → %+v", before, s)
 	}
 	// b did not make the claim in its name: it answers with a tombstone.
-	eventually(t, 5*time.Second, "b withdrew the claim made in its name", func() error {
+	wait.For(t, 5*time.Second, "b withdrew the claim made in its name", func() error {
 		if l, ok := leaseOf(a.ls, netip.MustParsePrefix("10.244.251.0/24")); ok {
 			return fmt.Errorf("a sees %+v", l)
 		}
@@ -296,7 +297,7 @@ func TestMergeRules(t *testing.T) {
 	if tomb == nil || !tomb.deleted || tomb.version <= 1 {
 		t.Errorf("a holds %+v for the stray lease, want a tombstone above version 1", tomb)
 	}
-	eventually(t, 5*time.Second, "b has a's tombstone", func() error {
+	wait.For(t, 5*time.Second, "b has a's tombstone", func() error {
 		if _, ok := leaseOf(b.ls, stray); ok {
 			return fmt.Errorf("b still sees a lease on %s", stray)
 		}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/uvxlan/uvxlan/gossip"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // The network's first subnet, never handed out unless reserved: the hub's.
@@ -56,7 +57,7 @@ func testLeaseReservation(t *testing.T) {
 	}
 	refused(2, "alive")
 	hub.stop(t)
-	eventually(t, 10*time.Second, "a shows the hub's lease down", func() error {
+	wait.For(t, 10*time.Second, "a shows the hub's lease down", func() error {
 		if l, ok := leaseOf(a.ls, hubSubnet); !ok || l.State != Down {
 			return fmt.Errorf("a sees %+v", l)
 		}
@@ -71,7 +72,7 @@ func testLeaseReservation(t *testing.T) {
 	hub.stop(t)
 	// a has seen it leave: a node of the same name while the old one is
 	// still alive at a is refused as a name conflict (a loaded CI run).
-	eventually(t, 10*time.Second, "a shows the hub's lease down again", func() error {
+	wait.For(t, 10*time.Second, "a shows the hub's lease down again", func() error {
 		if l, ok := leaseOf(a.ls, hubSubnet); !ok || l.State != Down {
 			return fmt.Errorf("a sees %+v", l)
 		}
@@ -89,7 +90,7 @@ func testLeaseReservation(t *testing.T) {
 	n := startLease(t, 4, 1, 200, 0, nil, a.Addr().String())
 	old := n.wait(t)
 	n.stop(t)
-	eventually(t, 10*time.Second, "a shows n04's lease down", func() error {
+	wait.For(t, 10*time.Second, "a shows n04's lease down", func() error {
 		if l, ok := leaseOf(a.ls, old.Subnet); !ok || l.State != Down {
 			return fmt.Errorf("a sees %+v", l)
 		}
@@ -100,7 +101,7 @@ func testLeaseReservation(t *testing.T) {
 	if l := n.wait(t); l.Subnet != lc.Subnet {
 		t.Errorf("n04 leases %s, want the %s it asks for", l.Subnet, lc.Subnet)
 	}
-	eventually(t, 10*time.Second, "n04's old subnet released", func() error {
+	wait.For(t, 10*time.Second, "n04's old subnet released", func() error {
 		if l, ok := leaseOf(a.ls, old.Subnet); ok {
 			return fmt.Errorf("a still sees %+v", l)
 		}
@@ -127,7 +128,7 @@ func routeOf(n *Leases, node string, p netip.Prefix) (Route, bool) {
 // containing why).
 func routeIs(t *testing.T, n *testNode, node string, p netip.Prefix, state, why string) {
 	t.Helper()
-	eventually(t, 30*time.Second, fmt.Sprintf("%s sees %s's route %s %s", n.name, node, p, state), func() error {
+	wait.For(t, 30*time.Second, fmt.Sprintf("%s sees %s's route %s %s", n.name, node, p, state), func() error {
 		r, ok := routeOf(n.ls, node, p)
 		if !ok || r.State != state || !strings.Contains(r.Reason, why) {
 			return fmt.Errorf("got %+v (%t)", r, ok)
@@ -197,7 +198,7 @@ func testRoutes(t *testing.T) {
 	routeIs(t, b, "n02", netip.MustParsePrefix("10.244.0.0/30"), Refused, `route 10.244.0.1/32 of node "n00"`)
 	hub = startNode(t, 0, withRoutes(&lh), b.Addr().String()) // without its route
 	hub.wait(t)
-	eventually(t, 15*time.Second, "the withdrawn route is gone from b, and c's /30 takes effect", func() error {
+	wait.For(t, 15*time.Second, "the withdrawn route is gone from b, and c's /30 takes effect", func() error {
 		if r, ok := routeOf(b.ls, "n00", hubIP); ok {
 			return fmt.Errorf("b still has %+v", r)
 		}
@@ -209,7 +210,7 @@ func testRoutes(t *testing.T) {
 	hub.stop(t)
 	// b saw it leave before its successor of the same name comes (see
 	// TestLeaseReservation).
-	eventually(t, 10*time.Second, "b shows the hub's lease down", func() error {
+	wait.For(t, 10*time.Second, "b shows the hub's lease down", func() error {
 		if l, ok := leaseOf(b.ls, lh.Subnet); !ok || l.State != Down {
 			return fmt.Errorf("b sees %+v", l)
 		}
@@ -381,7 +382,7 @@ func testRoutesWithOldMember(t *testing.T) {
 	lc.Routes = []netip.Prefix{netip.MustParsePrefix("10.244.0.1/32")}
 	hub := startNode(t, 1, &lc, old.Addr().String())
 	lh := hub.wait(t)
-	eventually(t, 10*time.Second, "the old member sees the hub's lease alive, and skips its routes", func() error {
+	wait.For(t, 10*time.Second, "the old member sees the hub's lease alive, and skips its routes", func() error {
 		if l, ok := leaseOf(old.ls, lh.Subnet); !ok || l.State != Alive {
 			return fmt.Errorf("old sees %+v", l)
 		}
