@@ -15,8 +15,9 @@ import (
 	"time"
 )
 
-// stopTimeout is how long Stop waits after SIGTERM before SIGKILL.
-const stopTimeout = 5 * time.Second
+// stopTimeout is how long Stop waits after SIGTERM before SIGKILL: longer
+// than an agent gives itself to stop (10 s) before it exits on its own.
+const stopTimeout = 20 * time.Second
 
 // Proc is a process started with Host.Start. Its methods are safe for
 // concurrent use.
@@ -115,7 +116,7 @@ func (p *Proc) Wait() error {
 	return p.exitErr()
 }
 
-// Stop sends SIGTERM, waits up to 5 s, then sends SIGKILL. It returns nil
+// Stop sends SIGTERM, waits up to 20 s, then sends SIGKILL. It returns nil
 // when the process exited with status 0 or died of our signal; an error when
 // it exited non-zero on its own, or ignored SIGTERM and had to be killed.
 // Stopping an exited process only returns how it ended.

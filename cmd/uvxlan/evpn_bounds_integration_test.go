@@ -51,15 +51,26 @@ func rawPeer(t *testing.T, h *testenv.Host) func(a *agent) *testenv.BGPRawSpeake
 // stats), by JSON key; rejected_by's under "rejected_by/REASON".
 func bgpCounters(t *testing.T, a *agent) map[string]uint64 {
 	t.Helper()
-	raw, err := newControlClient(a.control).get("bgp")
+	c, err := tryBGPCounters(a)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return c
+}
+
+// tryBGPCounters is bgpCounters for a wait: an agent busy with a flood of
+// routes may answer its control socket late (its speaker's status waits
+// for GoBGP), which is an error to poll again, not a failure.
+func tryBGPCounters(a *agent) (map[string]uint64, error) {
+	raw, err := newControlClient(a.control).get("bgp")
+	if err != nil {
+		return nil, err
 	}
 	var st struct {
 		Stats map[string]json.RawMessage `json:"stats"`
 	}
 	if err := json.Unmarshal(raw, &st); err != nil {
-		t.Fatalf("bgp: %v: %s", err, raw)
+		return nil, fmt.Errorf("bgp: %v: %s", err, raw)
 	}
 	out := map[string]uint64{}
 	for k, v := range st.Stats {
@@ -75,7 +86,7 @@ func bgpCounters(t *testing.T, a *agent) map[string]uint64 {
 			}
 		}
 	}
-	return out
+	return out, nil
 }
 
 // type3Received returns how many type-3 routes a's speaker holds in vni.
@@ -115,7 +126,7 @@ func macRoutes(rid netip.Addr, p byte, n int, vni uint32) [][]byte {
 // (updates), and returns how long that took from start.
 func waitUpdates(t *testing.T, a *agent, n uint64, timeout time.Duration, start time.Time) time.Duration {
 	t.Helper()
-	err := wait.Until(t.Context(), timeout, func() bool { return bgpCounters(t, a)["updates"] >= n })
+	err := wait.Until(t.Context(), timeout, func() bool { c, err := tryBGPCounters(a); return err == nil && c["updates"] >= n })
 	if err != nil {
 		t.Fatalf("the agent handled %d of %d routes in %v: %v", bgpCounters(t, a)["updates"], n, timeout, err)
 	}
@@ -201,14 +212,14 @@ func TestEVPNImportBounded(t *testing.T) {
 	if rep.Notification == nil || rep.Notification.Code != 6 || rep.Notification.Subcode != 1 {
 		t.Errorf("the agent answered %+v; want a NOTIFICATION Cease/Maximum Number of Prefixes Reached (6/1, RFC 4486)", rep)
 	}
-	if err := wait.Until(t.Context(), 60*time.Second, func() bool { return bgpCounters(t, a2)["prefix_limit"] > 0 }); err != nil {
+	if err := wait.Until(t.Context(), 60*time.Second, func() bool { c, err := tryBGPCounters(a2); return err == nil && c["prefix_limit"] > 0 }); err != nil {
 		t.Errorf("prefix_limit never counted: %v", err)
 	}
 	t0 := time.Now()
-	if _, err = newControlClient(a2.control).get("bgp"); err != nil {
-		t.Errorf("the agent did not answer its control socket: %v", err)
-	}
-	c = bgpCounters(t, a2)
+	wait.For(t, 60*time.Second, "the agent answers its control socket", func() (err error) {
+		c, err = tryBGPCounters(a2)
+		return err
+	})
 	peak := hwm()
 	t.Logf("after 200 000 more: control socket answered in %v; CPU %v; VmHWM %d KiB (%.0f MiB); counters %v",
 		time.Since(t0).Round(time.Millisecond), procCPU(t, pid)-cpu, peak, float64(peak)/1024, c)
@@ -438,7 +449,7 @@ func TestEVPNPrefixLimitOnePerUpdate(t *testing.T) {
 	if rep.Notification == nil || rep.Notification.Code != 6 || rep.Notification.Subcode != 1 {
 		t.Errorf("the agent answered %+v; want a Cease/Maximum Number of Prefixes Reached (6/1)", rep)
 	}
-	if err := wait.Until(t.Context(), 60*time.Second, func() bool { return bgpCounters(t, a2)["prefix_limit"] > 0 }); err != nil {
+	if err := wait.Until(t.Context(), 60*time.Second, func() bool { c, err := tryBGPCounters(a2); return err == nil && c["prefix_limit"] > 0 }); err != nil {
 		t.Errorf("prefix_limit never counted: %v", err)
 	}
 	idle := procCPU(t, pid)

@@ -283,8 +283,12 @@ func runAction(c *cli.Context) error {
 	return err
 }
 
-// stopTimeout is how long the agent may take to stop once told to.
-const stopTimeout = 2 * time.Second
+// stopTimeout is how long the agent may take to stop once told to: the
+// gossip leave alone may take its 2 s (gossip's leaveTimeout), and closing
+// the engines and removing the TAP come after it, on a host that may be
+// busy; a service manager waits longer still (systemd 90 s, a kubelet the
+// pod's grace period, 30 s in deploy/kubernetes).
+const stopTimeout = 10 * time.Second
 
 // stopDeadline makes the process exit 1 when it has not stopped within
 // stopTimeout of ctx's end (SIGTERM, SIGINT), whatever holds it up: the

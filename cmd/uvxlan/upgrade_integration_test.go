@@ -116,7 +116,7 @@ func TestTakeoverSuccessorDies(t *testing.T) {
 	if _, err := a2.host.Ping(context.Background(), a1.overlay, 3); err != nil {
 		t.Errorf("h2 → h1 after the failed takeover: %v", err)
 	}
-	took := stopTimed(t, a1, 5*time.Second)
+	took := stopTimed(t, a1, 20*time.Second)
 	t.Logf("SIGTERM after the failed takeover: exited in %v", took)
 	if err := a1.proc.Wait(); err != nil {
 		t.Errorf("the old agent: %v", err)
@@ -393,7 +393,7 @@ func TestReloadSuccessorFails(t *testing.T) {
 			if rows := a2.members(t); len(rows) != 2 || rows[0].State != "alive" || rows[1].State != "alive" {
 				t.Errorf("h2's members: %+v", rows)
 			}
-			took := stopTimed(t, a1, 5*time.Second)
+			took := stopTimed(t, a1, 20*time.Second)
 			t.Logf("SIGTERM after the failed reload: exited in %v", took)
 			if err := a1.proc.Wait(); err != nil {
 				t.Errorf("the agent: %v\n%s", err, a1.proc.Log())
