@@ -153,9 +153,12 @@ func TestMoveAcrossHosts(t *testing.T) {
 		t.Fatal(pingErr)
 	}
 	// A count, not a time: the echo requests (one every 50 ms) in a row
-	// that got no reply at all. How soon h1 gave the address up is
-	// logged above; that it did is asserted by the wait for it.
-	if lost := int(gap/(50*time.Millisecond)) - 1; lost > 39 {
+	// that got no reply at all, bounded only so that the pings recover
+	// well before they end (160 of them, 8 s): the gap itself is logged
+	// above (0.1-0.5 s on a quiet machine, 2.4 s seen beside a second
+	// make test and two CPU hogs at load 14). How soon h1 gave the address
+	// up is logged too; that it did is asserted by the wait for it.
+	if lost := int(gap/(50*time.Millisecond)) - 1; lost > 119 {
 		t.Errorf("%d of h3's pings in a row went unanswered (a gap of %v)", lost, gap)
 	}
 	// h1's table sends to the new place (its host's own address is out of
