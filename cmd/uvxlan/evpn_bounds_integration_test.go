@@ -49,12 +49,15 @@ func rawPeer(t *testing.T, h *testenv.Host) func(a *agent) *testenv.BGPRawSpeake
 
 // bgpCounters returns the counters of a's speaker (`uvxlan bgp --json`'s
 // stats), by JSON key; rejected_by's under "rejected_by/REASON".
+// An agent that has just handled a flood of routes may answer late (its
+// speaker's status waits for GoBGP): it gets a minute to answer.
 func bgpCounters(t *testing.T, a *agent) map[string]uint64 {
 	t.Helper()
-	c, err := tryBGPCounters(a)
-	if err != nil {
-		t.Fatal(err)
-	}
+	var c map[string]uint64
+	wait.For(t, 60*time.Second, "the counters of "+a.host.Name+"'s speaker", func() (err error) {
+		c, err = tryBGPCounters(a)
+		return err
+	})
 	return c
 }
 
