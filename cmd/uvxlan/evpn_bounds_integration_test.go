@@ -8,7 +8,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -385,19 +384,8 @@ func TestEVPNNextHopsRefused(t *testing.T) {
 	if _, err := newControlClient(a2.control).getInto("status", &st); err != nil || st.BGP.Refused != c["rejected"] {
 		t.Errorf("status: bgp.refused %d, want %d (%v)", st.BGP.Refused, c["rejected"], err)
 	}
-	var metrics string
-	if err := h2.Do(func() error {
-		conn, err := net.DialTimeout("tcp", "127.0.0.1:9464", 2*time.Second)
-		if err != nil {
-			return err
-		}
-		defer conn.Close()
-		conn.SetDeadline(time.Now().Add(5 * time.Second))
-		fmt.Fprintf(conn, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
-		b, err := io.ReadAll(conn)
-		metrics = string(b)
-		return err
-	}); err != nil {
+	metrics, err := scrapeMetrics(h2)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if want := fmt.Sprintf(`uvxlan_bgp_events_total{event="bad_vtep"} %d`, c["bad_vtep"]); !strings.Contains(metrics, want) {

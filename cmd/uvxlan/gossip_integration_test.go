@@ -202,19 +202,7 @@ func TestConfigFileAndMetrics(t *testing.T) {
 	}
 
 	// The metrics listener is on the namespace's loopback: dial from there.
-	var body string
-	err = h.Do(func() error {
-		c, err := net.DialTimeout("tcp", "127.0.0.1:9464", 2*time.Second)
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		c.SetDeadline(time.Now().Add(5 * time.Second))
-		fmt.Fprintf(c, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
-		b, err := io.ReadAll(c)
-		body = string(b)
-		return err
-	})
+	body, err := scrapeMetrics(h)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,4 +325,24 @@ func TestEndpointBehindTAP(t *testing.T) {
 		}
 		return a1.fdbLacks(t, epMAC) && a2.fdbLacks(t, epMAC)
 	})
+}
+
+// scrapeMetrics returns what the agent's metrics listener on 127.0.0.1:9464
+// of h's namespace answers to GET /metrics (the response, headers
+// included).
+func scrapeMetrics(h *testenv.Host) (string, error) {
+	var body string
+	err := h.Do(func() error {
+		c, err := net.DialTimeout("tcp", "127.0.0.1:9464", 2*time.Second)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		fmt.Fprintf(c, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+		b, err := io.ReadAll(c)
+		body = string(b)
+		return err
+	})
+	return body, err
 }
