@@ -268,15 +268,11 @@ func (r *chaosRun) setup(runCtx context.Context) error {
 		if err := noIPv6(h); err != nil {
 			return err
 		}
-		if _, err := h.Run(ctx, "ip", "link", "add", chaosBridge, "type", "bridge"); err != nil {
-			return err
-		}
-		if _, err := h.Run(ctx, "ip", "link", "set", chaosBridge, "up"); err != nil {
-			return err
-		}
 		a := &chaosAgent{host: h, bin: r.cfg.Binary, control: filepath.Join(r.work, h.Name+".sock"),
 			mac: fdb.MAC{0x02, 0x42, 0xc4, 0, byte(h.Index >> 8), byte(h.Index)}}
-		a.client = controlapi.NewClient(a.control)
+		if err := addBridge(ctx, h, a.mac); err != nil {
+			return err
+		}
 		state := filepath.Join(r.work, h.Name+"-state")
 		if err := os.MkdirAll(state, 0o700); err != nil {
 			return err
@@ -358,6 +354,20 @@ func first[T any](s []T) any {
 		return "none"
 	}
 	return s[0]
+}
+
+// addBridge adds the host's bridge, up, with the agent's MAC, fixed: a
+// bridge without an address of its own takes its lowest port's, and sends
+// IGMP reports from it. When an endpoint's random host-side veth MAC was
+// below the TAP's, the agent learned that veth's MAC behind its TAP, a MAC
+// in no truth (seen as "h1 fdb 02:35:f2:d5:82:e4 got local" before any
+// fault).
+func addBridge(ctx context.Context, h *testenv.Host, mac fdb.MAC) error {
+	if _, err := h.Run(ctx, "ip", "link", "add", chaosBridge, "address", mac.String(), "type", "bridge"); err != nil {
+		return err
+	}
+	_, err := h.Run(ctx, "ip", "link", "set", chaosBridge, "up")
+	return err
 }
 
 // noIPv6 turns IPv6 off in h's namespace, for its links now and to come

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/testenv"
 )
 
@@ -40,5 +41,33 @@ func TestLossyUnderlay(t *testing.T) {
 	}
 	if after.Max > time.Second {
 		t.Errorf("after undo the packets are still held: %+v", after)
+	}
+}
+
+// A host's bridge keeps the agent's MAC when a port whose MAC is lower
+// joins it (an endpoint's host-side veth: its MAC is random), so the
+// frames the bridge itself sends (IGMP reports) carry a MAC of the truth.
+func TestBridgeKeepsAgentMAC(t *testing.T) {
+	tb := testenv.NewForTest(t, testenv.Config{Hosts: 1})
+	h := tb.Host(1)
+	ctx := context.Background()
+	agent := fdb.MAC{0x02, 0x42, 0xc4, 0, 0, 1}
+	if err := addBridge(ctx, h, agent); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"ip", "link", "add", "lowport", "address", "02:00:00:00:00:01", "type", "veth", "peer", "name", "lowpeer"},
+		{"ip", "link", "set", "lowport", "master", chaosBridge, "up"},
+	} {
+		if _, err := h.Run(ctx, args[0], args[1:]...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := h.MAC(ctx, chaosBridge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.String() != agent.String() {
+		t.Errorf("the bridge's MAC is %v after a lower port joined, want the agent's %v", got, agent)
 	}
 }
