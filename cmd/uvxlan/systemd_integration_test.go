@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -39,15 +40,23 @@ func bootContainer(t *testing.T, binds ...string) *nspawn {
 		}
 		t.Skipf("skipping: systemd-nspawn (Debian's systemd-container) is not installed: %v", err)
 	}
+	name := "uvxt" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatInt(containers.Add(1), 10)
 	args := []string{"--directory=/", "--volatile=yes", "--boot", "--private-network", "--register=no", "--keep-unit",
-		"--machine=uvxt" + strconv.Itoa(os.Getpid()), "--bind=/dev/net/tun"}
+		"--machine=" + name, "--bind=/dev/net/tun"}
 	for _, b := range binds {
 		args = append(args, "--bind-ro="+b)
 	}
 	// No first-boot questions, and no wait for a network that never comes
 	// (network-online.target, which the unit wants).
 	args = append(args, "--", "systemd.firstboot=off", "systemd.mask=systemd-networkd-wait-online.service")
-	c := &nspawn{t: t, cmd: exec.Command("systemd-nspawn", args...), out: &bytes.Buffer{}}
+	// nspawn runs the container in the cgroup it is started in (with
+	// --keep-unit and no systemd on the host to ask for a scope): each
+	// container gets one of its own, joined by the shell that then
+	// becomes nspawn.
+	procs := ownCgroups(t, name)
+	c := &nspawn{t: t, out: &bytes.Buffer{}, cmd: exec.Command("/bin/sh",
+		append([]string{"-c", `for f in $UVXT_CGROUPS; do echo $$ > "$f" || exit 1; done; exec systemd-nspawn "$@"`, "sh"}, args...)...)}
+	c.cmd.Env = append(os.Environ(), "UVXT_CGROUPS="+strings.Join(procs, " "))
 	c.cmd.Stdout, c.cmd.Stderr = c.out, c.out
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := c.cmd.Start(); err != nil {
@@ -95,6 +104,88 @@ func bootContainer(t *testing.T, binds ...string) *nspawn {
 		t.Fatalf("the container's systemd is not up: %v\njobs:\n%s", err, jobs)
 	}
 	return c
+}
+
+// containers numbers the containers this process boots.
+var containers atomic.Int64
+
+// ownCgroups makes a cgroup named name below this process's own in each
+// hierarchy a container's systemd uses (cgroup2, and the v1 name=systemd
+// one of a hybrid host), and returns their cgroup.procs files. They are
+// removed when the test ends, after the container.
+func ownCgroups(t *testing.T, name string) []string {
+	t.Helper()
+	mine, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	paths := map[string]string{} // "" for cgroup2, "name=systemd" → this process's path in it
+	for line := range strings.Lines(string(mine)) {
+		if f := strings.SplitN(strings.TrimSpace(line), ":", 3); len(f) == 3 && (f[1] == "" || f[1] == "name=systemd") {
+			paths[f[1]] = f[2]
+		}
+	}
+	mounts, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var procs, dirs []string
+	for line := range strings.Lines(string(mounts)) {
+		pre, post, ok := strings.Cut(line, " - ")
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if !ok || len(f) < 5 || len(g) < 3 {
+			continue
+		}
+		key := ""
+		switch {
+		case g[0] == "cgroup2":
+		case g[0] == "cgroup" && strings.Contains(","+g[2]+",", ",name=systemd,"):
+			key = "name=systemd"
+		default:
+			continue
+		}
+		path, ok := paths[key]
+		if !ok {
+			continue
+		}
+		dir := filepath.Join(f[4], strings.TrimPrefix(path, f[3]), name)
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatalf("a cgroup for the container: %v", err)
+		}
+		dirs = append(dirs, dir)
+		procs = append(procs, filepath.Join(dir, "cgroup.procs"))
+	}
+	if len(procs) == 0 {
+		t.Fatalf("no cgroup2 or name=systemd hierarchy in /proc/self/mountinfo for this process (/proc/self/cgroup:\n%s)", mine)
+	}
+	t.Cleanup(func() {
+		for _, dir := range dirs {
+			// The container's processes are gone or going (SIGKILLed):
+			// a cgroup can be removed, innermost first, once empty.
+			err := wait.Until(context.Background(), 30*time.Second, func() bool { return removeCgroup(dir) == nil })
+			if err != nil {
+				t.Logf("cgroup %s not removed: %v", dir, removeCgroup(dir))
+			}
+		}
+	})
+	return procs
+}
+
+// removeCgroup removes the cgroup dir and those below it, innermost first.
+func removeCgroup(dir string) error {
+	var sub []string
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			sub = append(sub, p)
+		}
+		return nil
+	})
+	for i := len(sub) - 1; i >= 0; i-- {
+		if err := os.Remove(sub[i]); err != nil && !os.IsNotExist(err) {
+			return err
+		}
+	}
+	return nil
 }
 
 // containerInit returns the descendant of process pid that is PID 1 in its
@@ -260,5 +351,40 @@ func mustWrite(t *testing.T, path, s string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Two containers booted at once (two suites side by side, as CI and the
+// loaded runs have them) each run in a cgroup of their own. With one
+// shared, both systemds managed the same /payload/system.slice: one
+// container's stop failed to kill the other's control group
+// ("Input/output error") and its next start exited status=219/CGROUP.
+func TestContainersOwnCgroups(t *testing.T) {
+	t.Parallel()
+	var cs [2]*nspawn
+	done := make(chan int)
+	for i := range cs {
+		go func() {
+			defer func() { done <- i }()
+			cs[i] = bootContainer(t)
+		}()
+	}
+	for range cs {
+		<-done
+	}
+	if t.Failed() {
+		return
+	}
+	var cg [2]string
+	for i, c := range cs {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", c.init))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cg[i] = string(b)
+	}
+	t.Logf("the containers' inits' cgroups:\n%s\n%s", cg[0], cg[1])
+	if cg[0] == cg[1] {
+		t.Errorf("two containers share their cgroups:\n%s", cg[0])
 	}
 }
