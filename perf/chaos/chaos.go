@@ -270,6 +270,7 @@ func (r *chaosRun) setup(runCtx context.Context) error {
 		}
 		a := &chaosAgent{host: h, bin: r.cfg.Binary, control: filepath.Join(r.work, h.Name+".sock"),
 			mac: fdb.MAC{0x02, 0x42, 0xc4, 0, byte(h.Index >> 8), byte(h.Index)}}
+		a.client = controlapi.NewClient(a.control)
 		if err := addBridge(ctx, h, a.mac); err != nil {
 			return err
 		}
