@@ -24,6 +24,7 @@ type end struct {
 
 	mu            sync.Mutex
 	cut           bool // packets from this end are lost
+	noRecord      bool // sent is not kept (benchmarks)
 	sent          []sentPacket
 	events        []Event
 	lastDelivered time.Time // when the last packet from this end was delivered
@@ -66,7 +67,9 @@ func (e *end) send(peer netip.Addr, srcPort uint16, pkt []byte) {
 	}
 	now := time.Now()
 	e.mu.Lock()
-	e.sent = append(e.sent, sentPacket{at: now, to: peer, srcPort: srcPort, h: h})
+	if !e.noRecord {
+		e.sent = append(e.sent, sentPacket{at: now, to: peer, srcPort: srcPort, h: h})
+	}
 	cut := e.cut
 	if !cut {
 		e.lastDelivered = now
@@ -78,6 +81,13 @@ func (e *end) send(peer netip.Addr, srcPort uint16, pkt []byte) {
 	if !cut && to != nil {
 		to.m.Receive(e.addr, srcPort, 255, pkt)
 	}
+}
+
+// record says whether the end keeps what it sends.
+func (e *end) record(on bool) {
+	e.mu.Lock()
+	e.noRecord = !on
+	e.mu.Unlock()
 }
 
 func (e *end) event(ev Event) {
