@@ -124,7 +124,8 @@ type Config struct {
 	Send func(peer netip.Addr, srcPort uint16, pkt []byte)
 	// Event, when set, is called for every state change of a session, in
 	// order per session, from the Manager's goroutine, without the
-	// Manager's lock: it may call the Manager.
+	// Manager's lock: it may call the Manager. It should return soon:
+	// Run sends no packet while it runs.
 	Event  func(Event)
 	Logger *slog.Logger
 }
