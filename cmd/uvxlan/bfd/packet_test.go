@@ -60,3 +60,24 @@ func TestHeaderGolden(t *testing.T) {
 		t.Errorf("version 1, diag 3: byte 0 is %#x, want 0x23", out[0])
 	}
 }
+
+// Receive of a packet that changes no state, and of one dropped, does not
+// allocate, as its comment says.
+func TestReceiveAllocs(t *testing.T) {
+	f := newFabric()
+	a := f.add(t, "192.0.2.1", Config{})
+	b := f.add(t, "192.0.2.2", Config{})
+	a.m.Add(b.addr, [6]byte{})
+	my := a.m.Sessions()[0].LocalDisc
+	a.m.Receive(b.addr, 49152, 255, packet(header{State: Init, MyDisc: 5, YourDisc: my}))
+	if a.state(b) != Up {
+		t.Fatalf("a is %v, want up", a.state(b))
+	}
+	up := packet(header{State: Up, MyDisc: 5, YourDisc: my})
+	if n := testing.AllocsPerRun(100, func() { a.m.Receive(b.addr, 49152, 255, up) }); n != 0 {
+		t.Errorf("Receive of an Up packet: %v allocations", n)
+	}
+	if n := testing.AllocsPerRun(100, func() { a.m.Receive(b.addr, 49152, 64, up) }); n != 0 {
+		t.Errorf("Receive of a dropped packet: %v allocations", n)
+	}
+}
