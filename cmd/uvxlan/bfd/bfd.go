@@ -124,8 +124,7 @@ type Config struct {
 	Send func(peer netip.Addr, srcPort uint16, pkt []byte)
 	// Event, when set, is called for every state change of a session, in
 	// order per session, from the Manager's goroutine, without the
-	// Manager's lock: it may call the Manager. It should return soon:
-	// Run sends no packet while it runs.
+	// Manager's lock: it may call the Manager.
 	Event  func(Event)
 	Logger *slog.Logger
 }
@@ -163,12 +162,9 @@ type Session struct {
 // detection timer, from a heap of the sessions ordered by their next
 // deadline and one time.Timer set to the earliest. A thousand sessions cost
 // one goroutine and one timer; Receive and Add only move a session in the
-// heap and wake Run when its deadline moved earlier. (A time.AfterFunc per
-// session would cost no goroutine either, but would fire on goroutines of
-// its own, and the events of one session must reach Config.Event in order,
-// from one goroutine.) Packets are sent and events delivered by Run
-// without the lock, so a Send that delivers to another Manager, or an
-// Event that calls this one, cannot deadlock.
+// heap and wake Run when its deadline moved earlier. Packets are sent and
+// events delivered by Run without the lock, so a Send that delivers to
+// another Manager, or an Event that calls this one, cannot deadlock.
 type Manager struct {
 	cfg      Config
 	log      *slog.Logger
