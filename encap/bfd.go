@@ -230,6 +230,34 @@ func (e *Engine) receiveBFD(frame []byte, p *BFDPacket) {
 	}
 }
 
+// AnnounceBFDAddr writes into the TAP, to the endpoint at mac and ip,
+// that BFDAddr is at the probe MAC: a gratuitous ARP reply (sender and
+// target BFDAddr at the probe MAC, which a Linux kernel takes at once,
+// without its ARP locktime), or an unsolicited Neighbor Advertisement
+// with the override flag. When the host holds BFDAddr itself (the TAP's
+// own address, with the TAP on a bridge) its stack answers the endpoint's
+// ARP too, faster than the agent, and the endpoint would send its BFD
+// packets to the host: the node announces the address this way while a
+// session is not up. It may be called from any goroutine; it allocates.
+func (e *Engine) AnnounceBFDAddr(mac fdb.MAC, ip netip.Addr) error {
+	src := e.cfg.BFDAddr
+	ip = ip.Unmap()
+	if !src.IsValid() || e.cfg.ProbeMAC.IsZero() || src.Is4() != ip.Is4() {
+		return fmt.Errorf("encap: cannot announce %s to %s at %s", src, ip, mac)
+	}
+	b := make([]byte, naFrameLen)
+	if src.Is4() {
+		b = b[:putARP(b, mac, arpReply, e.cfg.ProbeMAC, src, e.cfg.ProbeMAC, src)]
+	} else {
+		b = b[:putNA(b, ndPacket{srcMAC: mac, srcIP: ip, target: src}, e.cfg.ProbeMAC)]
+	}
+	if _, err := e.writeTAP([][]byte{b}, 0); err != nil {
+		return err
+	}
+	e.c.add(BFDAddrAnswers, 1)
+	return nil
+}
+
 // SendBFD writes into the TAP the BFD control packet payload from
 // EngineConfig.BFDAddr, at the probe MAC and UDP source port srcPort, to
 // the endpoint at mac and dst (of BFDAddr's family), with TTL or hop limit

@@ -265,3 +265,35 @@ func TestEngineBFDAllocs(t *testing.T) {
 		t.Errorf("%v allocs per run, want 0", allocs)
 	}
 }
+
+// AnnounceBFDAddr tells an endpoint that the BFD address is at the probe
+// MAC: a gratuitous ARP reply unicast to it (IPv4), an NA with the
+// override flag (IPv6).
+func TestEngineAnnounceBFDAddr(t *testing.T) {
+	var n fakeNet
+	a := startNodeWith(t, n.listen(vtepA), macA, []netip.AddrPort{vtepB}, func(c *EngineConfig) {
+		c.ProbeMAC, c.BFDAddr, c.BFD = bfdProbeMAC, bfdSrc4, make(chan BFDPacket, 1)
+	})
+	if err := a.eng.AnnounceBFDAddr(bfdEP, bfdEP4); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.eng.AnnounceBFDAddr(bfdEP, bfdEP6); err == nil {
+		t.Error("an IPv6 endpoint of an IPv4 source: no error")
+	}
+	f := a.dev.written()[0]
+	p, ok := parseARP(f)
+	if !ok || fdb.MAC(f[0:6]) != bfdEP || p.op != arpReply || p.senderMAC != bfdProbeMAC || p.senderIP != bfdSrc4 || p.targetIP != bfdSrc4 || p.targetMAC != bfdProbeMAC {
+		t.Errorf("%x (%+v): want a gratuitous ARP reply %s is-at %s to %s", f, p, bfdSrc4, bfdProbeMAC, bfdEP)
+	}
+
+	b := startNodeWith(t, n.listen(vtepC), macA, nil, func(c *EngineConfig) {
+		c.ProbeMAC, c.BFDAddr, c.BFD = bfdProbeMAC, bfdSrc6, make(chan BFDPacket, 1)
+	})
+	if err := b.eng.AnnounceBFDAddr(bfdEP, bfdEP6); err != nil {
+		t.Fatal(err)
+	}
+	na, ok := parseND(b.dev.written()[0])
+	if !ok || na.typ != ndAdvert || na.flags&naOverride == 0 || na.target != bfdSrc6 || na.lladdr != bfdProbeMAC || na.dstIP != bfdEP6 {
+		t.Errorf("NA %+v (%v), want %s at %s with the override flag", na, ok, bfdSrc6, bfdProbeMAC)
+	}
+}

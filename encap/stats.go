@@ -77,7 +77,7 @@ var counterDescs = [NumCounters]Desc{
 	PMTUProbes:        {"pmtu_probes", "Path MTU probes received from members (answered by the agent, never written to the TAP)."},
 	PMTUAcks:          {"pmtu_acks", "Acks to this agent's path MTU probes received from members."},
 	RxPartialCsum:     {"rx_partial_checksums", "Frames from the underlay whose inner TCP or UDP checksum the sender left partial for a NIC to finish (a kernel VXLAN device with checksum offload, behind a veth, or an agent that leaves them so for members that take them): completed, or handed to the TAP as needing one, instead of written broken."},
-	BFDAddrAnswers:    {"bfd_addr_answers", "ARP requests and Neighbor Solicitations from behind the TAP for the BFD source address (--bfd-source), answered by the agent with its BFD MAC."},
+	BFDAddrAnswers:    {"bfd_addr_answers", "ARP requests and Neighbor Solicitations from behind the TAP for the BFD source address (--bfd-source), answered by the agent with its BFD MAC, and announcements of that address to endpoints whose session is not up."},
 	BFDReceived:       {"bfd_received", "BFD control packets read from the TAP and handed to the sessions."},
 	BFDSent:           {"bfd_sent", "BFD control packets written into the TAP."},
 	TxPartialCsum:     {"tx_partial_checksums", "Frames sent with their inner TCP or UDP checksum left partial (the pseudo-header sum, as the host's kernel left it for the TAP to finish), to a member that takes them (--partial-checksums): its TAP finishes it only if the frame leaves its host."},

@@ -73,6 +73,9 @@ type bfdNode struct {
 	// held are the peers whose binding is withdrawn by BFD (a copy of
 	// the tracker's, for BFD's read).
 	held map[netip.Addr]bool
+	// announced is when the source address was last announced to a peer
+	// whose session is not up (send).
+	announced map[netip.Addr]time.Time
 	// withdrawn and reannounced count the bindings withdrawn because
 	// their session went down, and announced again when it came back
 	// Up; refused the sessions the Manager's limit refused.
@@ -129,7 +132,8 @@ func (n *Node) newBFD() error {
 		return nil
 	}
 	b := &bfdNode{source: n.cfg.BFDSource, rx: make(chan encap.BFDPacket, bfdQueue),
-		events: &bfdEvents{signal: make(chan struct{}, 1)}, macs: map[netip.Addr]fdb.MAC{}, held: map[netip.Addr]bool{}}
+		events: &bfdEvents{signal: make(chan struct{}, 1)}, macs: map[netip.Addr]fdb.MAC{}, held: map[netip.Addr]bool{},
+		announced: map[netip.Addr]time.Time{}}
 	b.seg = n.bfdSegment(b.source)
 	mgr, err := bfd.New(bfd.Config{
 		Interval:    n.cfg.BFDInterval,
@@ -148,15 +152,27 @@ func (n *Node) newBFD() error {
 }
 
 // send writes one control packet to peer (bfd.Config.Send) from the
-// segment's first engine.
+// segment's first engine. While the packet says the session is not up, the
+// source address is announced to the peer at the probe MAC too, once a
+// second at most (encap.Engine.AnnounceBFDAddr: the host's stack may have
+// answered the peer's ARP for it, when it holds the address).
 func (b *bfdNode) send(peer netip.Addr, srcPort uint16, pkt []byte) {
+	now := time.Now()
 	b.mu.Lock()
 	mac, ok := b.macs[peer]
+	announce := ok && len(pkt) > 1 && bfd.State(pkt[1]>>6) != bfd.Up && now.Sub(b.announced[peer]) >= 900*time.Millisecond
+	if announce {
+		b.announced[peer] = now
+	}
 	b.mu.Unlock()
 	if !ok || len(b.seg.engines) == 0 {
 		return
 	}
-	b.seg.engines[0].SendBFD(mac, peer, srcPort, pkt) // a failure is the TAP's, counted there
+	// Failures are the TAP's, counted there.
+	if announce {
+		b.seg.engines[0].AnnounceBFDAddr(mac, peer)
+	}
+	b.seg.engines[0].SendBFD(mac, peer, srcPort, pkt)
 }
 
 // run runs the Manager and hands it the control packets the engines read,
@@ -225,6 +241,7 @@ func (b *bfdNode) setMAC(peer netip.Addr, mac fdb.MAC, ok bool) {
 		b.macs[peer] = mac
 	} else {
 		delete(b.macs, peer)
+		delete(b.announced, peer)
 	}
 	b.mu.Unlock()
 }
