@@ -27,8 +27,9 @@ import (
 	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
-// bfdPeerd is FRR's bfdd in an endpoint's namespace, with one single-hop
-// peer (the agent's BFD source) at 300 ms × 3.
+// bfdPeerd is FRR's bfdd in an endpoint's namespace, with single-hop
+// peers to the agent's BFD source at 300 ms × 3: one from each of the
+// endpoint's addresses given (by default its address).
 type bfdPeerd struct {
 	t    *testing.T
 	h    *testenv.Host
@@ -38,8 +39,11 @@ type bfdPeerd struct {
 
 // newBFDPeerd writes bfdd.conf into a directory of the testbed (removed
 // by its teardown, which also kills bfdd) and starts bfdd.
-func newBFDPeerd(t *testing.T, tb *testenv.Testbed, ep *testenv.Host, peer netip.Addr) *bfdPeerd {
+func newBFDPeerd(t *testing.T, tb *testenv.Testbed, ep *testenv.Host, peer netip.Addr, locals ...netip.Addr) *bfdPeerd {
 	t.Helper()
+	if len(locals) == 0 {
+		locals = []netip.Addr{ep.Underlay}
+	}
 	if _, err := os.Stat(testenv.FRRDir + "/bfdd"); err != nil {
 		t.Fatalf("FRR's bfdd is not installed: %v", err)
 	}
@@ -60,8 +64,11 @@ func newBFDPeerd(t *testing.T, tb *testenv.Testbed, ep *testenv.Host, peer netip
 	if err := os.Chown(dir, uid, gid); err != nil {
 		t.Fatal(err)
 	}
-	conf := fmt.Sprintf("log immediate-mode\nhostname %s-bfdd\nbfd\n peer %s local-address %s\n  receive-interval 300\n  transmit-interval 300\n  detect-multiplier 3\n exit\nexit\n",
-		ep.Name, peer, ep.Underlay)
+	conf := fmt.Sprintf("log immediate-mode\nhostname %s-bfdd\nbfd\n", ep.Name)
+	for _, l := range locals {
+		conf += fmt.Sprintf(" peer %s local-address %s\n  receive-interval 300\n  transmit-interval 300\n  detect-multiplier 3\n exit\n", peer, l)
+	}
+	conf += "exit\n"
 	if err := os.WriteFile(filepath.Join(dir, "bfdd.conf"), []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -600,4 +607,101 @@ func TestBFDSpoofedPackets(t *testing.T) {
 		t.Errorf("uvxlan bfd: %v\n%s", err, out)
 	}
 	t.Logf("uvxlan bfd:\n%s", out)
+}
+
+// Many sessions at 300 ms × 3 (UVXLAN_BFD_SESSIONS, default 10; 100 for
+// the figures of docs/bfd.md): as many endpoint namespaces, each with its
+// bfdd (bfdd keys its peers by the peer's address: one bfdd cannot hold
+// two sessions to the agent's one source). All come up and stay up; the
+// agent's CPU with them is logged against its CPU without, over
+// UVXLAN_BFD_CPU_SECONDS each (default 10).
+func TestBFDManySessions(t *testing.T) {
+	t.Parallel()
+	testenv.RequireFRR(t)
+	if testing.Short() {
+		t.Skip("skipping: many BFD sessions for a while")
+	}
+	envInt := func(name string, def int) int {
+		if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
+			return n
+		}
+		return def
+	}
+	n, secs := min(envInt("UVXLAN_BFD_SESSIONS", 10), 150), envInt("UVXLAN_BFD_CPU_SECONDS", 10)
+	span := time.Duration(secs) * time.Second
+	tb := testenv.NewForTest(t, testenv.Config{Hosts: 1})
+	h1 := tb.Host(1)
+	a := startAgent(t, h1, "--gossip=false", "--bfd", "10.42.0.0/24")
+	pid := a.proc.Pid()
+	bfdBridge(t, h1)
+	time.Sleep(2 * time.Second) // past the start's own work
+	cpu0 := procCPU(t, pid)
+	time.Sleep(span)
+	idle := procCPU(t, pid) - cpu0
+
+	start := time.Now()
+	var peerds []*bfdPeerd
+	for i := range n {
+		ip := netip.AddrFrom4([4]byte{10, 42, 0, byte(100 + i)})
+		ep, err := h1.AddEndpoint(t.Context(), fmt.Sprintf("m%d", i), "brx", netip.PrefixFrom(ip, 24))
+		if err != nil {
+			t.Fatal(err)
+		}
+		hw, err := ep.MAC(t.Context(), ep.Iface)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := testenv.GratuitousARP(ep.Netns, ep.Iface, 1, ip, hw); err != nil {
+			t.Fatal(err)
+		}
+		peerds = append(peerds, newBFDPeerd(t, tb, ep, a.overlay))
+	}
+	t.Logf("%d endpoints with bfdd made in %v", n, time.Since(start).Round(time.Millisecond))
+	wait.For(t, 120*time.Second, "every session up", func() error {
+		st, err := bfdOf(a)
+		if err != nil {
+			return err
+		}
+		up := 0
+		for _, s := range st.Sessions {
+			if s.State == "up" {
+				up++
+			}
+		}
+		if up != n {
+			return fmt.Errorf("%d of %d up", up, len(st.Sessions))
+		}
+		return nil
+	})
+	t.Logf("%d sessions up %v after the first endpoint was made", n, time.Since(start).Round(time.Millisecond))
+	time.Sleep(2 * time.Second) // past the polls to 300 ms
+	before, err := bfdOf(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bfddCPU := func() (d time.Duration) {
+		for _, p := range peerds {
+			d += procCPU(t, p.proc.Pid())
+		}
+		return d
+	}
+	cpu1, bcpu1 := procCPU(t, pid), bfddCPU()
+	time.Sleep(span)
+	busy, bbusy := procCPU(t, pid)-cpu1, bfddCPU()-bcpu1
+	after, err := bfdOf(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rx, tx := after.Counters["rx_packets"]-before.Counters["rx_packets"], after.Counters["tx_packets"]-before.Counters["tx_packets"]
+	load, _ := os.ReadFile("/proc/loadavg")
+	t.Logf("agent CPU over %v: %v without sessions, %v with %d sessions up: %.1f ms of CPU a second for BFD (%d packets received, %d sent: %.0f/s each way); the bfdds' CPU %v; load %s",
+		span, idle, busy, n, float64(busy-idle)/float64(time.Millisecond)/span.Seconds(), rx, tx, float64(rx)/span.Seconds(), bbusy, strings.TrimSpace(string(load)))
+	for _, k := range []string{"down", "withdrawn"} {
+		if after.Counters[k] != before.Counters[k] {
+			t.Errorf("%s: %d → %d while every session should stay up", k, before.Counters[k], after.Counters[k])
+		}
+	}
+	if want := uint64(n * secs * 1000 / 300 / 2); rx < want {
+		t.Errorf("%d packets received in %v, want at least %d (half of %d sessions every 300 ms)", rx, span, want, n)
+	}
 }
