@@ -9,7 +9,9 @@ package node
 // the endpoints that sent nothing for the ageing time: their FDB entries,
 // their IP bindings and their announcements. One that comes back is snooped
 // and announced again by its next frame. New endpoints beyond the node's
-// quota are refused (quota.go).
+// quota are refused (quota.go). On the BFD segment the tracker also runs a
+// BFD session per binding in a --bfd prefix, whose going down withdraws
+// the binding like failed probes do (bfd.go).
 
 import (
 	"context"

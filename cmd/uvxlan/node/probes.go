@@ -4,7 +4,8 @@ package node
 // verify, then withdraw or re-assert).
 //
 // Every binding behind a TAP (IP → MAC, origin local) whose endpoint sent
-// nothing for ProbeInterval is probed from the segment's probe MAC
+// nothing for ProbeInterval, and whose BFD session (bfd.go), if it has
+// one, is not Up, is probed from the segment's probe MAC
 // (encap.Engine.Probe): an ARP probe to the endpoint's MAC asking for an
 // IPv4 address, a unicast Neighbor Solicitation for an IPv6 one. The
 // answer, an ARP reply or a solicited NA to the probe MAC, comes back as a
