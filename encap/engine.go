@@ -21,7 +21,9 @@ package encap
 //     and not sent; announcements (gratuitous ARP, ARP probes, DAD,
 //     unsolicited NAs) are never answered: they are flooded, so that
 //     remote kernels update their caches; frames to the probe MAC are
-//     answers to the node's liveness probes, consumed;
+//     answers to the node's liveness probes or BFD control packets
+//     (handed to the node on a channel, see bfd.go), consumed; requests
+//     for the BFD source address are answered with the probe MAC;
 //  5. a frame whose datagram would not fit the underlay MTU
 //     (EngineConfig.UnderlayMTU), when it is IPv4 with DF set or IPv6, is
 //     dropped and its sender told with an ICMP too-big error written back
@@ -134,6 +136,13 @@ type EngineConfig struct {
 	// answers, consumed here (an ARP reply is reported on Snoop with
 	// Answer set) and never sent.
 	ProbeMAC fdb.MAC
+	// BFDAddr, when valid, is the address the node's BFD sessions speak
+	// from, at ProbeMAC (see bfd.go): ARP requests and Neighbor
+	// Solicitations from the TAP for it are answered with ProbeMAC, and
+	// the BFD control packets to it there are handed to BFD (sends never
+	// block: a full channel drops the packet, counted). Needs ProbeMAC.
+	BFDAddr netip.Addr
+	BFD     chan<- BFDPacket
 	// UnderlayMTU, when not 0, is the MTU of the underlay path (the
 	// local interface's, or --underlay-mtu): a frame from the TAP whose
 	// VXLAN datagram would be longer is dropped (DropTooBig) instead of
@@ -361,6 +370,8 @@ type txBatch struct {
 	// segments of a super-frame share.
 	partVTEP        netip.AddrPort
 	partHas, partOK bool
+	// bfd is the scratch of a BFD packet read from the TAP (bfd.go).
+	bfd BFDPacket
 }
 
 func (e *Engine) newTxBatch(batch int) *txBatch {
@@ -551,7 +562,7 @@ func (e *Engine) route(pkt, tail []byte, tb *txBatch) {
 		f.claim = f.nd.claim()
 		f.bind, _ = f.nd.binding(f.src)
 	}
-	if e.answer(&f, tb) {
+	if e.answer(&f, frame, tail, tb) {
 		return
 	}
 	e.forward(pkt, tail, &f, tb)
@@ -572,9 +583,10 @@ type txFrame struct {
 // answer handles what the agent itself takes or answers of a frame from
 // the TAP, and reports whether it did, so the frame goes no further: a
 // claim of a pinned address (dropped), an answer to the agent's probes,
-// an ARP request or Neighbor Solicitation answered from the table. On the
-// way it snoops the frame's source for the endpoint tracker.
-func (e *Engine) answer(f *txFrame, tb *txBatch) bool {
+// an ARP request or Neighbor Solicitation answered from the table, or
+// for the BFD source address, a BFD packet (bfd.go). On the way it snoops
+// the frame's source for the endpoint tracker.
+func (e *Engine) answer(f *txFrame, frame, tail []byte, tb *txBatch) bool {
 	if f.claim.IsValid() && e.cfg.Pinned != nil && e.cfg.Pinned.Has(e.cfg.VNI, f.claim) {
 		e.c.drop(DropPinnedAddr)
 		if e.cfg.Snoop != nil {
@@ -589,6 +601,10 @@ func (e *Engine) answer(f *txFrame, tb *txBatch) bool {
 	arp, nd := &f.arp, &f.nd
 	if f.dst == e.cfg.ProbeMAC && !f.dst.IsZero() {
 		switch {
+		case (f.isARP || f.isND) && e.bfdAsked(f): // unicast: the endpoint's kernel refreshing its entry
+			e.answerBFDAddr(f, tb)
+		case !f.isARP && !f.isND && e.cfg.BFD != nil && tail == nil:
+			e.receiveBFD(frame, &tb.bfd)
 		case e.cfg.Snoop == nil:
 		case f.isARP && arp.op == arpReply:
 			e.c.add(ProbeAnswers, 1)
@@ -597,6 +613,10 @@ func (e *Engine) answer(f *txFrame, tb *txBatch) bool {
 			e.c.add(ProbeAnswers, 1)
 			e.report(Sighting{MAC: f.src, IP: nd.target, Answer: true})
 		}
+		return true
+	}
+	if (f.isARP || f.isND) && e.bfdAsked(f) {
+		e.answerBFDAddr(f, tb)
 		return true
 	}
 	// Neither answers for an endpoint behind this TAP (see localBinding).

@@ -42,6 +42,11 @@ const (
 	// TxPartialCsum counts frames sent with their inner TCP or UDP
 	// checksum left partial, to members that take them (see partial.go).
 	TxPartialCsum
+	// BFD (bfd.go): the answers for the BFD source address, the control
+	// packets handed to the node and those it sent.
+	BFDAddrAnswers
+	BFDReceived
+	BFDSent
 
 	NumCounters
 )
@@ -72,6 +77,9 @@ var counterDescs = [NumCounters]Desc{
 	PMTUProbes:        {"pmtu_probes", "Path MTU probes received from members (answered by the agent, never written to the TAP)."},
 	PMTUAcks:          {"pmtu_acks", "Acks to this agent's path MTU probes received from members."},
 	RxPartialCsum:     {"rx_partial_checksums", "Frames from the underlay whose inner TCP or UDP checksum the sender left partial for a NIC to finish (a kernel VXLAN device with checksum offload, behind a veth, or an agent that leaves them so for members that take them): completed, or handed to the TAP as needing one, instead of written broken."},
+	BFDAddrAnswers:    {"bfd_addr_answers", "ARP requests and Neighbor Solicitations from behind the TAP for the BFD source address (--bfd-source), answered by the agent with its BFD MAC, and announcements of that address to endpoints whose session is not up."},
+	BFDReceived:       {"bfd_received", "BFD control packets read from the TAP and handed to the sessions."},
+	BFDSent:           {"bfd_sent", "BFD control packets written into the TAP."},
 	TxPartialCsum:     {"tx_partial_checksums", "Frames sent with their inner TCP or UDP checksum left partial (the pseudo-header sum, as the host's kernel left it for the TAP to finish), to a member that takes them (--partial-checksums): its TAP finishes it only if the frame leaves its host."},
 }
 
@@ -147,6 +155,11 @@ const (
 	// agreed with it yet (it is never sent in plain).
 	DropESPNoKey
 
+	// BFD (bfd.go), transmit side: frames to the BFD MAC and address that
+	// are no BFD packet, and packets lost because the node was busy.
+	DropBFDFrame
+	DropBFDQueue
+
 	NumDropReasons
 )
 
@@ -173,6 +186,8 @@ var dropDescs = [NumDropReasons]Desc{
 	DropESPReplay:       {"esp_replay", "ESP datagrams whose sequence number was seen already or is older than the anti-replay window: replays."},
 	DropPlainFromMember: {"plain_from_encrypting_member", "Plain VXLAN datagrams from the address of a member that encrypts (--encrypt): forged, or a misconfigured member."},
 	DropESPNoKey:        {"esp_no_key", "Frames for a member that encrypts, dropped because no key is agreed with it yet (never sent in plain)."},
+	DropBFDFrame:        {"bfd_bad_frame", "IP packets to the BFD source address (--bfd-source) from behind the TAP that are no BFD control packet: not UDP to port 3784, fragmented, lengths that disagree, a bad IPv4 header checksum."},
+	DropBFDQueue:        {"bfd_queue_full", "BFD control packets from behind the TAP lost because the agent was busy (the session's detection time covers a few)."},
 	DropTAPQueue:        {"tap_queue_full", "Frames the kernel dropped on their way from the host into the TAP (its tx_dropped since the agent opened it): they came faster than the agent read them, and a Linux TAP drops rather than make the sender wait."},
 	DropTooBig:          {"too_big", "Frames from the TAP too big for the underlay path (--underlay-mtu, or refused by the socket); the sender is told with an ICMP error (counter too_big) unless rate-limited."},
 }

@@ -156,6 +156,9 @@ func configFromCLI(c *cli.Context, log *slog.Logger) (runConfig, error) {
 	if err := bgpConfig(c, &cfg.Config); err != nil {
 		return cfg, err
 	}
+	if err := bfdConfig(c, &cfg.Config); err != nil {
+		return cfg, err
+	}
 	if err := kubeConfig(c, &cfg); err != nil {
 		return cfg, err
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"io"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/uvxlan/uvxlan/cmd/uvxlan/node"
 )
 
 // configValues are the flag values the test command saw after applyConfigFile.
@@ -204,7 +207,8 @@ func TestConfigFileErrors(t *testing.T) {
 // so a change of a flag's kind that breaks its file syntax shows here.
 func TestConfigFileRunFlags(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "uvxlan.yaml")
-	text := "dev: uvx1\nvni: 42\nport: 8472\npeer: [198.18.0.2, 198.18.0.3]\nlearning: false\nageing: 60s\nfdb-max: 100\n"
+	text := "dev: uvx1\nvni: 42\nport: 8472\npeer: [198.18.0.2, 198.18.0.3]\nlearning: false\nageing: 60s\nfdb-max: 100\n" +
+		"bfd: [10.42.0.0/24, 10.43.0.0/24]\nbfd-source: 10.42.0.254\nbfd-interval: 100ms\nbfd-multiplier: 5\n"
 	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -214,15 +218,20 @@ func TestConfigFileRunFlags(t *testing.T) {
 		if err := applyConfigFile(c, path); err != nil {
 			return err
 		}
+		var cfg node.Config
+		if err := bfdConfig(c, &cfg); err != nil {
+			return err
+		}
 		got = []any{c.String("dev"), c.Int64Slice("vni"), c.Int("port"), c.StringSlice("peer"),
-			c.Bool("learning"), c.Duration("ageing"), c.Int("fdb-max")}
+			c.Bool("learning"), c.Duration("ageing"), c.Int("fdb-max"), cfg.BFD, cfg.BFDSource, cfg.BFDInterval, cfg.BFDMultiplier}
 		return nil
 	}
 	app := &cli.App{Name: "uvxlan", Writer: io.Discard, ErrWriter: io.Discard, Commands: []*cli.Command{cmd}}
 	if err := app.Run([]string{"uvxlan", "run"}); err != nil {
 		t.Fatalf("err = %v, want nil", err)
 	}
-	want := []any{"uvx1", []int64{42}, 8472, []string{"198.18.0.2", "198.18.0.3"}, false, time.Minute, 100}
+	want := []any{"uvx1", []int64{42}, 8472, []string{"198.18.0.2", "198.18.0.3"}, false, time.Minute, 100,
+		[]netip.Prefix{netip.MustParsePrefix("10.42.0.0/24"), netip.MustParsePrefix("10.43.0.0/24")}, netip.MustParseAddr("10.42.0.254"), 100 * time.Millisecond, 5}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("values:\nwant %v\n got %v", want, got)
 	}

@@ -295,6 +295,7 @@ func (s *controlServer) Serve(n *node.Node) error {
 	})
 	mux.HandleFunc("GET /v1/leases", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, n.Leases()) })
 	serveBGP(mux, n)
+	serveBFD(mux, n)
 	if s.takeover != nil {
 		mux.Handle("POST /v1/takeover", s.takeover)
 	}
@@ -337,7 +338,7 @@ func (s *controlServer) Close() error {
 // newStatsView is the answer of GET /v1/stats: st's counters, the totals
 // or (vni not 0) that segment's at the top level.
 func newStatsView(st node.Stats, vni fdb.VNI) controlapi.Stats {
-	v := controlapi.Stats{Encrypted: st.Encrypted, Total: st.Total, Gossip: gossipCounters(st), Node: counterMap(st.Node)}
+	v := controlapi.Stats{Encrypted: st.Encrypted, Total: st.Total, Gossip: gossipCounters(st), Node: counterMap(st.Node), BFD: st.BFD}
 	for _, s := range st.Segments {
 		if vni != 0 && s.VNI != vni {
 			continue

@@ -39,11 +39,16 @@ func TestControlJSONGolden(t *testing.T) {
 	status := node.Status{Wire: "esp", Name: "h1", PID: 42, Version: "v", Started: now, Uptime: 1.5, VNI: 7, Dev: "uvx0", MAC: mac, MTU: 1450,
 		Local: netip.MustParseAddr("198.18.0.1"), Port: 4789, Gossip: "encrypted", Encrypted: true, Segments: []node.SegmentStatus{{VNI: 7, Dev: "uvx0", MAC: mac, MTU: 1450, Addresses: []netip.Prefix{netip.MustParsePrefix("10.0.0.1/24")}, Queues: 2, Offloads: "x"}},
 		MembersAlive: 3, MembersTotal: 4, FDB: map[fdb.Origin]int{fdb.OriginGossip: 1}, Silent: []node.SilentVTEP{{VTEP: netip.MustParseAddr("198.18.0.9"), Kind: "peer", Since: now}},
-		BGP: &node.BGPSummary{ASN: 65000, Sessions: 1}}
+		BGP: &node.BGPSummary{ASN: 65000, Sessions: 1}, BFD: &node.BFDSummary{Source: netip.MustParseAddr("10.0.0.1"), Sessions: 2, Up: 1, Withdrawn: 1}}
+	st.BFD = map[string]uint64{"up": 1, "drop_ttl": 2, "withdrawn": 3}
+	bfdView := controlapi.BFD{Source: netip.MustParseAddr("10.0.0.1"), MAC: mac, VNI: 7, Prefixes: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")},
+		IntervalMS: 300, Multiplier: 3, Counters: map[string]uint64{"up": 1, "drop_ttl": 2},
+		Sessions: []controlapi.BFDSession{{IP: netip.MustParseAddr("10.0.0.5"), MAC: mac, State: "up", Since: now, Diagnostic: "none",
+			LocalDiscriminator: 1, RemoteDiscriminator: 2, SrcPort: 49152, TxIntervalMS: 300, DetectTimeMS: 900, RemoteMultiplier: 3}}}
 	vals := []any{
 		fdbRows(es, 0, now), neighRows(ns, 0), []controlapi.Member{{Member: m, Encrypted: true, PathMTU: 1400, Wire: "esp"}},
 		newStatsView(st, 0), newStatsView(st, 7),
-		controlapi.StaticEntry{VNI: 7, MAC: mac, VTEP: netip.MustParseAddrPort("198.18.0.3:4789")}, status,
+		controlapi.StaticEntry{VNI: 7, MAC: mac, VTEP: netip.MustParseAddrPort("198.18.0.3:4789")}, status, bfdView,
 	}
 	var out []byte
 	for _, v := range vals {

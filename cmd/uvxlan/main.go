@@ -94,6 +94,7 @@ vxlan kernel module.
 			neighCommand(),
 			membersCommand(),
 			bgpCommand(),
+			bfdCommand(),
 			leasesCommand(),
 			statsCommand(),
 			testbedCommand(),
@@ -185,7 +186,7 @@ containers use (Docker: --bip=$FLANNEL_SUBNET --mtu=$FLANNEL_MTU).
 
 // runFlags are the flags of `uvxlan run`, each also UVXLAN_<FLAG>.
 func runFlags() []cli.Flag {
-	return append(append(baseRunFlags(), bgpFlags()...), kubeFlags()...)
+	return append(append(append(baseRunFlags(), bgpFlags()...), kubeFlags()...), bfdFlags()...)
 }
 
 func baseRunFlags() []cli.Flag {

@@ -7,12 +7,14 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/uvxlan/uvxlan/cmd/uvxlan/controlapi"
 	"github.com/uvxlan/uvxlan/cmd/uvxlan/evpn"
 	"github.com/uvxlan/uvxlan/cmd/uvxlan/node"
 	"github.com/uvxlan/uvxlan/encap"
@@ -28,10 +30,11 @@ import (
 // metricsSnapshot is what one scrape reads from the node.
 type metricsSnapshot struct {
 	stats   node.Stats
-	fdb     map[string]int // FDB entries by origin
-	neigh   map[string]int // neighbour bindings by origin
-	members map[string]int // cluster members by state
-	bgp     *evpn.Status   // nil: no speaker
+	fdb     map[string]int  // FDB entries by origin
+	neigh   map[string]int  // neighbour bindings by origin
+	members map[string]int  // cluster members by state
+	bgp     *evpn.Status    // nil: no speaker
+	bfd     *controlapi.BFD // nil: no --bfd
 }
 
 func snapshotOf(n *node.Node) func() metricsSnapshot {
@@ -48,6 +51,9 @@ func snapshotOf(n *node.Node) func() metricsSnapshot {
 		}
 		if b, ok := n.BGPStatus(context.Background()); ok {
 			s.bgp = &b
+		}
+		if b, ok := n.BFD(); ok {
+			s.bfd = &b
 		}
 		return s
 	}
@@ -72,6 +78,14 @@ var (
 	descMembers  = desc("members", "Cluster members by state.", "state")
 	descBGP      = desc("bgp_events_total", "BGP EVPN routes by outcome (updates, imported, withdrawn, rejected: bad_vtep, over_type2_cap, over_vtep_cap among them; outranked, contested), session resets, and sessions closed by the prefix limit (prefix_limit).", "event")
 	descBGPPeers = desc("bgp_sessions", "BGP sessions by state.", "state")
+	// BFD (--bfd): the sessions' counters by their names in `uvxlan bfd`:
+	// drop_* are drops, rx_packets and tx_packets packets, the rest
+	// events (the states entered, polls, and the agent's withdrawn,
+	// reannounced, refused).
+	descBFDSessions = desc("bfd_sessions", "BFD sessions to endpoints by state (down, init, up, admindown).", "state")
+	descBFDEvents   = desc("bfd_events_total", "BFD events: sessions that went init, up or down; poll sequences; bindings withdrawn because their session went down and announced again when it came back up (withdrawn, reannounced); sessions refused over --max-endpoints (refused).", "event")
+	descBFDDrops    = desc("bfd_drops_total", "BFD control packets dropped by the sessions, by reason (RFC 5880 §6.8.6, RFC 5881's TTL).", "reason")
+	descBFDPackets  = desc("bfd_packets_total", "BFD control packets accepted (rx) and sent (tx).", "direction")
 	// descNode: the node's own counters (node.Counters), by JSON key.
 	descNode = map[string]*prometheus.Desc{
 		"endpoints_refused": desc("endpoints_refused_total", "New endpoint MACs and IP bindings behind the TAPs refused by --max-endpoints (or a full table)."),
@@ -96,7 +110,8 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range descCounters {
 		ch <- d
 	}
-	for _, d := range []*prometheus.Desc{descDrops, descGossip, descRecords, descFDB, descNeigh, descMembers, descBGP, descBGPPeers} {
+	for _, d := range []*prometheus.Desc{descDrops, descGossip, descRecords, descFDB, descNeigh, descMembers, descBGP, descBGPPeers,
+		descBFDSessions, descBFDEvents, descBFDDrops, descBFDPackets} {
 		ch <- d
 	}
 	for _, d := range descNode {
@@ -159,6 +174,25 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for state, v := range s.members {
 		gauge(descMembers, v, state)
+	}
+	if b := s.bfd; b != nil {
+		states := map[string]int{"down": 0, "init": 0, "up": 0, "admindown": 0}
+		for _, p := range b.Sessions {
+			states[p.State]++
+		}
+		for state, v := range states {
+			gauge(descBFDSessions, v, state)
+		}
+		for name, v := range b.Counters {
+			switch reason, drop := strings.CutPrefix(name, "drop_"); {
+			case drop:
+				counter(descBFDDrops, v, reason)
+			case name == "rx_packets" || name == "tx_packets":
+				counter(descBFDPackets, v, strings.TrimSuffix(name, "_packets"))
+			default:
+				counter(descBFDEvents, v, name)
+			}
+		}
 	}
 }
 

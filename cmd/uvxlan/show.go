@@ -34,6 +34,9 @@ func printStatus(w io.Writer, st node.Status) error {
 		fmt.Fprintf(tw, "bgp\tAS %d, %d of %d sessions established, %d routes imported, %d refused, prefix limit reached %d times (uvxlan bgp)\n",
 			b.ASN, b.Established, b.Sessions, b.Imported, b.Refused, b.PrefixLimit)
 	}
+	if b := st.BFD; b != nil {
+		fmt.Fprintf(tw, "bfd\tfrom %s, %d of %d sessions up, %d bindings withdrawn (uvxlan bfd)\n", b.Source, b.Up, b.Sessions, b.Withdrawn)
+	}
 	fmt.Fprintf(tw, "fdb\t%s\n", byOrigin(st.FDB))
 	fmt.Fprintf(tw, "neigh\t%s\n", byOrigin(st.Neigh))
 	if st.Subnet.IsValid() || st.Leases > 0 {
@@ -190,6 +193,12 @@ func printStats(w io.Writer, v controlapi.Stats) error {
 		fmt.Fprintln(tw, "node:\t")
 		for _, k := range slices.Sorted(maps.Keys(v.Node)) {
 			fmt.Fprintf(tw, "  %s\t%d\n", k, v.Node[k])
+		}
+	}
+	if len(v.BFD) > 0 {
+		fmt.Fprintln(tw, "bfd:\t")
+		for _, k := range slices.Sorted(maps.Keys(v.BFD)) {
+			fmt.Fprintf(tw, "  %s\t%d\n", k, v.BFD[k])
 		}
 	}
 	if len(v.Gossip) > 0 {

@@ -59,15 +59,19 @@ type Member struct {
 
 // Stats is GET /v1/stats (`uvxlan stats --json`): the data path's
 // counters at the top level (the totals, or one segment's with ?vni=),
-// gossip's under "gossip", the node's own under "node", and each
-// segment's under "segments".
+// gossip's under "gossip", the node's own under "node", the BFD
+// sessions' under "bfd" (with --bfd), and each segment's under
+// "segments".
 type Stats struct {
 	Encrypted bool // gossip is encrypted
 	Total     encap.Stats
 	// Gossip holds gossip's counters and, in routed mode, the leases' or
 	// the Kubernetes subnet manager's, by name.
-	Gossip   map[string]uint64
-	Node     map[string]uint64 // the node's own counters (node.Counters)
+	Gossip map[string]uint64
+	Node   map[string]uint64 // the node's own counters (node.Counters)
+	// BFD holds the BFD sessions' counters (BFD.Counters), with --bfd;
+	// nil (and absent from the JSON) without.
+	BFD      map[string]uint64
 	Segments []SegmentStats
 }
 
@@ -85,6 +89,9 @@ func (v Stats) MarshalJSON() ([]byte, error) {
 	m["gossip"] = v.Gossip
 	m["encrypted"] = v.Encrypted
 	m["node"] = v.Node
+	if v.BFD != nil {
+		m["bfd"] = v.BFD
+	}
 	segs := v.Segments
 	if segs == nil {
 		segs = []SegmentStats{}
@@ -99,12 +106,13 @@ func (v *Stats) UnmarshalJSON(b []byte) error {
 		Encrypted bool              `json:"encrypted"`
 		Gossip    map[string]uint64 `json:"gossip"`
 		Node      map[string]uint64 `json:"node"`
+		BFD       map[string]uint64 `json:"bfd"`
 		Segments  []SegmentStats    `json:"segments"`
 	}
 	if err := json.Unmarshal(b, &rest); err != nil {
 		return err
 	}
-	v.Encrypted, v.Gossip, v.Node, v.Segments = rest.Encrypted, rest.Gossip, rest.Node, rest.Segments
+	v.Encrypted, v.Gossip, v.Node, v.BFD, v.Segments = rest.Encrypted, rest.Gossip, rest.Node, rest.BFD, rest.Segments
 	return v.Total.UnmarshalJSON(b)
 }
 

@@ -52,6 +52,8 @@ type Status struct {
 	Subnet netip.Prefix `json:"subnet,omitzero"`
 	// BGP sums up the EVPN speaker, when there is one.
 	BGP *BGPSummary `json:"bgp,omitempty"`
+	// BFD sums up the BFD sessions, with --bfd.
+	BFD *BFDSummary `json:"bfd,omitempty"`
 }
 
 // BGPSummary is the EVPN speaker at a glance.

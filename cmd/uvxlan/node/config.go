@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 
+	"github.com/uvxlan/uvxlan/cmd/uvxlan/bfd"
 	"github.com/uvxlan/uvxlan/encap"
 	"github.com/uvxlan/uvxlan/fdb"
 	"github.com/uvxlan/uvxlan/gossip/lease"
@@ -84,6 +85,17 @@ type Config struct {
 	// (--probe-retries; 0: DefaultProbeRetries).
 	ProbeInterval time.Duration
 	ProbeRetries  int
+	// BFD, when not empty, runs a BFD session to each endpoint behind the
+	// TAP whose address lies in one of these prefixes (--bfd; see bfd.go).
+	// The agent speaks from BFDSource (--bfd-source; default: the first
+	// segment's first TAP address of its family... the first address),
+	// every BFDInterval (--bfd-interval; 0: DefaultBFDInterval) with
+	// detection multiplier BFDMultiplier (--bfd-multiplier, 1 to 255; 0:
+	// DefaultBFDMultiplier).
+	BFD           []netip.Prefix
+	BFDSource     netip.Addr
+	BFDInterval   time.Duration
+	BFDMultiplier int
 	// SilentAfter: a static peer or alive member from which no VXLAN
 	// arrived for this long is reported (silent.go). Default 30 s.
 	SilentAfter time.Duration
@@ -214,6 +226,9 @@ func (c *Config) check() error {
 	if c.ProbeRetries < 1 || c.ProbeRetries > 100 {
 		return badConfig("probe-retries", fmt.Sprint(c.ProbeRetries), "must be between 1 and 100")
 	}
+	if err := c.checkBFD(); err != nil {
+		return err
+	}
 	if min := MinUnderlayMTU(c.Local); c.UnderlayMTU != 0 && (c.UnderlayMTU < min || c.UnderlayMTU > 65535) {
 		return badConfig("underlay-mtu", fmt.Sprint(c.UnderlayMTU), "must be between %d and 65535", min)
 	}
@@ -265,6 +280,56 @@ func (c *Config) check() error {
 		return err
 	}
 	return c.checkGossip()
+}
+
+// MinBFDInterval and MaxBFDInterval bound Config.BFDInterval (package
+// bfd's, which are FRR's).
+const (
+	MinBFDInterval = bfd.MinInterval
+	MaxBFDInterval = bfd.MaxInterval
+)
+
+// checkBFD checks the BFD settings and gives BFDSource its default: the
+// first address of the first segment that has one.
+func (c *Config) checkBFD() error {
+	if len(c.BFD) == 0 {
+		if c.BFDSource.IsValid() {
+			return badConfig("bfd-source", c.BFDSource.String(), "needs --bfd: the prefixes of the endpoints to watch")
+		}
+		return nil
+	}
+	for _, p := range c.BFD {
+		if !p.IsValid() {
+			return badConfig("bfd", p.String(), "not a CIDR")
+		}
+	}
+	if c.BFDInterval == 0 {
+		c.BFDInterval = DefaultBFDInterval
+	}
+	if c.BFDInterval < MinBFDInterval || c.BFDInterval > MaxBFDInterval || c.BFDInterval%time.Microsecond != 0 {
+		return badConfig("bfd-interval", c.BFDInterval.String(), "must be between %s and %s, in whole microseconds", MinBFDInterval, MaxBFDInterval)
+	}
+	if c.BFDMultiplier == 0 {
+		c.BFDMultiplier = DefaultBFDMultiplier
+	}
+	if c.BFDMultiplier < 1 || c.BFDMultiplier > 255 {
+		return badConfig("bfd-multiplier", fmt.Sprint(c.BFDMultiplier), "must be between 1 and 255")
+	}
+	if !c.BFDSource.IsValid() {
+		for _, s := range c.Segments {
+			if len(s.Addresses) > 0 {
+				c.BFDSource = s.Addresses[0].Addr()
+				break
+			}
+		}
+	}
+	if !c.BFDSource.IsValid() {
+		return badConfig("bfd-source", "", "not given, and no segment's TAP has an address (--address) to speak BFD from: give --bfd-source IP, an address of the endpoints' subnet")
+	}
+	if a := c.BFDSource; !a.IsGlobalUnicast() || a.Zone() != "" {
+		return badConfig("bfd-source", a.String(), "must be a unicast address of the endpoints' subnet")
+	}
+	return nil
 }
 
 // VNIs returns the VNIs of the segments, in order.

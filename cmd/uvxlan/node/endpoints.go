@@ -9,7 +9,9 @@ package node
 // the endpoints that sent nothing for the ageing time: their FDB entries,
 // their IP bindings and their announcements. One that comes back is snooped
 // and announced again by its next frame. New endpoints beyond the node's
-// quota are refused (quota.go).
+// quota are refused (quota.go). On the BFD segment the tracker also runs a
+// BFD session per binding in a --bfd prefix, whose going down withdraws
+// the binding like failed probes do (bfd.go).
 
 import (
 	"context"
@@ -67,6 +69,9 @@ type endpoints struct {
 	counters       *lifecycleCounters
 	probes         map[netip.Addr]*probeState
 	conflictWarned time.Time
+
+	// bfd, when set, runs BFD sessions to the bindings (bfd.go).
+	bfd *bfdTracker
 }
 
 // run records sightings, ages endpoints, probes silent ones and verifies
@@ -80,6 +85,13 @@ func (e *endpoints) run(ctx context.Context, sightings <-chan encap.Sighting) {
 		defer pt.Stop()
 		probeC = pt.C
 	}
+	var bfdEvents <-chan struct{}
+	var bfdC <-chan time.Time
+	if e.bfd != nil {
+		bt := time.NewTicker(bfdSweepEvery)
+		defer bt.Stop()
+		bfdC, bfdEvents = bt.C, e.bfd.node.events.signal
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -92,6 +104,10 @@ func (e *endpoints) run(ctx context.Context, sightings <-chan encap.Sighting) {
 			e.probeTick(now)
 		case c := <-e.contests:
 			e.contested(c, time.Now())
+		case <-bfdEvents:
+			e.bfdEvents(time.Now())
+		case now := <-bfdC:
+			e.bfdSweep(now)
 		}
 	}
 }
@@ -105,6 +121,9 @@ func (e *endpoints) saw(s encap.Sighting) {
 	if s.Answer {
 		e.answered(s.MAC, s.IP, time.Now())
 		return
+	}
+	if e.bfdHolds(s.MAC, s.IP, time.Now()) {
+		return // withdrawn by BFD, until its session is Up again
 	}
 	if s.IP.IsValid() {
 		e.addNeigh(s.IP, s.MAC)
@@ -163,6 +182,7 @@ func (e *endpoints) addNeigh(ip netip.Addr, mac fdb.MAC) {
 	if err := e.gossip.AnnounceNeigh(e.vni, ip, mac); err != nil {
 		e.log.Debug("local binding not announced", "ip", ip, "mac", mac, "err", err)
 	}
+	e.bfdAdd(ip, mac)
 }
 
 // age withdraws the endpoints last seen more than the ageing time before
@@ -203,6 +223,7 @@ func (e *endpoints) withdraw(mac fdb.MAC, why string) {
 				delete(e.bindings, b.IP)
 				e.quota.give(&e.quota.bindings)
 			}
+			e.bfdEnd(b.IP, why)
 		}
 	}
 	e.log.Info("endpoint behind the TAP withdrawn", "mac", mac, "why", why, "ageing", e.ageing)

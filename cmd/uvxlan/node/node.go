@@ -77,6 +77,7 @@ type Node struct {
 	// checksums (Config.PartialCsum), which the engines read.
 	partial encap.PartialPeers
 	pmtu    *pmtuProber
+	bfd     *bfdNode // nil without Config.BFD (bfd.go)
 
 	mu      sync.Mutex
 	running bool
@@ -177,6 +178,9 @@ func New(cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	if err := n.startBGP(); err != nil {
+		return nil, err
+	}
+	if err := n.newBFD(); err != nil {
 		return nil, err
 	}
 	if err := n.announceSegments(); err != nil {
@@ -288,6 +292,9 @@ func (n *Node) announceSegments() error {
 			neigh: n.neigh, gossip: ann, log: n.log.With("vni", s.cfg.VNI, "dev", s.cfg.Dev), quota: n.quota, pinOwner: n.pinOwner,
 			self: n.cfg.Name, probeInterval: n.cfg.ProbeInterval, probeRetries: n.cfg.ProbeRetries, contests: s.contests, counters: &n.lifecycle,
 			probe: func(mac fdb.MAC, ip netip.Addr) error { return s.engines[0].Probe(mac, ip) }}
+		if n.bfd != nil && n.bfd.seg == s {
+			s.tracker.bfd = &bfdTracker{node: n.bfd, prefixes: n.cfg.BFD}
+		}
 		if err := ann.AnnounceMAC(s.cfg.VNI, s.mac); err != nil {
 			return err
 		}
@@ -386,6 +393,11 @@ func (n *Node) buildEngines(rxs []udpSocket, srcs []udpSocket) error {
 	j := 0 // engine number across segments
 	for _, s := range n.segs {
 		bum := encap.NewBucket(n.cfg.BUMRate, n.cfg.BUMRate*BUMBurst) // shared by the segment's engines
+		var bfdAddr netip.Addr
+		var bfdRx chan<- encap.BFDPacket
+		if n.bfd != nil && n.bfd.seg == s {
+			bfdAddr, bfdRx = n.bfd.source, n.bfd.rx
+		}
 		for k, d := range s.devs {
 			var mine []encap.Transport
 			for i, src := range srcs {
@@ -411,6 +423,8 @@ func (n *Node) buildEngines(rxs []udpSocket, srcs []udpSocket) error {
 				Pinned:      &n.pinned,
 				Heard:       &n.heard,
 				ProbeMAC:    probeMAC(s.mac),
+				BFDAddr:     bfdAddr,
+				BFD:         bfdRx,
 				UnderlayMTU: n.cfg.UnderlayMTU,
 				PathMTUs:    &n.pathMTUs,
 				Partial:     n.partialPeers(),
@@ -509,7 +523,7 @@ func (n *Node) Run(ctx context.Context) error {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errs := make(chan error, len(n.demuxes)+len(n.segs)*n.cfg.Queues+4) // every spawned function can fail without blocking
+	errs := make(chan error, len(n.demuxes)+len(n.segs)*n.cfg.Queues+5) // every spawned function can fail without blocking
 	var wg sync.WaitGroup
 	spawn := func(f func() error) {
 		wg.Add(1)
@@ -562,6 +576,9 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 	if n.bgp != nil {
 		spawn(func() error { return n.bgp.Run(ctx) })
+	}
+	if n.bfd != nil {
+		spawn(func() error { return n.bfd.run(ctx) })
 	}
 	if n.leases != nil {
 		spawn(func() error { return n.keepLease(ctx) })

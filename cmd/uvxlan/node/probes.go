@@ -4,7 +4,8 @@ package node
 // verify, then withdraw or re-assert).
 //
 // Every binding behind a TAP (IP → MAC, origin local) whose endpoint sent
-// nothing for ProbeInterval is probed from the segment's probe MAC
+// nothing for ProbeInterval, and whose BFD session (bfd.go), if it has
+// one, is not Up, is probed from the segment's probe MAC
 // (encap.Engine.Probe): an ARP probe to the endpoint's MAC asking for an
 // IPv4 address, a unicast Neighbor Solicitation for an IPv6 one. The
 // answer, an ARP reply or a solicited NA to the probe MAC, comes back as a
@@ -97,6 +98,10 @@ func (e *endpoints) probeTick(now time.Time) {
 		if !st.reassertAt.IsZero() && !now.Before(st.reassertAt) {
 			e.reassert(b.IP, st, now)
 		}
+		if st.contestedBy == "" && e.bfdUp(b.IP) {
+			st.heard, st.sent = now, 0 // its BFD session is Up: that is its liveness
+			continue
+		}
 		heard := st.heard
 		if t := seen[b.MAC]; st.contestedBy == "" && t.After(heard) {
 			heard = t // any frame of the endpoint proves it alive; a claim needs an answer
@@ -160,6 +165,7 @@ func (e *endpoints) withdrawBinding(ip netip.Addr, st *probeState, seen map[fdb.
 		e.quota.give(&e.quota.bindings)
 	}
 	e.gossip.WithdrawNeigh(e.vni, ip)
+	e.bfdEnd(ip, "withdrawn by its probes")
 	e.counters.probeWithdrawn.Add(1)
 	if st.contestedBy != "" {
 		e.log.Info("endpoint moved: its address is claimed by another node and it did not answer here; withdrawn",

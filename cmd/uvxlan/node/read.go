@@ -26,6 +26,7 @@ type (
 	Status        = controlapi.Status
 	SegmentStatus = controlapi.SegmentStatus
 	BGPSummary    = controlapi.BGPSummary
+	BFDSummary    = controlapi.BFDSummary
 	SilentVTEP    = controlapi.SilentVTEP
 )
 
@@ -75,6 +76,17 @@ func (n *Node) Status() Status {
 		for _, s := range b.Sessions {
 			if s.State == "established" {
 				st.BGP.Established++
+			}
+		}
+	}
+	if b, ok := n.BFD(); ok {
+		st.BFD = &BFDSummary{Source: b.Source, Sessions: len(b.Sessions)}
+		for _, s := range b.Sessions {
+			if s.State == "up" {
+				st.BFD.Up++
+			}
+			if s.Withdrawn {
+				st.BFD.Withdrawn++
 			}
 		}
 	}
@@ -157,6 +169,9 @@ type Stats struct {
 	Leases   *lease.Stats // nil outside routed mode
 	Subnets  any          // Config.SubnetStats's; nil without
 	Node     Counters     // the node's own (quota.go)
+	// BFD holds the BFD sessions' counters (BFD's Counters); nil
+	// without Config.BFD.
+	BFD map[string]uint64
 	// Encrypted: gossip is encrypted (see Status.Gossip).
 	Encrypted bool
 }
@@ -192,6 +207,9 @@ func (n *Node) Stats() Stats {
 	st.Gossip = n.gossip.Stats()
 	st.Encrypted = n.cfg.GossipMode() == "encrypted"
 	st.Node = n.counters()
+	if n.bfd != nil {
+		st.BFD = n.bfd.counters()
+	}
 	if n.leases != nil {
 		ls := n.leases.Stats()
 		st.Leases = &ls
