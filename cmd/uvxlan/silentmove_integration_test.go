@@ -25,7 +25,8 @@ import (
 // address's DAD and MLD): only what it is asked. The old binding is
 // withdrawn by h1's probes (--probe-interval 1s); the time from its
 // withdrawal (polled in h2's table) to the remote's first reply from the
-// new endpoint is measured and logged. Before the agents asked for a
+// new endpoint is measured and logged, also when the new endpoint comes up
+// only 2 s after the withdrawal (OtherHostLate). Before the agents asked for a
 // withdrawn address and announced its new binding (moves.go), the first
 // reply came 29.8-35.7 s after the withdrawal, when the remote kernel's
 // REACHABLE entry had expired and its unicast probes to the old MAC had
@@ -36,15 +37,17 @@ func TestSilentIPMove(t *testing.T) {
 		name string
 		to   int // the host the new endpoint comes up behind
 		v6   bool
+		late bool // it comes up 2 s after the old binding's withdrawal
 	}{
-		{"SameHost", 1, false},
-		{"OtherHost", 3, false},
-		{"SameHostIPv6", 1, true},
-		{"OtherHostIPv6", 3, true},
+		{"SameHost", 1, false, false},
+		{"OtherHost", 3, false, false},
+		{"SameHostIPv6", 1, true, false},
+		{"OtherHostIPv6", 3, true, false},
+		{"OtherHostLate", 3, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			silentIPMove(t, tc.to, tc.v6)
+			silentIPMove(t, tc.to, tc.v6, tc.late)
 		})
 	}
 }
@@ -54,7 +57,7 @@ func TestSilentIPMove(t *testing.T) {
 // at load 20-27).
 const silentMoveBound = 10 * time.Second
 
-func silentIPMove(t *testing.T, to int, v6 bool) {
+func silentIPMove(t *testing.T, to int, v6, late bool) {
 	ctx := context.Background()
 	tb := testenv.NewForTest(t, testenv.Config{Hosts: 3})
 	agents := startGossipCluster(t, tb, "--probe-interval", "1s")
@@ -129,11 +132,16 @@ func silentIPMove(t *testing.T, to int, v6 bool) {
 		t.Fatal(err)
 	}
 	deleted := time.Now()
-	if err := tb.Host(to).AttachEndpoint(ctx, pod, "pod", "brx", net.HardwareAddr(newMAC[:])); err != nil {
-		t.Fatal(err)
+	attach := func() {
+		if err := tb.Host(to).AttachEndpoint(ctx, pod, "pod", "brx", net.HardwareAddr(newMAC[:])); err != nil {
+			t.Fatal(err)
+		}
+		if v6 {
+			addV6(pod, ip)
+		}
 	}
-	if v6 {
-		addV6(pod, ip)
+	if !late {
+		attach()
 	}
 	var withdrawn time.Time
 	wait.For(t, 30*time.Second, "h2's table drops the old binding", func() bool {
@@ -141,6 +149,10 @@ func silentIPMove(t *testing.T, to int, v6 bool) {
 		withdrawn = time.Now()
 		return m != fdb.MAC(oldMAC)
 	})
+	if late {
+		time.Sleep(2 * time.Second)
+		attach()
+	}
 	var first time.Time
 	err = wait.Until(ctx, silentMoveBound+30*time.Second, func() bool {
 		first = firstReplyAfter(pinger.Log(), withdrawn)
