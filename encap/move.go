@@ -46,10 +46,10 @@ func (e *Engine) Discover(ip netip.Addr) error {
 // IPv4 address; for an IPv6 one, an unsolicited Neighbor Advertisement to
 // all nodes with O set, S and R clear, and mac as the target link-layer
 // address (RFC 4861 §7.2.6), from the probe MAC's link-local address. The
-// frame's Ethernet source is the probe MAC, not mac: on the node where
-// the endpoint lives, a bridge holding the TAP would learn mac on the
-// TAP's port and send the endpoint's traffic into the TAP (see
-// localBinding); the receivers take the MAC from the ARP or ND payload.
+// frame's Ethernet source is the probe MAC, not mac: the receivers take
+// the MAC from the ARP or ND payload, and a bridge holding the TAP learns
+// no endpoint's MAC from the agent's own frames (were the endpoint on that
+// bridge, its traffic would go into the TAP: see localBinding).
 func (e *Engine) Announce(ip netip.Addr, mac fdb.MAC) error {
 	ip = ip.Unmap()
 	if e.cfg.ProbeMAC.IsZero() || !ip.IsValid() || ip.IsMulticast() || ip.IsUnspecified() || mac.IsZero() || mac.IsMulticast() {

@@ -62,12 +62,13 @@ type Neighbors struct {
 }
 
 // NeighChange is one change of a binding's MAC: the binding of IP in VNI
-// was Old and is New. A zero Old is a new binding, a zero New a removed
-// one.
+// was Old and is New, of origin Origin. A zero Old is a new binding, a
+// zero New (and Origin) a removed one.
 type NeighChange struct {
 	VNI      VNI
 	IP       netip.Addr
 	Old, New MAC
+	Origin   Origin
 }
 
 // Notify has f called with every change of a binding's MAC (a new
@@ -219,7 +220,7 @@ func (n *Neighbors) Set(e Neigh) (changed bool, err error) {
 	}
 	*n.room(e.Origin)++
 	if n.notify != nil && (!exists || old.mac != e.MAC) {
-		n.notify(NeighChange{VNI: e.VNI, IP: ip, Old: old.mac, New: e.MAC})
+		n.notify(NeighChange{VNI: e.VNI, IP: ip, Old: old.mac, New: e.MAC, Origin: e.Origin})
 	}
 	return true, nil
 }

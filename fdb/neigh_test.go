@@ -235,10 +235,10 @@ func TestNeighborsNotify(t *testing.T) {
 	n.Notify(nil)
 	n.Delete(2, ip)
 	want := []NeighChange{
-		{VNI: 1, IP: ip, New: m1},
-		{VNI: 1, IP: ip, Old: m1, New: m2},
+		{VNI: 1, IP: ip, New: m1, Origin: OriginGossip},
+		{VNI: 1, IP: ip, Old: m1, New: m2, Origin: OriginStatic},
 		{VNI: 1, IP: ip, Old: m2},
-		{VNI: 2, IP: ip, New: m1},
+		{VNI: 2, IP: ip, New: m1, Origin: OriginLocal},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("changes %v, want %v", got, want)

@@ -23,12 +23,17 @@ package node
 //     to the probe MAC; the engine snoops the answer, and the tracker
 //     binds and announces it as any endpoint it sees.
 //   - A binding then set to a MAC other than the withdrawn one, or moved
-//     from one MAC to another: the node tells the kernels behind its TAP
-//     on the endpoint's behalf (encap.Engine.Announce: a gratuitous ARP
-//     reply, an unsolicited NA with override), as a moved endpoint that
-//     announces itself would. A kernel that holds an entry for the
-//     address takes the new MAC whatever the entry's state; the others
-//     create none.
+//     from one MAC to another, to an endpoint behind another node: the
+//     node tells the kernels behind its TAP on the endpoint's behalf
+//     (encap.Engine.Announce: a gratuitous ARP reply, an unsolicited NA
+//     with override), as a moved endpoint that announces itself would. A
+//     kernel that holds an entry for the address takes the new MAC
+//     whatever the entry's state; the others create none. Not for an
+//     endpoint behind this node's own TAP, as ARP and ND suppression do
+//     not answer for one (encap's localBinding): it is on the link the
+//     announcement would go to, and would get it too (Linux logs an NA
+//     for its own address as "advertised our address", and one during
+//     DAD fails the address); its neighbours there find it themselves.
 //
 // Every node does both for its own TAP; no frame crosses the underlay.
 // The remembered withdrawals are bounded (maxMoves per segment, a minute
@@ -125,12 +130,12 @@ func (m *moves) changed(c fdb.NeighChange, now time.Time) {
 		}
 		m.pending[c.IP] = &move{old: c.Old, at: now, next: now}
 	case p != nil: // bound again after a withdrawal
-		if c.New == p.old {
-			delete(m.pending, c.IP) // the same endpoint back
+		if c.New == p.old || c.Origin == fdb.OriginLocal {
+			delete(m.pending, c.IP) // the same endpoint back, or one of ours
 			return
 		}
 		p.announce, p.next = c.New, time.Time{}
-	case !c.Old.IsZero(): // moved from one MAC to another
+	case !c.Old.IsZero() && c.Origin != fdb.OriginLocal: // moved from one MAC to another
 		if len(m.pending) < maxMoves {
 			m.pending[c.IP] = &move{old: c.Old, at: now, announce: c.New}
 		}

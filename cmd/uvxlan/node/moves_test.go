@@ -38,7 +38,8 @@ func (f *fakeMoves) take() []string {
 // until it is bound again; bound to a new MAC it is announced once, bound
 // to its old MAC (the same endpoint back) not at all; a binding moved
 // from one MAC to another is announced; a new binding, a withdrawal
-// forgotten after moveWindow, is not.
+// forgotten after moveWindow, and an endpoint behind this node's TAP are
+// not.
 func TestMoves(t *testing.T) {
 	ip, ip2 := netip.MustParseAddr("10.42.0.91"), netip.MustParseAddr("fd42::91")
 	a, b := fdb.MAC{2, 0, 0, 0, 0, 0xa}, fdb.MAC{2, 0, 0, 0, 0, 0xb}
@@ -65,7 +66,7 @@ func TestMoves(t *testing.T) {
 	if want := []time.Duration{0, time.Second, 3 * time.Second, 7 * time.Second, 15 * time.Second}; !slices.Equal(asked, want) {
 		t.Errorf("asked at %v, want %v", asked, want)
 	}
-	f.changed(fdb.NeighChange{VNI: 1, IP: ip, New: b}, at(40*time.Second))
+	f.changed(fdb.NeighChange{VNI: 1, IP: ip, New: b, Origin: fdb.OriginGossip}, at(40*time.Second))
 	f.send(at(40 * time.Second))
 	f.send(at(41 * time.Second))
 	if s := f.take(); !slices.Equal(s, []string{"tell " + ip.String() + " " + b.String()}) {
@@ -85,10 +86,19 @@ func TestMoves(t *testing.T) {
 
 	// A direct move: announced. A withdrawal older than moveWindow is
 	// forgotten: a binding then is new.
-	f.changed(fdb.NeighChange{VNI: 1, IP: ip2, Old: a, New: b}, t0)
+	f.changed(fdb.NeighChange{VNI: 1, IP: ip2, Old: a, New: b, Origin: fdb.OriginEVPN}, t0)
 	f.send(t0)
 	if s := f.take(); !slices.Equal(s, []string{"tell " + ip2.String() + " " + b.String()}) {
 		t.Errorf("a move: sent %v", s)
+	}
+	// Not for an endpoint behind this node's TAP: it is on the link.
+	f.changed(fdb.NeighChange{VNI: 1, IP: ip2, Old: b, New: a, Origin: fdb.OriginLocal}, t0)
+	f.changed(fdb.NeighChange{VNI: 1, IP: ip, Old: b}, t0)
+	f.send(t0)
+	f.changed(fdb.NeighChange{VNI: 1, IP: ip, New: a, Origin: fdb.OriginLocal}, at(time.Millisecond))
+	f.send(at(time.Second))
+	if s := f.take(); !slices.Equal(s, []string{"ask " + ip.String()}) {
+		t.Errorf("bound behind this node's TAP: sent %v, want only the discovery", s)
 	}
 	f.changed(fdb.NeighChange{VNI: 1, IP: ip, Old: b}, t0)
 	f.send(at(moveWindow))
