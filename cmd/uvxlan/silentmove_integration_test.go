@@ -53,9 +53,16 @@ func TestSilentIPMove(t *testing.T) {
 }
 
 // silentMoveBound is how soon after the withdrawal the remote must get a
-// reply from the new endpoint: the issue asks 10 s (0.2-0.4 s was seen
-// at load 20-27).
-const silentMoveBound = 10 * time.Second
+// reply from the new endpoint: the issue asks 10 s (0-1.04 s was seen in
+// 20 runs at load 16-29). lateMoveBound is the same for an endpoint that
+// comes up 2 s after the withdrawal: the agents ask for the address 0, 1,
+// 3, 7 and 15 s after it, so the ask after the endpoint is up finds it
+// (3.1-7.4 s was seen: 7.4 when the endpoint's set-up, slow at load 29,
+// ended after the third ask).
+const (
+	silentMoveBound = 10 * time.Second
+	lateMoveBound   = 20 * time.Second
+)
 
 func silentIPMove(t *testing.T, to int, v6, late bool) {
 	ctx := context.Background()
@@ -154,7 +161,7 @@ func silentIPMove(t *testing.T, to int, v6, late bool) {
 		attach()
 	}
 	var first time.Time
-	err = wait.Until(ctx, silentMoveBound+30*time.Second, func() bool {
+	err = wait.Until(ctx, lateMoveBound+30*time.Second, func() bool {
 		first = firstReplyAfter(pinger.Log(), withdrawn)
 		return !first.IsZero()
 	})
@@ -172,8 +179,8 @@ func silentIPMove(t *testing.T, to int, v6, late bool) {
 		t.Logf("  %s binds %s to %s (%s); move_discoveries %d, move_announcements %d, floods %d",
 			a.host.Name, ip, m, o, st.Get(encap.MoveDiscoveries), st.Get(encap.MoveAnnouncements), st.Get(encap.Floods))
 	}
-	if err != nil || first.Sub(withdrawn) > silentMoveBound {
-		t.Errorf("the remote got no reply from the new endpoint within %v of the old binding's withdrawal", silentMoveBound)
+	if bound := map[bool]time.Duration{false: silentMoveBound, true: lateMoveBound}[late]; err != nil || first.Sub(withdrawn) > bound {
+		t.Errorf("the remote got no reply from the new endpoint within %v of the old binding's withdrawal", bound)
 	}
 	for _, a := range agents {
 		if m, _ := neighOf(t, a, ip); m != newMAC {
