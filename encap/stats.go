@@ -76,9 +76,9 @@ var counterDescs = [NumCounters]Desc{
 	PMTUProbes:        {"pmtu_probes", "Path MTU probes received from members (answered by the agent, never written to the TAP)."},
 	PMTUAcks:          {"pmtu_acks", "Acks to this agent's path MTU probes received from members."},
 	RxPartialCsum:     {"rx_partial_checksums", "Frames from the underlay whose inner TCP or UDP checksum the sender left partial for a NIC to finish (a kernel VXLAN device with checksum offload, behind a veth, or an agent that leaves them so for members that take them): completed, or handed to the TAP as needing one, instead of written broken."},
+	TxPartialCsum:     {"tx_partial_checksums", "Frames sent with their inner TCP or UDP checksum left partial (the pseudo-header sum, as the host's kernel left it for the TAP to finish), to a member that takes them (--partial-checksums): its TAP finishes it only if the frame leaves its host."},
 	MoveDiscoveries:   {"move_discoveries", "Requests for an address whose binding was withdrawn (a broadcast ARP probe, a multicast Neighbor Solicitation) written into the TAP, so that an endpoint holding it now, silent so far, answers and is bound."},
 	MoveAnnouncements: {"move_announcements", "Gratuitous ARP replies and unsolicited Neighbor Advertisements written into the TAP for an address bound to a new MAC after its binding was withdrawn or moved, so that kernels behind the TAP drop the old MAC at once."},
-	TxPartialCsum:     {"tx_partial_checksums", "Frames sent with their inner TCP or UDP checksum left partial (the pseudo-header sum, as the host's kernel left it for the TAP to finish), to a member that takes them (--partial-checksums): its TAP finishes it only if the frame leaves its host."},
 }
 
 // Desc returns the counter's declaration.
