@@ -171,24 +171,32 @@ func (p *ndPacket) binding(src fdb.MAC) (ip netip.Addr, ok bool) {
 // whether the target is a router) and a target link-layer option. It does
 // not allocate.
 func putNA(b []byte, ns ndPacket, mac fdb.MAC) int {
-	copy(b[0:6], ns.srcMAC[:])
-	copy(b[6:12], mac[:])
+	return putAdvert(b, ns.srcMAC, mac, ns.target, ns.srcIP, naSolicited|naOverride, ns.target, mac)
+}
+
+// putAdvert writes into b (at least naFrameLen bytes) a Neighbor
+// Advertisement from Ethernet src and IPv6 srcIP to Ethernet dst and IPv6
+// dstIP, with flags, saying that target is at mac (the target link-layer
+// option), and returns the frame's length. It does not allocate.
+func putAdvert(b []byte, dst, src fdb.MAC, srcIP, dstIP netip.Addr, flags uint8, target netip.Addr, mac fdb.MAC) int {
+	copy(b[0:6], dst[:])
+	copy(b[6:12], src[:])
 	binary.BigEndian.PutUint16(b[12:14], etherTypeIPv6)
 	ip := b[ethHeaderLen:]
 	const plen = naFrameLen - ethHeaderLen - ipv6HeaderLen
 	binary.BigEndian.PutUint32(ip[0:4], 6<<28) // version, traffic class 0, flow label 0
 	binary.BigEndian.PutUint16(ip[4:6], plen)
 	ip[6], ip[7] = protoICMPv6, 255
-	src, dst := ns.target.As16(), ns.srcIP.As16()
-	copy(ip[8:24], src[:])
-	copy(ip[24:40], dst[:])
+	s, d, t := srcIP.As16(), dstIP.As16(), target.As16()
+	copy(ip[8:24], s[:])
+	copy(ip[24:40], d[:])
 	m := ip[ipv6HeaderLen : ipv6HeaderLen+plen]
 	m[0], m[1], m[2], m[3] = ndAdvert, 0, 0, 0
-	m[4], m[5], m[6], m[7] = naSolicited|naOverride, 0, 0, 0
-	copy(m[8:24], src[:])
+	m[4], m[5], m[6], m[7] = flags, 0, 0, 0
+	copy(m[8:24], t[:])
 	m[24], m[25] = ndOptTgtLL, 1
 	copy(m[26:32], mac[:])
-	sum := tap.Checksum(m, tap.PseudoHeaderIPv6(src, dst, protoICMPv6, plen))
+	sum := tap.Checksum(m, tap.PseudoHeaderIPv6(s, d, protoICMPv6, plen))
 	binary.BigEndian.PutUint16(m[2:4], ^tap.FoldChecksum(sum))
 	return naFrameLen
 }
@@ -210,6 +218,14 @@ func linkLocal(mac fdb.MAC) netip.Addr {
 // probe (RFC 4861 §7.3.1), which the endpoint answers with a solicited NA
 // to src. It returns the frame's length.
 func putNSProbe(b []byte, dst, src fdb.MAC, target netip.Addr) int {
+	return putSolicit(b, dst, src, target, target) // unicast to the target itself
+}
+
+// putSolicit writes into b (at least naFrameLen bytes) a Neighbor
+// Solicitation for target from src (its link-local address, and its MAC as
+// the source link-layer option) to Ethernet dst and IPv6 dstIP, and returns
+// the frame's length.
+func putSolicit(b []byte, dst, src fdb.MAC, dstIP, target netip.Addr) int {
 	copy(b[0:6], dst[:])
 	copy(b[6:12], src[:])
 	binary.BigEndian.PutUint16(b[12:14], etherTypeIPv6)
@@ -218,13 +234,13 @@ func putNSProbe(b []byte, dst, src fdb.MAC, target netip.Addr) int {
 	binary.BigEndian.PutUint32(ip[0:4], 6<<28)
 	binary.BigEndian.PutUint16(ip[4:6], plen)
 	ip[6], ip[7] = protoICMPv6, 255
-	s, d := linkLocal(src).As16(), target.As16()
+	s, d, t := linkLocal(src).As16(), dstIP.As16(), target.As16()
 	copy(ip[8:24], s[:])
-	copy(ip[24:40], d[:]) // unicast to the target itself
+	copy(ip[24:40], d[:])
 	m := ip[ipv6HeaderLen : ipv6HeaderLen+plen]
 	m[0], m[1], m[2], m[3] = ndSolicit, 0, 0, 0
 	m[4], m[5], m[6], m[7] = 0, 0, 0, 0
-	copy(m[8:24], d[:])
+	copy(m[8:24], t[:])
 	m[24], m[25] = ndOptSrcLL, 1
 	copy(m[26:32], src[:])
 	sum := tap.Checksum(m, tap.PseudoHeaderIPv6(s, d, protoICMPv6, plen))

@@ -47,6 +47,10 @@ const (
 	BFDAddrAnswers
 	BFDReceived
 	BFDSent
+	// MoveDiscoveries and MoveAnnouncements count the frames the node
+	// writes into the TAP for silent IP moves (see move.go).
+	MoveDiscoveries
+	MoveAnnouncements
 
 	NumCounters
 )
@@ -81,6 +85,8 @@ var counterDescs = [NumCounters]Desc{
 	BFDReceived:       {"bfd_received", "BFD control packets read from the TAP and handed to the sessions."},
 	BFDSent:           {"bfd_sent", "BFD control packets written into the TAP."},
 	TxPartialCsum:     {"tx_partial_checksums", "Frames sent with their inner TCP or UDP checksum left partial (the pseudo-header sum, as the host's kernel left it for the TAP to finish), to a member that takes them (--partial-checksums): its TAP finishes it only if the frame leaves its host."},
+	MoveDiscoveries:   {"move_discoveries", "Requests for an address whose binding was withdrawn (a broadcast ARP probe, a multicast Neighbor Solicitation) written into the TAP, so that an endpoint holding it now, silent so far, answers and is bound."},
+	MoveAnnouncements: {"move_announcements", "Gratuitous ARP replies and unsolicited Neighbor Advertisements written into the TAP for an address bound to a new MAC after its binding was withdrawn or moved, so that kernels behind the TAP drop the old MAC at once."},
 }
 
 // Desc returns the counter's declaration.

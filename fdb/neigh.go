@@ -58,6 +58,29 @@ type Neighbors struct {
 	evpn    int        // bindings of origin evpn; mu
 	shards  [neighShards]atomic.Pointer[map[neighKey]neighVal]
 	subnets atomic.Pointer[[]SubnetNeigh]
+	notify  func(NeighChange) // mu; see Notify
+}
+
+// NeighChange is one change of a binding's MAC: the binding of IP in VNI
+// was Old and is New, of origin Origin. A zero Old is a new binding, a
+// zero New (and Origin) a removed one.
+type NeighChange struct {
+	VNI      VNI
+	IP       netip.Addr
+	Old, New MAC
+	Origin   Origin
+}
+
+// Notify has f called with every change of a binding's MAC (a new
+// binding, one bound to another MAC, one removed; not a change of origin
+// alone), whoever made it: gossip, EVPN, the node's endpoints. f runs with
+// the writers' lock held, in the order of the changes, so it must return
+// at once (hand the change on without blocking) and must not use the
+// table. nil turns it off.
+func (n *Neighbors) Notify(f func(NeighChange)) {
+	n.mu.Lock()
+	n.notify = f
+	n.mu.Unlock()
 }
 
 // neighShards is the number of shards of a neighbour table.
@@ -196,6 +219,9 @@ func (n *Neighbors) Set(e Neigh) (changed bool, err error) {
 		*n.room(old.origin)--
 	}
 	*n.room(e.Origin)++
+	if n.notify != nil && (!exists || old.mac != e.MAC) {
+		n.notify(NeighChange{VNI: e.VNI, IP: ip, Old: old.mac, New: e.MAC, Origin: e.Origin})
+	}
 	return true, nil
 }
 
@@ -221,6 +247,9 @@ func (n *Neighbors) deleteIf(vni VNI, ip netip.Addr, o Origin) bool {
 	delete(m, k)
 	sh.Store(&m)
 	*n.room(v.origin)--
+	if n.notify != nil {
+		n.notify(NeighChange{VNI: vni, IP: k.ip, Old: v.mac})
+	}
 	return true
 }
 

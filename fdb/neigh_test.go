@@ -215,3 +215,37 @@ func BenchmarkNeighSet10k(b *testing.B) {
 		}
 	}
 }
+
+// Notify reports each change of a binding's MAC, in order, and nothing
+// else: not an unchanged Set, an origin change alone, nor a refused write.
+func TestNeighborsNotify(t *testing.T) {
+	ip := netip.MustParseAddr("10.42.0.7")
+	m1, m2 := MAC{2, 0, 0, 0, 0, 1}, MAC{2, 0, 0, 0, 0, 2}
+	n := NewNeighbors(10)
+	var got []NeighChange
+	n.Notify(func(c NeighChange) { got = append(got, c) })
+	n.Set(Neigh{VNI: 1, IP: ip, MAC: m1, Origin: OriginGossip})
+	n.Set(Neigh{VNI: 1, IP: ip, MAC: m1, Origin: OriginGossip}) // unchanged
+	n.Set(Neigh{VNI: 1, IP: ip, MAC: m1, Origin: OriginStatic}) // origin only
+	n.Set(Neigh{VNI: 1, IP: ip, MAC: m2, Origin: OriginGossip}) // outranked
+	n.Set(Neigh{VNI: 1, IP: ip, MAC: m2, Origin: OriginStatic}) // moved
+	n.DeleteOrigin(1, ip, OriginGossip)                         // not its origin
+	n.DeleteOrigin(1, ip, OriginStatic)                         // removed
+	n.Set(Neigh{VNI: 2, IP: netip.MustParseAddr("::ffff:10.42.0.7"), MAC: m1, Origin: OriginLocal})
+	n.Notify(nil)
+	n.Delete(2, ip)
+	want := []NeighChange{
+		{VNI: 1, IP: ip, New: m1, Origin: OriginGossip},
+		{VNI: 1, IP: ip, Old: m1, New: m2, Origin: OriginStatic},
+		{VNI: 1, IP: ip, Old: m2},
+		{VNI: 2, IP: ip, New: m1, Origin: OriginLocal},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("changes %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("change %d: %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}

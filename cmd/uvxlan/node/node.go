@@ -94,6 +94,7 @@ type segment struct {
 	snoop    chan encap.Sighting
 	contests chan contest // gossip's claims of other members for our bindings
 	tracker  *endpoints
+	moves    *moves // silent IP moves (moves.go)
 	offloads string
 }
 
@@ -154,6 +155,7 @@ func New(cfg Config) (_ *Node, err error) {
 		n.segs = append(n.segs, s)
 		plain = plain || s.offloads == ""
 	}
+	n.watchMoves()
 	if plain || !cfg.Offload { // runs of datagrams would only be cut and copied
 		for _, rx := range rxs {
 			if err := rx.DisableGRO(); err != nil {
@@ -538,6 +540,7 @@ func (n *Node) Run(ctx context.Context) error {
 	go n.table.Run(ctx)
 	for _, s := range n.segs {
 		go s.tracker.run(ctx, s.snoop)
+		go s.moves.run(ctx)
 		for _, e := range s.engines {
 			spawn(func() error { return e.Run(ctx) })
 		}
