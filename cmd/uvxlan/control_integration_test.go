@@ -102,7 +102,7 @@ func TestControlSocketNeverOpen(t *testing.T) {
 	if d, err := os.Stat(dir); err != nil || d.Mode().Perm() != 0o755 {
 		t.Errorf("the directory made for --control: %v %v, want mode 0755", d.Mode(), err)
 	}
-	if err := waitForSocket(context.Background(), sock, 60*time.Second); err != nil {
+	if err := waitForSocket(context.Background(), sock); err != nil {
 		t.Fatalf("%v\n%s", err, p.Log())
 	}
 	if es, _ := os.ReadDir(dir); len(es) != 1 {
@@ -124,7 +124,7 @@ func TestControlPeerCredentials(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := waitForSocket(context.Background(), sock, 10*time.Second); err != nil {
+	if err := waitForSocket(context.Background(), sock); err != nil {
 		t.Fatalf("%v\n%s", err, p.Log())
 	}
 

@@ -89,7 +89,7 @@ func startEVPNAgent(t *testing.T, f *evpnFabric, h *testenv.Host, vnis []uint32,
 	if a.proc, err = h.Start(context.Background(), "", uvxlanBin, args...); err != nil {
 		t.Fatal(err)
 	}
-	if err := waitForSocket(context.Background(), a.control, 10*time.Second); err != nil {
+	if err := waitForSocket(context.Background(), a.control); err != nil {
 		t.Fatalf("%s: %v\n%s", h.Name, err, a.proc.Log())
 	}
 	if out, err := h.Run(context.Background(), "sh", "-c", "ip link add brx type bridge && ip link set uvx0 master brx && ip link set brx up"); err != nil {

@@ -106,7 +106,7 @@ func startAgent(t *testing.T, h *testenv.Host, extra ...string) *agent {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := waitForSocket(context.Background(), a.control, 10*time.Second); err != nil {
+	if err := waitForSocket(context.Background(), a.control); err != nil {
 		t.Fatalf("%s: %v\n%s", h.Name, err, a.proc.Log())
 	}
 	return a

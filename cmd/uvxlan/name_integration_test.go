@@ -132,7 +132,7 @@ func TestReadmeClusterByHand(t *testing.T) {
 				t.Fatalf("%s: %v", line, err)
 			}
 			agents = append(agents, cmd)
-			if err := waitForSocket(context.Background(), controls[len(controls)-1], 10*time.Second); err != nil {
+			if err := waitForSocket(context.Background(), controls[len(controls)-1]); err != nil {
 				t.Fatalf("%s: %v", line, err)
 			}
 			continue

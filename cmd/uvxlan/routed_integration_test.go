@@ -57,7 +57,7 @@ func (ra *routedAgent) start(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := waitForSocket(context.Background(), ra.control, 10*time.Second); err != nil {
+	if err := waitForSocket(context.Background(), ra.control); err != nil {
 		t.Fatalf("%s: %v\n%s", ra.host.Name, err, ra.proc.Log())
 	}
 }

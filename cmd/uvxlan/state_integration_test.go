@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/uvxlan/uvxlan/cmd/uvxlan/node"
 	"github.com/uvxlan/uvxlan/testenv"
@@ -37,7 +36,7 @@ func TestStateDirFaults(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := waitForSocket(context.Background(), sock, 10*time.Second); err != nil {
+		if err := waitForSocket(context.Background(), sock); err != nil {
 			t.Fatalf("the agent did not start: %v\n%s", err, p.Log())
 		}
 		raw, err := newControlClient(sock).get("status")

@@ -231,7 +231,7 @@ func (d *demo) startAgents(ctx context.Context) error {
 		}
 	}
 	for _, h := range d.tb.Hosts() {
-		if err := waitForSocket(ctx, d.control(h), 10*time.Second); err != nil {
+		if err := waitForSocket(ctx, d.control(h)); err != nil {
 			return fmt.Errorf("%s: agent did not start: %w", h.Name, err)
 		}
 	}
@@ -301,9 +301,11 @@ func waitForMembers(ctx context.Context, control string, n int, timeout time.Dur
 	return nil
 }
 
-// waitForSocket waits until something listens on the unix socket at path.
-func waitForSocket(ctx context.Context, path string, timeout time.Duration) error {
-	if err := wait.Until(ctx, timeout, func() bool {
+// waitForSocket waits until an agent answers on the control socket at
+// path: up to a minute, for an agent started on a busy machine (at load
+// 30, agents started beside others printed nothing for over 10 s).
+func waitForSocket(ctx context.Context, path string) error {
+	if err := wait.Until(ctx, time.Minute, func() bool {
 		_, err := controlapi.NewClient(path).Get(ctx, "status")
 		return err == nil
 	}); err != nil {

@@ -375,7 +375,7 @@ func TestReloadSuccessorFails(t *testing.T) {
 			a1.proc, err = h1.Start(context.Background(), "", bin, "run", "--name", h1.Name, "--local", h1.Underlay.String(),
 				"--address", "10.42.0.1/24", "--control", control, "--gossip-key", testKey)
 			must(t, err)
-			must(t, waitForSocket(context.Background(), control, 10*time.Second))
+			must(t, waitForSocket(context.Background(), control))
 			wait.For(t, 20*time.Second, "h2 pings h1", func() bool {
 				_, err := h2.Ping(context.Background(), a1.overlay, 1)
 				return err == nil

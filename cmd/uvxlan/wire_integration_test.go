@@ -202,7 +202,7 @@ func TestStaticFDBKernelPeer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := waitForSocket(ctx, a.control, 10*time.Second); err != nil {
+	if err := waitForSocket(ctx, a.control); err != nil {
 		t.Fatalf("%v\n%s", err, a.proc.Log())
 	}
 	if err := h2.AddKernelVXLAN(ctx, testenv.KernelVXLAN{Name: "vxlan.1", VNI: 1, Port: port,

@@ -40,6 +40,14 @@ func NewClient(path string) *Client {
 	}}
 }
 
+// WithTimeout returns a Client of the same socket whose requests are
+// bounded by d instead of Timeout.
+func (c *Client) WithTimeout(d time.Duration) *Client {
+	hc := *c.hc
+	hc.Timeout = d
+	return &Client{path: c.path, hc: &hc}
+}
+
 // Do sends a request to /v1/<what> (a path and query, such as
 // "fdb?vni=7") with body, when not nil, as JSON, and returns the raw JSON
 // answer. An answer other than 200 is an error with its text; an agent
