@@ -147,6 +147,10 @@ const (
 	// agreed with it yet (it is never sent in plain).
 	DropESPNoKey
 
+	// DropNotRouterMAC counts frames received on the L3 VNI
+	// (EngineConfig.Routed) not addressed to the router MAC.
+	DropNotRouterMAC
+
 	NumDropReasons
 )
 
@@ -173,6 +177,7 @@ var dropDescs = [NumDropReasons]Desc{
 	DropESPReplay:       {"esp_replay", "ESP datagrams whose sequence number was seen already or is older than the anti-replay window: replays."},
 	DropPlainFromMember: {"plain_from_encrypting_member", "Plain VXLAN datagrams from the address of a member that encrypts (--encrypt): forged, or a misconfigured member."},
 	DropESPNoKey:        {"esp_no_key", "Frames for a member that encrypts, dropped because no key is agreed with it yet (never sent in plain)."},
+	DropNotRouterMAC:    {"not_router_mac", "Frames received on the L3 VNI (--l3vni) not addressed to this agent's router MAC."},
 	DropTAPQueue:        {"tap_queue_full", "Frames the kernel dropped on their way from the host into the TAP (its tx_dropped since the agent opened it): they came faster than the agent read them, and a Linux TAP drops rather than make the sender wait."},
 	DropTooBig:          {"too_big", "Frames from the TAP too big for the underlay path (--underlay-mtu, or refused by the socket); the sender is told with an ICMP error (counter too_big) unless rate-limited."},
 }
