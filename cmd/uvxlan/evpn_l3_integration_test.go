@@ -425,3 +425,58 @@ func TestEVPNL3Move(t *testing.T) {
 		return gw == h1.Underlay.String() && dev == "uvx5000"
 	})
 }
+
+// Routed mode with --l3vni: each node's subnet goes to the gateway as a
+// type-5 route with its router MAC, and the gateway routes to a container
+// behind each node, the container back to the gateway's prefix.
+func TestEVPNL3Routed(t *testing.T) {
+	t.Parallel()
+	testenv.RequireFRR(t)
+	tb := testenv.NewForTest(t, testenv.Config{Hosts: 3})
+	ctx := t.Context()
+	h1, h2, h3 := tb.Host(1), tb.Host(2), tb.Host(3)
+	frr := startL3Gateway(t, tb)
+	dir := t.TempDir()
+	l3 := []string{"--bgp-peer", h1.Underlay.String(), "--bgp-asn", "65000", "--l3vni", "5000"}
+	agents := []*routedAgent{startRouted(t, h2, dir, l3...)}
+	agents = append(agents, startRouted(t, h3, dir, append([]string{"--join", h2.Underlay.String()}, l3...)...))
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		out, _ := frr.Vtysh(context.Background(), "show bgp l2vpn evpn route")
+		t.Logf("FRR:\n%s", out)
+		for _, a := range agents {
+			raw, _ := newControlClient(a.control).get("bgp")
+			routes, _ := a.host.Run(context.Background(), "ip", "route")
+			t.Logf("%s bgp: %s\nroutes:\n%s\n%s", a.host.Name, raw, routes, a.proc.Log())
+		}
+	})
+	for _, a := range agents {
+		env := a.subnetEnv(t)
+		bridge := a.bridge(t)
+		subnet := bridge.Masked()
+		c := addContainers(t, a.host, env, 1)[0]
+		wait.For(t, 60*time.Second, "FRR holds "+a.host.Name+"'s subnet "+subnet.String()+" as a type-5 route", func() bool {
+			for _, r := range frrRoutesOfHost(t, frr, a.host) {
+				if r.Type == 5 && strings.Contains(r.Prefix, "["+fmt.Sprint(subnet.Bits())+"]:["+subnet.Addr().String()+"]") {
+					return true
+				}
+			}
+			return false
+		})
+		wait.For(t, 30*time.Second, "the gateway pings the container "+c.addr.String()+" behind "+a.host.Name, func() bool {
+			return pingFrom(ctx, h1, gwLoopback, c.addr)
+		})
+		if out, err := c.ping(gwLoopback); err != nil {
+			t.Errorf("the container behind %s cannot ping %s: %v\n%s", a.host.Name, gwLoopback, err, out)
+		}
+		out, _ := h1.Run(ctx, "ip", "route", "show", subnet.String())
+		if !strings.Contains(out, "via "+a.host.Underlay.String()+" dev br5000") {
+			t.Errorf("h1's kernel route for %s: %q, want via %s dev br5000", subnet, out, a.host.Underlay)
+		}
+		t.Logf("h1: %s", strings.TrimSpace(out))
+	}
+	detail, _ := frr.Vtysh(ctx, "show bgp l2vpn evpn route type prefix")
+	t.Logf("FRR's type-5 routes:\n%s", detail)
+}
