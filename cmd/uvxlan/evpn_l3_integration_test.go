@@ -301,6 +301,19 @@ func TestEVPNL3Gateway(t *testing.T) {
 		gw, _ := kernelRoute(t, h1, podAddr(h2).Addr())
 		return gw == ""
 	})
+
+	// A lost session: the gateway stops, h3's L3 routes and neighbour
+	// entries go.
+	if err := frr.Stop(); err != nil {
+		t.Errorf("FRR: %v", err)
+	}
+	lost := time.Now()
+	wait.For(t, 30*time.Second, "h3's L3 routes and neighbour entries gone with the session", func() bool {
+		routes, _ := h3.Run(ctx, "ip", "route", "show", "proto", fmt.Sprint(l3host.Proto))
+		neigh, _ := h3.Run(ctx, "ip", "neigh", "show", "dev", "uvx5000")
+		return strings.TrimSpace(routes) == "" && strings.TrimSpace(neigh) == ""
+	})
+	t.Logf("session lost (FRR stopped): h3's L3 routes gone %v after", time.Since(lost).Round(time.Millisecond))
 }
 
 // Bad L3 flags are an error naming the flag, exit 2.
