@@ -49,16 +49,24 @@ type Watch interface {
 	Dev() string
 	Changes() <-chan struct{}
 	Table() map[netip.Prefix]evpn.NextHop
+	// HandedOver reports whether a successor took the TAP over (and with
+	// it the routes): they are then left in place.
+	HandedOver() bool
 }
 
 // Run installs w's table as the host's routes through its TAP until ctx is
-// done, then removes them. It fails only when the TAP cannot be found.
+// done, then removes them (unless w was handed over). It fails only when
+// the TAP cannot be found.
 func Run(ctx context.Context, w Watch, log *slog.Logger) error {
 	h, err := open(w.Dev(), log)
 	if err != nil {
 		return err
 	}
-	defer h.flush()
+	defer func() {
+		if !w.HandedOver() {
+			h.flush()
+		}
+	}()
 	retry := time.NewTicker(5 * time.Second) // a route the kernel refused is tried again
 	defer retry.Stop()
 	for {

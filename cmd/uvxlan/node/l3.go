@@ -110,6 +110,10 @@ func (w *L3Watch) Dev() string { return w.n.l3.cfg.Dev }
 // RouterMAC is the L3 TAP's MAC.
 func (w *L3Watch) RouterMAC() fdb.MAC { return w.n.l3.mac }
 
+// HandedOver reports whether the node handed its TAPs to a successor
+// (takeover), which then owns the host's L3 routes.
+func (w *L3Watch) HandedOver() bool { return w.n.handedOver.Load() }
+
 // Changes signals (coalesced) that the L3 table changed.
 func (w *L3Watch) Changes() <-chan struct{} { return w.n.l3Events }
 
