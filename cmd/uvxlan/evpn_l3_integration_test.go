@@ -42,32 +42,46 @@ func podAddr(h *testenv.Host) netip.Prefix {
 // (10.100.0.0/24): both must be refused there.
 func startL3Gateway(t *testing.T, tb *testenv.Testbed) *testenv.FRR {
 	t.Helper()
-	ctx := t.Context()
 	h1 := tb.Host(1)
+	if out, err := h1.Run(t.Context(), "ip", "route", "add", "blackhole", "10.100.0.0/24"); err != nil {
+		t.Fatalf("h1: %v\n%s", err, out)
+	}
+	var rr []testenv.FRRNeighbor
+	for _, h := range tb.Hosts()[1:] {
+		rr = append(rr, testenv.FRRNeighbor{Addr: h.Underlay, RRClient: true})
+	}
+	return startFRRRouter(t, h1, gwRMAC, gwLoopback, rr, "198.18.0.0/24", "10.100.0.0/24")
+}
+
+// startFRRRouter makes h a kernel EVPN router of L3 VNI 5000 under FRR,
+// as the background note has it: br5000 (its MAC the router MAC) with
+// vxlan5000, zebra's global `vni 5000`, loopback on lo exported as a
+// type-5 route with the other networks; its BGP neighbours are peers.
+func startFRRRouter(t *testing.T, h *testenv.Host, rmac string, loopback netip.Addr, peers []testenv.FRRNeighbor, networks ...string) *testenv.FRR {
+	t.Helper()
+	ctx := t.Context()
 	for _, c := range [][]string{
 		{"sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv4.conf.all.rp_filter=0"},
-		{"ip", "link", "add", "br5000", "address", gwRMAC, "type", "bridge"},
-		{"ip", "link", "add", "vxlan5000", "type", "vxlan", "id", "5000", "local", h1.Underlay.String(), "dstport", "4789", "nolearning"},
+		{"ip", "link", "add", "br5000", "address", rmac, "type", "bridge"},
+		{"ip", "link", "add", "vxlan5000", "type", "vxlan", "id", "5000", "local", h.Underlay.String(), "dstport", "4789", "nolearning"},
 		{"ip", "link", "set", "vxlan5000", "master", "br5000", "addrgenmode", "none"},
 		{"ip", "link", "set", "br5000", "addrgenmode", "none"},
 		{"bridge", "link", "set", "dev", "vxlan5000", "learning", "off"},
 		{"ip", "link", "set", "vxlan5000", "up"},
 		{"ip", "link", "set", "br5000", "up"},
-		{"ip", "addr", "add", gwLoopback.String() + "/32", "dev", "lo"},
-		{"ip", "route", "add", "blackhole", "10.100.0.0/24"},
+		{"ip", "addr", "add", loopback.String() + "/32", "dev", "lo"},
 	} {
-		if out, err := h1.Run(ctx, c[0], c[1:]...); err != nil {
-			t.Fatalf("h1: %v: %v\n%s", c, err, out)
+		if out, err := h.Run(ctx, c[0], c[1:]...); err != nil {
+			t.Fatalf("%s: %v: %v\n%s", h.Name, c, err, out)
 		}
 	}
-	cfg := testenv.FRRConfig{ASN: 65000, AdvertiseAllVNI: true, Zebra: []string{"vni 5000"},
-		EVPNExtra: []string{"advertise ipv4 unicast"},
-		Extra: []string{"router bgp 65000", " address-family ipv4 unicast", "  network " + gwLoopback.String() + "/32",
-			"  network 198.18.0.0/24", "  network 10.100.0.0/24", " exit-address-family", "exit"}}
-	for _, h := range tb.Hosts()[1:] {
-		cfg.Neighbors = append(cfg.Neighbors, testenv.FRRNeighbor{Addr: h.Underlay, RRClient: true})
+	extra := []string{"router bgp 65000", " address-family ipv4 unicast", "  network " + loopback.String() + "/32"}
+	for _, n := range networks {
+		extra = append(extra, "  network "+n)
 	}
-	f, err := h1.StartFRR(ctx, cfg)
+	cfg := testenv.FRRConfig{ASN: 65000, AdvertiseAllVNI: true, Zebra: []string{"vni 5000"}, Neighbors: peers,
+		EVPNExtra: []string{"advertise ipv4 unicast"}, Extra: append(extra, " exit-address-family", "exit")}
+	f, err := h.StartFRR(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -441,14 +455,17 @@ func TestEVPNL3Move(t *testing.T) {
 
 // Routed mode with --l3vni: each node's subnet goes to the gateway as a
 // type-5 route with its router MAC, and the gateway routes to a container
-// behind each node, the container back to the gateway's prefix.
+// behind each node, the container back to the gateway's prefix; so does a
+// kernel VTEP under FRR (h4, a client of the gateway's route reflector).
 func TestEVPNL3Routed(t *testing.T) {
 	t.Parallel()
 	testenv.RequireFRR(t)
-	tb := testenv.NewForTest(t, testenv.Config{Hosts: 3})
+	tb := testenv.NewForTest(t, testenv.Config{Hosts: 4})
 	ctx := t.Context()
-	h1, h2, h3 := tb.Host(1), tb.Host(2), tb.Host(3)
+	h1, h2, h3, h4 := tb.Host(1), tb.Host(2), tb.Host(3), tb.Host(4)
 	frr := startL3Gateway(t, tb)
+	vtepLoopback := netip.MustParseAddr("192.0.2.4")
+	startFRRRouter(t, h4, "02:00:00:00:50:04", vtepLoopback, []testenv.FRRNeighbor{{Addr: h1.Underlay}})
 	dir := t.TempDir()
 	l3 := []string{"--bgp-peer", h1.Underlay.String(), "--bgp-asn", "65000", "--l3vni", "5000"}
 	agents := []*routedAgent{startRouted(t, h2, dir, l3...)}
@@ -484,6 +501,9 @@ func TestEVPNL3Routed(t *testing.T) {
 		if out, err := c.ping(gwLoopback); err != nil {
 			t.Errorf("the container behind %s cannot ping %s: %v\n%s", a.host.Name, gwLoopback, err, out)
 		}
+		wait.For(t, 30*time.Second, "the kernel VTEP h4 pings the container "+c.addr.String()+" behind "+a.host.Name, func() bool {
+			return pingFrom(ctx, h4, vtepLoopback, c.addr)
+		})
 		out, _ := h1.Run(ctx, "ip", "route", "show", subnet.String())
 		if !strings.Contains(out, "via "+a.host.Underlay.String()+" dev br5000") {
 			t.Errorf("h1's kernel route for %s: %q, want via %s dev br5000", subnet, out, a.host.Underlay)
