@@ -26,6 +26,9 @@ package evpn
 // to its VTEP.
 //
 // Refused, counted under rejected_by and in l3_refused, never installed:
+//   - a route whose VTEP no VTEP may have (rib.go's vtepProblem and
+//     Config.RefuseVTEP: loopback, this host's addresses...), counted as
+//     bad_vtep too;
 //   - a route without a Router's MAC (FRR would install a zero-MAC
 //     neighbour: a black hole), or with a non-zero gateway address (type 5:
 //     RFC 9136's overlay index, which uvxlan does not resolve);
@@ -140,6 +143,12 @@ func (s *Speaker) receivedL3(r *route, withdraw bool) bool {
 	}
 	if !s.isL3(r) {
 		return false
+	}
+	if why := s.refuseVTEP(r.vtep); why != "" {
+		s.stats.l3Refused.Add(1)
+		s.stats.badVTEP.Add(1)
+		s.reject(fmt.Errorf("%w: %s", errBadVTEP, why))
+		return true
 	}
 	if err := s.refuseL3(r); err != nil {
 		s.stats.l3Refused.Add(1)

@@ -190,6 +190,8 @@ func TestL3Refused(t *testing.T) {
 	for _, r := range cases {
 		s.received(r, false)
 	}
+	// A VTEP no VTEP may have.
+	s.received(type5("10.15.0.0/24", netip.MustParseAddr("127.0.0.1"), gwMAC), false)
 	// Our own endpoint's address, routed elsewhere.
 	s.local.ips[ipKey{100, netip.MustParseAddr("10.100.0.12")}] = fdb.MAC{0x02, 0xee, 0, 0, 0, 2}
 	s.received(hostRoute("10.100.0.12", fdb.MAC{0x02, 0xee, 0, 0, 0, 9}, gw, gwMAC, 0), false)
@@ -207,13 +209,16 @@ func TestL3Refused(t *testing.T) {
 			t.Errorf("rejected_by[%q] = %d, want 1: %v", reason, st.RejectedBy[reason], st.RejectedBy)
 		}
 	}
+	if st.RejectedBy["VTEP: loopback"] != 1 || st.BadVTEP != 1 {
+		t.Errorf("loopback VTEP: bad_vtep %d, %v", st.BadVTEP, st.RejectedBy)
+	}
 	if st.RejectedBy[errL3Ours.Error()] != 1 {
 		t.Errorf("our endpoint's address: %v", st.RejectedBy)
 	}
 	// 8 routes fit: 8 of 10.20/16 (VTEP gw); the 2 more over the L3 cap,
 	// the 3 of 10.30 too (the table is full).
-	if st.OverL3Cap != 5 || st.L3Refused != uint64(len(cases))+1+5 {
-		t.Errorf("over_l3_cap %d (want 5), l3_refused %d (want %d)", st.OverL3Cap, st.L3Refused, len(cases)+6)
+	if st.OverL3Cap != 5 || st.L3Refused != uint64(len(cases))+2+5 {
+		t.Errorf("over_l3_cap %d (want 5), l3_refused %d (want %d)", st.OverL3Cap, st.L3Refused, len(cases)+7)
 	}
 	got := table()
 	if len(got) != 8 {
