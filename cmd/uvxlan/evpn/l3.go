@@ -36,7 +36,7 @@ package evpn
 //     the VTEPs are IPv4 here);
 //   - the default route, unless Config.L3Default (--l3-default);
 //   - a prefix covering (containing) this VTEP's address, the route's own
-//     VTEP, a BGP peer's address, or the VTEP of any L3 route held: overlay
+//     VTEP, a BGP peer's address, or the VTEP of any route held: overlay
 //     routes must never capture the underlay (FRR's pitfall 3);
 //   - loopback, multicast, link-local, 0.0.0.0/8 and 240.0.0.0/4 prefixes;
 //   - what Config.RefusePrefix refuses (the node: a prefix covering, or
@@ -48,7 +48,7 @@ package evpn
 //     VTEPs of L3 routes (over_vtep_cap).
 // A refused route is not tried again: the peer's next session sends it
 // again. Work per route is proportional to it (the VTEP check walks the
-// VTEPs of L3 routes, at most MaxVTEPs); the published table is a copy per
+// VTEPs routes name, at most MaxVTEPs per VNI); the published table is a copy per
 // publishEvery, as the flood lists are.
 
 import (
@@ -236,7 +236,7 @@ func (s *Speaker) refuseL3(r *route) error {
 				return errL3Underlay
 			}
 		}
-		for v := range s.l3.vteps {
+		for v := range s.rib.vteps { // every VTEP a route names, L2 and L3
 			if p.Contains(v) {
 				return errL3Underlay
 			}

@@ -306,3 +306,17 @@ func TestL3SpeakersExchange(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// A prefix covering the VTEP of an L2 route (a type 3) is refused: the
+// underlay to that VTEP would go into the overlay.
+func TestL3CoversL2VTEP(t *testing.T) {
+	s, table := l3Speaker(t, nil)
+	gw := netip.MustParseAddr("198.18.0.5")
+	s.mu.Lock()
+	s.received(route{kind: typeIMET, rd: "198.18.7.7:1", vnis: []fdb.VNI{100}, vtep: netip.MustParseAddr("198.18.7.7")}, false)
+	s.received(type5("198.18.7.0/24", gw, fdb.MAC{0x02, 0, 0, 0, 0x50, 5}), false)
+	s.mu.Unlock()
+	if got, st := table(), s.Stats(); len(got) != 0 || st.RejectedBy[errL3Underlay.Error()] != 1 {
+		t.Errorf("table %v, rejected_by %v", got, st.RejectedBy)
+	}
+}
