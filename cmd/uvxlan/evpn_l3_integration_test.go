@@ -430,6 +430,25 @@ func TestEVPNL3Move(t *testing.T) {
 		}
 	}
 
+	// A takeover: the successor adopts the L3 TAP with the segment's, and
+	// the gateway reaches the pod through it again.
+	old := agents[at]
+	succ, err := at.Start(context.Background(), "", uvxlanBin, append(append([]string(nil), old.args...), "--takeover")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-old.proc.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the old agent did not exit\nold:\n%s\nnew:\n%s", old.proc.Log(), succ.Log())
+	}
+	took := time.Now()
+	agents[at] = &agent{host: at, proc: succ, control: old.control, args: old.args}
+	wait.For(t, 30*time.Second, "the gateway pings the pod behind "+at.Name+" after the takeover", func() bool {
+		return pingFrom(ctx, h1, gwLoopback, addr.Addr())
+	})
+	t.Logf("takeover: the gateway reached the pod behind %s again %v after the old agent exited", at.Name, time.Since(took).Round(time.Millisecond))
+
 	// A crash: the L3 TAP stays, and with it the routes through it; a
 	// route of ours the next start does not want is removed.
 	a := agents[at]
