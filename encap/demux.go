@@ -33,6 +33,8 @@ package encap
 //     entries, --allow-vtep) only when learning is on, at most
 //     --max-endpoints behind each (fdb.Config.MaxLearned); once per run of
 //     datagrams of one source MAC from one source;
+//  4a. on the L3 VNI's engine (EngineConfig.Routed), a frame not
+//     addressed to the router MAC is dropped (not_router_mac);
 //  5. an ARP packet, NS or NA that binds an address pinned to a node to a
 //     MAC that is not that node's is dropped (pinned_address, pinned.go);
 //  6. the frames of the batch are collected per engine, in order, and each
@@ -312,6 +314,9 @@ func (d *Demux) acceptVXLAN(m *Message, pkt []byte) int {
 		return -1
 	case src == e.cfg.MAC:
 		e.c.drop(DropOwnMAC)
+		return -1
+	case e.cfg.Routed && fdb.MAC(frame[0:6]) != e.cfg.MAC:
+		e.c.drop(DropNotRouterMAC)
 		return -1
 	}
 	if !d.lastValid || e != d.lastEng || src != d.lastSrc || m.Addr != d.lastFrom {

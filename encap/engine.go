@@ -182,7 +182,13 @@ type EngineConfig struct {
 	// plain VXLAN from them (plain_from_encrypting_member). The others
 	// (static peers, --allow-vtep) get plain VXLAN. The engines of a node
 	// share one Table.
-	ESP    *esp.Table
+	ESP *esp.Table
+	// Routed makes the engine the L3 VNI's (EVPN routing): frames from
+	// the underlay reach the TAP only when addressed to MAC, the router
+	// MAC (others: DropNotRouterMAC), and frames from the TAP go only to
+	// the VTEP of their destination (a remote router MAC), never flooded
+	// (DropNoVTEP).
+	Routed bool
 	Logger *slog.Logger
 }
 
@@ -699,7 +705,7 @@ func (e *Engine) forward(pkt, tail []byte, f *txFrame, tb *txBatch) {
 		}
 	}
 	flood := e.fdb.Flood(e.cfg.VNI)
-	if len(flood) == 0 {
+	if len(flood) == 0 || e.cfg.Routed {
 		e.c.drop(DropNoVTEP)
 		return
 	}

@@ -165,6 +165,9 @@ const (
 	// are no BFD packet, and packets lost because the node was busy.
 	DropBFDFrame
 	DropBFDQueue
+	// DropNotRouterMAC counts frames received on the L3 VNI
+	// (EngineConfig.Routed) not addressed to the router MAC.
+	DropNotRouterMAC
 
 	NumDropReasons
 )
@@ -194,6 +197,7 @@ var dropDescs = [NumDropReasons]Desc{
 	DropESPNoKey:        {"esp_no_key", "Frames for a member that encrypts, dropped because no key is agreed with it yet (never sent in plain)."},
 	DropBFDFrame:        {"bfd_bad_frame", "IP packets to the BFD source address (--bfd-source) from behind the TAP that are no BFD control packet: not UDP to port 3784, fragmented, lengths that disagree, a bad IPv4 header checksum."},
 	DropBFDQueue:        {"bfd_queue_full", "BFD control packets from behind the TAP lost because the agent was busy (the session's detection time covers a few)."},
+	DropNotRouterMAC:    {"not_router_mac", "Frames received on the L3 VNI (--l3vni) not addressed to this agent's router MAC."},
 	DropTAPQueue:        {"tap_queue_full", "Frames the kernel dropped on their way from the host into the TAP (its tx_dropped since the agent opened it): they came faster than the agent read them, and a Linux TAP drops rather than make the sender wait."},
 	DropTooBig:          {"too_big", "Frames from the TAP too big for the underlay path (--underlay-mtu, or refused by the socket); the sender is told with an ICMP error (counter too_big) unless rate-limited."},
 }

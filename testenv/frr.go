@@ -42,6 +42,9 @@ type FRRConfig struct {
 	// block (write "router bgp ASN" again to add to it); EVPNExtra lines go
 	// inside "address-family l2vpn evpn".
 	Extra, EVPNExtra []string
+	// Zebra lines are appended to zebra.conf, such as "vni 5000" (the
+	// L3 VNI of the default VRF: EVPN routing without VRF devices).
+	Zebra []string
 }
 
 // FRRNeighbor is a configured BGP peer.
@@ -93,6 +96,9 @@ func (h *Host) StartFRR(ctx context.Context, cfg FRRConfig) (*FRR, error) {
 	}
 	f := &FRR{Host: h, Dir: dir}
 	zebra := "hostname " + h.Name + "-zebra\n"
+	for _, l := range cfg.Zebra {
+		zebra += l + "\n"
+	}
 	for name, conf := range map[string]string{"zebra.conf": zebra, "bgpd.conf": bgpd} {
 		// Unbuffered logs: a rejected line is in the log file as the
 		// daemon reads it, before start's first command is answered.

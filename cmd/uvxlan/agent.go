@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"github.com/uvxlan/uvxlan/cmd/uvxlan/l3host"
 	"github.com/uvxlan/uvxlan/cmd/uvxlan/node"
 	"github.com/uvxlan/uvxlan/cmd/uvxlan/routed"
 )
@@ -138,6 +139,9 @@ func (a *agentRun) start() {
 			}}
 		a.spawn(func() error { return k.Run(a.ctx, kubeSelf(a.n), a.n) })
 		a.spawn(func() error { return routed.Run(a.ctx, rc, k, a.n) })
+	}
+	if w := a.n.L3Watch(); w != nil { // EVPN routing: the L3 table as the host's routes
+		a.spawn(func() error { return l3host.Run(a.ctx, w, a.cfg.Logger.With("subsystem", "l3")) })
 	}
 	a.spawn(a.serve(func() error { return a.ctl.Serve(a.n) }))
 	if a.metrics != nil {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/uvxlan/uvxlan/cmd/uvxlan/evpn"
 	"github.com/uvxlan/uvxlan/cmd/uvxlan/node"
+	"github.com/uvxlan/uvxlan/fdb"
 )
 
 const bgpCategory = "BGP EVPN (RFC 7432, 8365)"
@@ -31,6 +32,8 @@ func bgpFlags() []cli.Flag {
 		&cli.Uint64Flag{Name: "bgp-max-prefixes", Category: bgpCategory, Value: evpn.DefaultMaxPrefixes, Usage: "prefix limit of each peer (RFC 4486): a peer that sends more routes is sent a Cease, its routes go, and its session starts again 30 s later", EnvVars: env("bgp-max-prefixes")},
 		&cli.IntFlag{Name: "bgp-max-type2", Category: bgpCategory, Value: evpn.DefaultMaxMACIP, Usage: "type-2 routes held per VNI: more are refused, counted (over_type2_cap) and logged", EnvVars: env("bgp-max-type2")},
 		&cli.IntFlag{Name: "bgp-max-vteps", Category: bgpCategory, Value: evpn.DefaultMaxVTEPs, Usage: "VTEPs per VNI that routes may name (a broadcast is sent to each): routes naming more are refused, counted (over_vtep_cap) and logged", EnvVars: env("bgp-max-vteps")},
+		&cli.Uint64Flag{Name: "l3vni", Category: bgpCategory, Usage: "EVPN routing (symmetric IRB, type-5 routes): the L3 `VNI` of the host's main table; the agent opens a TAP for it (uvx<VNI>) whose MAC is the router MAC, advertises its endpoints' addresses with it, and installs the fabric's L3 routes as kernel routes through that TAP (needs --bgp-peer)", EnvVars: env("l3vni")},
+		&cli.BoolFlag{Name: "l3-default", Category: bgpCategory, Usage: "with --l3vni, take a default route from the fabric (refused otherwise)", EnvVars: env("l3-default")},
 	}
 }
 
@@ -38,6 +41,12 @@ func bgpFlags() []cli.Flag {
 func bgpConfig(c *cli.Context, cfg *node.Config) error {
 	peers := c.StringSlice("bgp-peer")
 	if len(peers) == 0 && !c.IsSet("bgp-asn") && !c.IsSet("router-id") {
+		switch {
+		case c.IsSet("l3vni"):
+			return badFlag("l3vni", c.String("l3vni"), "needs --bgp-peer and --bgp-asn: the L3 routes come from BGP EVPN")
+		case c.IsSet("l3-default"):
+			return badFlag("l3-default", "", "needs --l3vni")
+		}
 		return nil
 	}
 	b := &node.BGP{HoldTime: c.Duration("bgp-hold-time")}
@@ -79,6 +88,17 @@ func bgpConfig(c *cli.Context, cfg *node.Config) error {
 		}
 		*f.dst = c.Int(f.name)
 	}
+	if c.IsSet("l3vni") {
+		v := c.Uint64("l3vni")
+		if v == 0 || v > 1<<24-1 {
+			return badFlag("l3vni", c.String("l3vni"), "must be a VNI between 1 and 16777215")
+		}
+		b.L3VNI = fdb.VNI(v)
+	}
+	if c.Bool("l3-default") && b.L3VNI == 0 {
+		return badFlag("l3-default", "", "needs --l3vni")
+	}
+	b.L3Default = c.Bool("l3-default")
 	cfg.BGP = b
 	return nil
 }
@@ -158,6 +178,17 @@ func printBGP(w io.Writer, st evpn.Status) error {
 		s.BadVTEP, s.OverType2Cap, s.OverVTEPCap, s.PrefixLimit)
 	for r, v := range s.RejectedBy {
 		fmt.Fprintf(tw, "  rejected: %s\t%d\n", r, v)
+	}
+	if l3 := st.L3; l3 != nil {
+		fmt.Fprintf(tw, "\nL3 VNI %d, router MAC %s: %d host routes (type 2) and %d prefixes (type 5) advertised; %d L3 routes refused, %d over the cap\n",
+			l3.VNI, l3.RouterMAC, l3.Hosts, len(l3.Advertised), s.L3Refused, s.OverL3Cap)
+		for _, p := range l3.Advertised {
+			fmt.Fprintf(tw, "  out\ttype 5\t%s\n", p)
+		}
+		fmt.Fprintln(tw, "PREFIX\tTYPE\tVTEP\tROUTER MAC")
+		for _, r := range l3.Routes {
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", r.Prefix, r.Type, r.VTEP, r.RMAC)
+		}
 	}
 	return tw.Flush()
 }

@@ -76,7 +76,7 @@ var (
 	descFDB      = desc("fdb_entries", "FDB entries by origin.", "origin")
 	descNeigh    = desc("neigh_entries", "Neighbour bindings by origin.", "origin")
 	descMembers  = desc("members", "Cluster members by state.", "state")
-	descBGP      = desc("bgp_events_total", "BGP EVPN routes by outcome (updates, imported, withdrawn, rejected: bad_vtep, over_type2_cap, over_vtep_cap among them; outranked, contested), session resets, and sessions closed by the prefix limit (prefix_limit).", "event")
+	descBGP      = desc("bgp_events_total", "BGP EVPN routes by outcome (updates, imported, withdrawn, rejected: bad_vtep, over_type2_cap, over_vtep_cap among them; outranked, contested), session resets, sessions closed by the prefix limit (prefix_limit), and with --l3vni the L3 routes refused (l3_refused, over_l3_cap among them).", "event")
 	descBGPPeers = desc("bgp_sessions", "BGP sessions by state.", "state")
 	// BFD (--bfd): the sessions' counters by their names in `uvxlan bfd`:
 	// drop_* are drops, rx_packets and tx_packets packets, the rest

@@ -33,6 +33,9 @@ func printStatus(w io.Writer, st node.Status) error {
 	if b := st.BGP; b != nil {
 		fmt.Fprintf(tw, "bgp\tAS %d, %d of %d sessions established, %d routes imported, %d refused, prefix limit reached %d times (uvxlan bgp)\n",
 			b.ASN, b.Established, b.Sessions, b.Imported, b.Refused, b.PrefixLimit)
+		if b.L3VNI != 0 {
+			fmt.Fprintf(tw, "l3	L3 VNI %d on %s, router MAC %s, %d routes imported, %d refused\n", b.L3VNI, b.L3Dev, b.RouterMAC, b.L3Routes, b.L3Refused)
+		}
 	}
 	if b := st.BFD; b != nil {
 		fmt.Fprintf(tw, "bfd\tfrom %s, %d of %d sessions up, %d bindings withdrawn (uvxlan bfd)\n", b.Source, b.Up, b.Sessions, b.Withdrawn)

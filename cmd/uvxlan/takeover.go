@@ -105,6 +105,13 @@ func requestFor(cfg *node.Config) takeoverRequest {
 	for _, s := range cfg.Segments {
 		r.Segments = append(r.Segments, node.HandoverSegment{VNI: s.VNI, Dev: s.Dev})
 	}
+	if b := cfg.BGP; b != nil && b.L3VNI != 0 { // the L3 VNI's TAP, the last segment (node/l3.go)
+		dev := b.L3Dev
+		if dev == "" {
+			dev = node.DefaultL3Dev(b.L3VNI)
+		}
+		r.Segments = append(r.Segments, node.HandoverSegment{VNI: b.L3VNI, Dev: dev})
+	}
 	return r
 }
 

@@ -66,6 +66,13 @@ type BGPSummary struct {
 	// cap...), PrefixLimit the sessions closed by the prefix limit.
 	Refused     uint64 `json:"refused"`
 	PrefixLimit uint64 `json:"prefix_limit"`
+	// EVPN routing (--l3vni): the L3 VNI, its TAP and router MAC, the L3
+	// routes imported and refused.
+	L3VNI     fdb.VNI `json:"l3vni,omitempty"`
+	L3Dev     string  `json:"l3_dev,omitempty"`
+	RouterMAC string  `json:"router_mac,omitempty"`
+	L3Routes  int     `json:"l3_routes,omitempty"`
+	L3Refused uint64  `json:"l3_refused,omitempty"`
 }
 
 // SegmentStatus is one segment's identity and settings.

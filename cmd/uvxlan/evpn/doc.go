@@ -9,11 +9,15 @@
 // advertisements and status); routes.go the routes as uvxlan reads and
 // writes them (RD, RT, labels); rib.go the import side (the best route per
 // table key, the ranks, the caps per VNI, the VTEPs refused); prefixes.go
-// each peer's prefix limit. What a peer can make the speaker hold is
+// each peer's prefix limit; l3.go EVPN routing with an L3 VNI (symmetric
+// IRB's type-2 routes with the L3 VNI and the Router's MAC, type-5 IP
+// prefixes, RFC 9135/9136): what goes out, and the L3 table the node
+// installs as the host's routes, with what is refused. What a peer can make the speaker hold is
 // bounded (rib.go, prefixes.go), and work per route is proportional to the
 // route.
 //
 // A Speaker's methods are safe for concurrent use. Callbacks it is given
-// (Config.Contested, Config.VTEPsChanged) are called with its lock held and
+// (Config.Contested, Config.VTEPsChanged, Config.L3Changed,
+// Config.RefusePrefix) are called with its lock held and
 // must neither block nor call it.
 package evpn

@@ -186,6 +186,13 @@ func (s *Speaker) vniOf(r *route) (fdb.VNI, bool) {
 
 // received takes a route GoBGP selected (or withdrew) into the rib.
 func (s *Speaker) received(r route, withdraw bool) {
+	l3 := s.receivedL3(&r, withdraw)
+	if r.kind == typeIPPfx {
+		if !l3 && !withdraw {
+			s.reject(errKind) // a type 5 without our L3 VNI
+		}
+		return
+	}
 	k := r.key()
 	if old := s.rib.routes[k]; old != nil { // replaced or withdrawn: out with the old one
 		s.forget(old)
@@ -196,7 +203,9 @@ func (s *Speaker) received(r route, withdraw bool) {
 	}
 	vni, ok := s.vniOf(&r)
 	if !ok {
-		s.reject(errVNINotServed)
+		if !l3 { // an L3 route of a segment we do not serve is the L3 table's only
+			s.reject(errVNINotServed)
+		}
 		return
 	}
 	r.vnis = []fdb.VNI{vni}
@@ -339,6 +348,7 @@ func (s *Speaker) publishLocked(force bool) {
 		s.cfg.VTEPsChanged(m)
 	}
 	s.rib.dirtyVTEPs = false
+	s.publishL3Locked()
 }
 
 // setFlood gives the table vni's EVPN flood list: the VTEPs of its type-3
@@ -521,10 +531,20 @@ func (s *Speaker) perVNI() map[fdb.VNI]*VNIRoutes {
 		get(v).ReceivedMACIP, get(v).ReceivedIMET = vr.macip, vr.imet
 	}
 	for k := range s.local.routes {
-		if k.kind == typeIMET {
+		switch k.kind {
+		case typeIMET:
 			get(k.vni).AdvertisedIMET++
-		} else {
+		case typeIPPfx:
+			get(k.vni).AdvertisedPrefix++
+		default:
 			get(k.vni).AdvertisedMACIP++
+		}
+	}
+	for _, r := range s.l3.routes {
+		if r.kind == typeIPPfx {
+			get(s.cfg.L3VNI).ReceivedPrefix++
+		} else {
+			get(s.cfg.L3VNI).ReceivedMACIP++
 		}
 	}
 	return m

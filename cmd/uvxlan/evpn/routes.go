@@ -15,10 +15,20 @@ package evpn
 // administrator of a route target naming a VNI we serve: a peer that puts
 // MPLS-style labels (VNI << 4) or an Ethernet tag still maps to a segment
 // when its RT says ASN:VNI.
+//
+// With an L3 VNI (Config.L3VNI, symmetric IRB: RFC 9135, RFC 9136; l3.go):
+//   - type 2 with an IP carries two labels, the L2 VNI then the L3 VNI,
+//     route targets ASN:L2VNI and ASN:L3VNI and the Router's MAC extended
+//     community (EVPN type 6, sub-type 3): the MAC the routed frames to
+//     this VTEP carry as destination;
+//   - type 5 (IP prefix): RD router-id:0, ESI 0, Ethernet tag 0, the
+//     prefix, gateway address 0, the L3 VNI as label; RT ASN:L3VNI,
+//     encapsulation VXLAN and the Router's MAC.
 
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"time"
 
@@ -32,11 +42,12 @@ import (
 const (
 	typeMACIP = bgp.EVPN_ROUTE_TYPE_MAC_IP_ADVERTISEMENT  // 2
 	typeIMET  = bgp.EVPN_INCLUSIVE_MULTICAST_ETHERNET_TAG // 3
+	typeIPPfx = bgp.EVPN_IP_PREFIX                        // 5
 )
 
 // route is one EVPN route, advertised or received.
 type route struct {
-	kind uint8  // typeMACIP or typeIMET
+	kind uint8  // typeMACIP, typeIMET or typeIPPfx
 	rd   string // as GoBGP prints it: "198.18.0.2:1"
 	// vnis are the VNIs the route may belong to, best first: its label,
 	// then its route targets' local administrators (received routes); the
@@ -47,13 +58,23 @@ type route struct {
 	vtep   netip.Addr // the next hop (type 2) or the tunnel's end (type 3)
 	seq    uint32     // MAC mobility sequence number (type 2)
 	sticky bool       // MAC mobility's sticky flag: a static MAC (type 2)
+	// The L3 half (received routes; l3.go): the labels and the route
+	// targets' local administrators as they came, the Router's MAC, and
+	// the prefix (type 5; a type 2's IP as a host prefix).
+	labels, rts []uint32
+	rmac        fdb.MAC
+	prefix      netip.Prefix
+	gateway     netip.Addr // type 5's gateway address (uvxlan uses 0 only)
 }
 
 // key identifies a route in its peer's table: the NLRI's text, RD
 // included (two VTEPs' routes for one MAC are two routes).
 func (r *route) key() string {
-	if r.kind == typeIMET {
+	switch r.kind {
+	case typeIMET:
 		return fmt.Sprintf("[3]:%s:%s", r.rd, r.vtep)
+	case typeIPPfx:
+		return fmt.Sprintf("[5]:%s:%s", r.rd, r.prefix)
 	}
 	return fmt.Sprintf("[2]:%s:%s:%s", r.rd, r.mac, r.ip)
 }
@@ -84,23 +105,60 @@ func makeRT(asn uint32, vni fdb.VNI) bgp.ExtendedCommunityInterface {
 	return bgp.NewFourOctetAsSpecificExtended(bgp.EC_SUBTYPE_ROUTE_TARGET, asn, uint16(vni), true)
 }
 
-// macIPPath builds the type-2 route for mac (and ip, if valid) behind vtep.
-func macIPPath(rd bgp.RouteDistinguisherInterface, asn uint32, vni fdb.VNI, mac fdb.MAC, ip netip.Addr, vtep netip.Addr, seq uint32, withdraw bool) (*apiutil.Path, error) {
+// l3Adv is what an L3 VNI adds to a type-2 route with an IP: the second
+// label and route target, and the Router's MAC.
+type l3Adv struct {
+	vni  fdb.VNI
+	rmac fdb.MAC
+}
+
+// zeroESI is the zero ESI (single-homed) spelled out as on the wire.
+func zeroESI() bgp.EthernetSegmentIdentifier {
+	return bgp.EthernetSegmentIdentifier{Type: bgp.ESI_ARBITRARY, Value: make([]byte, 9)}
+}
+
+// macIPPath builds the type-2 route for mac (and ip, if valid) behind vtep;
+// with l3 (and an ip), the symmetric IRB route of RFC 9135.
+func macIPPath(rd bgp.RouteDistinguisherInterface, asn uint32, vni fdb.VNI, mac fdb.MAC, ip netip.Addr, vtep netip.Addr, seq uint32, withdraw bool, l3 *l3Adv) (*apiutil.Path, error) {
 	// The zero ESI (single-homed) spelled out as on the wire: GoBGP
 	// compares ESIs bytewise and would take a nil one for another
 	// segment's, withdrawing our route by itself when a higher sequence
 	// arrives. The node decides that (Config.Contested: probe, then
 	// withdraw or win back), as it does for gossip's claims.
-	esi := bgp.EthernetSegmentIdentifier{Type: bgp.ESI_ARBITRARY, Value: make([]byte, 9)}
-	nlri, err := bgp.NewEVPNMacIPAdvertisementRoute(rd, esi, 0, mac.String(), ip, []uint32{uint32(vni)})
+	labels := []uint32{uint32(vni)}
+	if l3 != nil && ip.IsValid() {
+		labels = append(labels, uint32(l3.vni))
+	} else {
+		l3 = nil
+	}
+	nlri, err := bgp.NewEVPNMacIPAdvertisementRoute(rd, zeroESI(), 0, mac.String(), ip, labels)
 	if err != nil {
 		return nil, err
 	}
 	comms := []bgp.ExtendedCommunityInterface{makeRT(asn, vni), bgp.NewEncapExtended(bgp.TUNNEL_TYPE_VXLAN)}
+	if l3 != nil {
+		comms = append(comms, makeRT(asn, l3.vni), &bgp.RouterMacExtended{Mac: net.HardwareAddr(l3.rmac[:])})
+	}
 	if seq > 0 {
 		comms = append(comms, bgp.NewMacMobilityExtended(seq, false))
 	}
 	return evpnPath(nlri, vtep, withdraw, bgp.NewPathAttributeExtendedCommunities(comms))
+}
+
+// prefixPath builds the type-5 route of prefix behind vtep in the L3 VNI
+// l3.vni (RFC 9136 §3.1, gateway address 0: the next hop is the VTEP, the
+// frames go to l3.rmac).
+func prefixPath(rd bgp.RouteDistinguisherInterface, asn uint32, prefix netip.Prefix, vtep netip.Addr, withdraw bool, l3 l3Adv) (*apiutil.Path, error) {
+	gw := netip.IPv4Unspecified()
+	if prefix.Addr().Is6() {
+		gw = netip.IPv6Unspecified()
+	}
+	nlri, err := bgp.NewEVPNIPPrefixRoute(rd, zeroESI(), 0, uint8(prefix.Bits()), prefix.Addr(), gw, uint32(l3.vni))
+	if err != nil {
+		return nil, err
+	}
+	return evpnPath(nlri, vtep, withdraw, bgp.NewPathAttributeExtendedCommunities([]bgp.ExtendedCommunityInterface{
+		makeRT(asn, l3.vni), bgp.NewEncapExtended(bgp.TUNNEL_TYPE_VXLAN), &bgp.RouterMacExtended{Mac: net.HardwareAddr(l3.rmac[:])}}))
 }
 
 // imetPath builds the type-3 route of vni: vtep takes its BUM traffic by
@@ -175,6 +233,18 @@ func fromPath(p *apiutil.Path) (route, error) {
 			r.ip = ip
 		}
 		labels = d.Labels
+	case *bgp.EVPNIPPrefixRoute:
+		r.kind = typeIPPfx
+		if d.RD != nil {
+			r.rd = d.RD.String()
+		}
+		a := d.IPPrefix.Unmap()
+		p, err := a.Prefix(int(d.IPPrefixLength))
+		if !a.IsValid() || err != nil || p.Bits() != int(d.IPPrefixLength) {
+			return r, errIP
+		}
+		r.prefix, r.gateway = p, d.GWIPAddress.Unmap()
+		labels = append(labels, d.Label)
 	case *bgp.EVPNMulticastEthernetTagRoute:
 		r.kind = typeIMET
 		if d.RD != nil {
@@ -203,6 +273,10 @@ func fromPath(p *apiutil.Path) (route, error) {
 				switch c := c.(type) {
 				case *bgp.MacMobilityExtended:
 					r.seq, r.sticky = c.Sequence, c.IsSticky
+				case *bgp.RouterMacExtended:
+					if len(c.Mac) == 6 {
+						copy(r.rmac[:], c.Mac)
+					}
 				case *bgp.TwoOctetAsSpecificExtended:
 					if c.SubType == bgp.EC_SUBTYPE_ROUTE_TARGET {
 						rts = append(rts, c.LocalAdmin)
@@ -225,6 +299,10 @@ func fromPath(p *apiutil.Path) (route, error) {
 	}
 	if !r.vtep.IsValid() {
 		return r, errNextHop // what no VTEP may be is the rib's to refuse (vtepProblem)
+	}
+	r.labels, r.rts = labels, rts
+	if r.kind == typeMACIP && r.ip.IsValid() {
+		r.prefix = netip.PrefixFrom(r.ip, r.ip.BitLen())
 	}
 	for _, v := range append(labels, rts...) {
 		if vni := fdb.VNI(v); vni.Valid() {

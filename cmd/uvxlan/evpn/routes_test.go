@@ -66,12 +66,14 @@ func TestRoutesRoundTrip(t *testing.T) {
 		p    func() (*apiutil.Path, error)
 		want route
 	}{
-		{"mac", func() (*apiutil.Path, error) { return macIPPath(rd, 65000, 100, mac, netip.Addr{}, vtep, 0, false) }, route{kind: typeMACIP, mac: mac, vtep: vtep}},
+		{"mac", func() (*apiutil.Path, error) {
+			return macIPPath(rd, 65000, 100, mac, netip.Addr{}, vtep, 0, false, nil)
+		}, route{kind: typeMACIP, mac: mac, vtep: vtep}},
 		{"mac/ipv4 seq 3", func() (*apiutil.Path, error) {
-			return macIPPath(rd, 65000, 100, mac, netip.MustParseAddr("10.100.0.2"), vtep, 3, false)
+			return macIPPath(rd, 65000, 100, mac, netip.MustParseAddr("10.100.0.2"), vtep, 3, false, nil)
 		}, route{kind: typeMACIP, mac: mac, ip: netip.MustParseAddr("10.100.0.2"), vtep: vtep, seq: 3}},
 		{"mac/ipv6", func() (*apiutil.Path, error) {
-			return macIPPath(rd, 4200000000, 100, mac, netip.MustParseAddr("fd00::2"), vtep, 0, false)
+			return macIPPath(rd, 4200000000, 100, mac, netip.MustParseAddr("fd00::2"), vtep, 0, false, nil)
 		}, route{kind: typeMACIP, mac: mac, ip: netip.MustParseAddr("fd00::2"), vtep: vtep}},
 		{"imet", func() (*apiutil.Path, error) { return imetPath(rd, 65000, 100, vtep, false) }, route{kind: typeIMET, vtep: vtep}},
 	} {
@@ -102,7 +104,7 @@ func TestRoutesRoundTrip(t *testing.T) {
 func TestRoutesRefused(t *testing.T) {
 	rd := mustRD(t)
 	vtep := netip.MustParseAddr("198.18.0.2")
-	p, err := macIPPath(rd, 65000, 100, fdb.MAC{0x01, 0, 0x5e, 0, 0, 1}, netip.Addr{}, vtep, 0, false)
+	p, err := macIPPath(rd, 65000, 100, fdb.MAC{0x01, 0, 0x5e, 0, 0, 1}, netip.Addr{}, vtep, 0, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,9 +140,15 @@ func FuzzFromUpdate(f *testing.F) {
 	vtep := netip.MustParseAddr("198.18.0.2")
 	for _, mk := range []func() (*apiutil.Path, error){
 		func() (*apiutil.Path, error) {
-			return macIPPath(rd, 65000, 100, fdb.MAC{2, 0, 0, 0, 0, 1}, netip.MustParseAddr("10.0.0.1"), vtep, 7, false)
+			return macIPPath(rd, 65000, 100, fdb.MAC{2, 0, 0, 0, 0, 1}, netip.MustParseAddr("10.0.0.1"), vtep, 7, false, nil)
 		},
 		func() (*apiutil.Path, error) { return imetPath(rd, 65000, 100, vtep, false) },
+		func() (*apiutil.Path, error) {
+			return macIPPath(rd, 65000, 100, fdb.MAC{2, 0, 0, 0, 0, 1}, netip.MustParseAddr("10.0.0.1"), vtep, 0, false, &l3Adv{5000, fdb.MAC{2, 0, 0, 0, 0x50, 1}})
+		},
+		func() (*apiutil.Path, error) {
+			return prefixPath(rd, 65000, netip.MustParsePrefix("10.13.0.0/24"), vtep, false, l3Adv{5000, fdb.MAC{2, 0, 0, 0, 0x50, 1}})
+		},
 	} {
 		p, err := mk()
 		if err != nil {
@@ -154,7 +162,8 @@ func FuzzFromUpdate(f *testing.F) {
 			return
 		}
 		for _, r := range rs {
-			if !r.vtep.IsValid() || len(r.vnis) == 0 || (r.kind == typeMACIP && (r.mac.IsZero() || r.mac.IsMulticast())) {
+			if !r.vtep.IsValid() || len(r.vnis) == 0 || (r.kind == typeMACIP && (r.mac.IsZero() || r.mac.IsMulticast())) ||
+				(r.kind == typeIPPfx || r.ip.IsValid()) && (!r.prefix.IsValid() || r.prefix != r.prefix.Masked()) {
 				t.Errorf("accepted an unusable route %+v", r)
 			}
 			for _, v := range r.vnis {

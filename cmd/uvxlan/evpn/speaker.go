@@ -88,7 +88,26 @@ type Config struct {
 	// block nor call the speaker, and must return one of a few fixed
 	// reasons (they are counters' names).
 	RefuseVTEP func(netip.Addr) string
-	Logger     *slog.Logger
+
+	// L3VNI, when not 0, is the L3 VNI of the host's routing table
+	// (symmetric IRB and type-5 routes: l3.go); RouterMAC (required with
+	// it) the MAC of its TAP, which the routes carry as the Router's MAC.
+	L3VNI     fdb.VNI
+	RouterMAC fdb.MAC
+	// L3Default lets a peer's default route in (--l3-default).
+	L3Default bool
+	// RefusePrefix, when set, returns why an L3 route for p (host: a
+	// type-2 host route; else a type 5) must not be installed, "" if it
+	// may: the node's checks (this host's subnets and addresses). It is
+	// called with the speaker's lock held: it must be quick, must not
+	// block nor call the speaker.
+	RefusePrefix func(p netip.Prefix, host bool) string
+	// L3Changed, when set, is given (with the speaker's lock held: it must
+	// not block nor call the speaker) the L3 table whenever it changed: the
+	// best next hop of each prefix imported, at most every publishEvery.
+	L3Changed func(map[netip.Prefix]NextHop)
+
+	Logger *slog.Logger
 }
 
 func (c *Config) check() error {
@@ -105,6 +124,10 @@ func (c *Config) check() error {
 		return fmt.Errorf("evpn: %d VNIs", len(c.VNIs))
 	case c.FDB == nil || c.Neigh == nil:
 		return errors.New("evpn: no tables")
+	case c.L3VNI != 0 && (!c.L3VNI.Valid() || slices.Contains(c.VNIs, c.L3VNI)):
+		return fmt.Errorf("evpn: L3 VNI %d is no VNI, or a segment's", c.L3VNI)
+	case c.L3VNI != 0 && (c.RouterMAC.IsZero() || c.RouterMAC.IsMulticast()):
+		return fmt.Errorf("evpn: router MAC %s", c.RouterMAC)
 	}
 	return nil
 }
@@ -124,7 +147,9 @@ type Speaker struct {
 	advMu     sync.Mutex // serialises advertisements (held across GoBGP calls)
 	mu        sync.Mutex // the rib and local (never held across GoBGP calls)
 	rib       rib
+	l3        l3rib // the L3 routes received (l3.go)
 	local     local
+	prefixes  map[netip.Prefix]bool // the type-5 routes asked for (SetPrefixes)
 	sessions  map[netip.Addr]*session
 	stats     counters
 	warned    map[string]time.Time // warnCap's last warning per VNI and cap
@@ -143,6 +168,7 @@ type localKey struct {
 	vni  fdb.VNI
 	mac  fdb.MAC
 	ip   netip.Addr
+	pfx  netip.Prefix // type 5
 }
 
 type session struct {
@@ -160,6 +186,7 @@ type session struct {
 type counters struct {
 	updates, imported, withdrawn, rejected, outranked, tableErrors, contested, resets atomic.Uint64
 	badVTEP, overType2, overVTEPs, prefixLimit                                        atomic.Uint64
+	l3Refused, overL3                                                                 atomic.Uint64
 	byReason                                                                          sync.Map // string → *atomic.Uint64
 }
 
@@ -230,7 +257,14 @@ func build(cfg Config) (*Speaker, error) {
 	}
 	s := &Speaker{cfg: cfg, log: cfg.Logger.With("bgp", cfg.RouterID), serves: map[fdb.VNI]bool{}, rds: map[fdb.VNI]bgp.RouteDistinguisherInterface{},
 		port: cfg.VTEP.Port(), rib: newRIB(), sessions: map[netip.Addr]*session{}, started: time.Now(), warned: map[string]time.Time{},
-		local: local{routes: map[localKey]uint32{}, ips: map[ipKey]fdb.MAC{}, seq: map[macKey]uint32{}}}
+		local: local{routes: map[localKey]uint32{}, ips: map[ipKey]fdb.MAC{}, seq: map[macKey]uint32{}}, l3: newL3RIB(), prefixes: map[netip.Prefix]bool{}}
+	if cfg.L3VNI != 0 {
+		rd, err := makeRD(cfg.RouterID, 0) // router-id:0, which no segment's is: stable whatever the segments
+		if err != nil {
+			return nil, fmt.Errorf("evpn: route distinguisher: %w", err)
+		}
+		s.rds[cfg.L3VNI] = rd
+	}
 	for i, v := range cfg.VNIs {
 		rd, err := makeRD(cfg.RouterID, uint16(i+1))
 		if err != nil {
@@ -427,7 +461,7 @@ func sessionState(st bgp.FSMState) string {
 func (s *Speaker) reject(err error) {
 	s.stats.rejected.Add(1)
 	reason := err.Error()
-	for _, e := range []error{errFamily, errKind, errMAC, errNextHop, errIP, errNoVNI, errNotVXLAN, errDecode, errVNINotServed, errPinned, errOverType2, errOverVTEPs} {
+	for _, e := range append([]error{errFamily, errKind, errMAC, errNextHop, errIP, errNoVNI, errNotVXLAN, errDecode, errVNINotServed, errPinned, errOverType2, errOverVTEPs}, l3errs...) {
 		if errors.Is(err, e) {
 			reason = e.Error()
 		}
@@ -447,10 +481,17 @@ func (s *Speaker) advertise(k localKey, seq uint32, withdraw bool) error {
 		p   *apiutil.Path
 		err error
 	)
-	if k.kind == typeIMET {
+	switch k.kind {
+	case typeIMET:
 		p, err = imetPath(s.rds[k.vni], s.cfg.ASN, k.vni, vtep, withdraw)
-	} else {
-		p, err = macIPPath(s.rds[k.vni], s.cfg.ASN, k.vni, k.mac, k.ip, vtep, seq, withdraw)
+	case typeIPPfx:
+		p, err = prefixPath(s.rds[k.vni], s.cfg.ASN, k.pfx, vtep, withdraw, l3Adv{s.cfg.L3VNI, s.cfg.RouterMAC})
+	default:
+		var l3 *l3Adv
+		if s.cfg.L3VNI != 0 {
+			l3 = &l3Adv{s.cfg.L3VNI, s.cfg.RouterMAC}
+		}
+		p, err = macIPPath(s.rds[k.vni], s.cfg.ASN, k.vni, k.mac, k.ip, vtep, seq, withdraw, l3)
 	}
 	if err != nil {
 		return fmt.Errorf("evpn: route %v: %w", k, err)
@@ -531,6 +572,7 @@ func (s *Speaker) announceNeigh(vni fdb.VNI, ip netip.Addr, mac fdb.MAC, again b
 	s.mu.Lock()
 	old, had := s.local.ips[ik]
 	s.local.ips[ik] = mac
+	s.hostChangedLocked(ip)
 	s.mu.Unlock()
 	if had && old != mac {
 		if err := s.advertise(localKey{kind: typeMACIP, vni: vni, mac: old, ip: ip}, 0, true); err != nil {
@@ -544,7 +586,20 @@ func (s *Speaker) announceNeigh(vni fdb.VNI, ip netip.Addr, mac fdb.MAC, again b
 			return err
 		}
 	}
+	if err := s.syncPrefixes(); err != nil { // a type-5 /32 of ip goes first (l3.go)
+		return err
+	}
 	return s.advertise(localKey{kind: typeMACIP, vni: vni, mac: mac, ip: ip}, seq, false)
+}
+
+// hostChangedLocked recomputes the imported L3 route of ip, which became
+// or stopped being one of our endpoints' (l3.go). mu is held.
+func (s *Speaker) hostChangedLocked(ip netip.Addr) {
+	if s.cfg.L3VNI == 0 || !ip.Is4() {
+		return
+	}
+	s.applyPrefix(netip.PrefixFrom(ip, 32))
+	s.publishL3Locked()
 }
 
 // WithdrawNeigh withdraws AnnounceNeigh's route.
@@ -556,11 +611,15 @@ func (s *Speaker) WithdrawNeigh(vni fdb.VNI, ip netip.Addr) error {
 	s.mu.Lock()
 	mac, ok := s.local.ips[ik]
 	delete(s.local.ips, ik)
+	s.hostChangedLocked(ip)
 	s.mu.Unlock()
 	if !ok {
 		return nil
 	}
-	return s.advertise(localKey{kind: typeMACIP, vni: vni, mac: mac, ip: ip}, 0, true)
+	if err := s.advertise(localKey{kind: typeMACIP, vni: vni, mac: mac, ip: ip}, 0, true); err != nil {
+		return err
+	}
+	return s.syncPrefixes()
 }
 
 // CheckClaim never fails: the speaker takes no authority of its own
@@ -626,6 +685,9 @@ type VNIRoutes struct {
 	ReceivedIMET    int     `json:"received_type3"`
 	AdvertisedMACIP int     `json:"advertised_type2"`
 	AdvertisedIMET  int     `json:"advertised_type3"`
+	// The L3 VNI's: type-2 routes carrying it and type-5 routes.
+	ReceivedPrefix   int `json:"received_type5,omitempty"`
+	AdvertisedPrefix int `json:"advertised_type5,omitempty"`
 }
 
 // Session is one BGP neighbour as `uvxlan bgp` shows it.
@@ -647,6 +709,7 @@ type Status struct {
 	RouterID netip.Addr  `json:"router_id"`
 	Sessions []Session   `json:"sessions"`
 	VNIs     []VNIRoutes `json:"vnis"`
+	L3       *L3Status   `json:"l3,omitempty"` // with an L3 VNI (l3.go)
 	Stats    Stats       `json:"stats"`
 }
 
@@ -667,6 +730,8 @@ type Stats struct {
 	TableErrors  uint64            `json:"table_errors"`
 	Contested    uint64            `json:"contested"`
 	Resets       uint64            `json:"session_resets"`
+	L3Refused    uint64            `json:"l3_refused"` // L3 routes refused (l3.go), by reason in RejectedBy
+	OverL3Cap    uint64            `json:"over_l3_cap"`
 }
 
 // Stats returns the counters.
@@ -674,7 +739,8 @@ func (s *Speaker) Stats() Stats {
 	st := Stats{Updates: s.stats.updates.Load(), Imported: s.stats.imported.Load(), Withdrawn: s.stats.withdrawn.Load(),
 		Rejected: s.stats.rejected.Load(), Outranked: s.stats.outranked.Load(), TableErrors: s.stats.tableErrors.Load(),
 		Contested: s.stats.contested.Load(), Resets: s.stats.resets.Load(), BadVTEP: s.stats.badVTEP.Load(),
-		OverType2Cap: s.stats.overType2.Load(), OverVTEPCap: s.stats.overVTEPs.Load(), PrefixLimit: s.stats.prefixLimit.Load()}
+		OverType2Cap: s.stats.overType2.Load(), OverVTEPCap: s.stats.overVTEPs.Load(), PrefixLimit: s.stats.prefixLimit.Load(),
+		L3Refused: s.stats.l3Refused.Load(), OverL3Cap: s.stats.overL3.Load()}
 	s.stats.byReason.Range(func(k, v any) bool {
 		if st.RejectedBy == nil {
 			st.RejectedBy = map[string]uint64{}
@@ -717,6 +783,7 @@ func (s *Speaker) Status(ctx context.Context) Status {
 		st.Sessions = append(st.Sessions, ss)
 	}
 	st.VNIs = sortVNIs(s.perVNI())
+	st.L3 = s.l3StatusLocked()
 	s.mu.Unlock()
 	slices.SortFunc(st.Sessions, func(a, b Session) int { return a.Peer.Compare(b.Peer) })
 	return st

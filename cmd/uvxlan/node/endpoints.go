@@ -49,6 +49,10 @@ type endpoints struct {
 	gossip announcer
 	log    *slog.Logger
 	quota  *endpointQuota // the node's, shared by its segments
+	// hostOwn, when set, reports whether a MAC or an address is this
+	// host's own (an anycast gateway on a bridge holding the TAP, as on
+	// every host): never an endpoint (hostown.go).
+	hostOwn func(mac fdb.MAC, ip netip.Addr) bool
 
 	// What this tracker holds against the quota.
 	macs     map[fdb.MAC]bool
@@ -120,6 +124,9 @@ func (e *endpoints) saw(s encap.Sighting) {
 	}
 	if s.Answer {
 		e.answered(s.MAC, s.IP, time.Now())
+		return
+	}
+	if s.MAC != e.own && e.hostOwn != nil && e.hostOwn(s.MAC, s.IP) {
 		return
 	}
 	if e.bfdHolds(s.MAC, s.IP, time.Now()) {

@@ -33,6 +33,12 @@ type BGP struct {
 	MaxPrefixes uint32 // --bgp-max-prefixes, per peer
 	MaxMACIP    int    // --bgp-max-type2, type-2 routes per VNI
 	MaxVTEPs    int    // --bgp-max-vteps, VTEPs per VNI
+	// EVPN routing (l3.go): the L3 VNI (--l3vni; 0: none), its TAP
+	// (default DefaultL3Dev) and whether a peer's default route is taken
+	// (--l3-default).
+	L3VNI     fdb.VNI
+	L3Dev     string
+	L3Default bool
 }
 
 // checkBGP checks the speaker's configuration, giving RouterID its
@@ -54,7 +60,7 @@ func (c *Config) checkBGP() error {
 	if !b.RouterID.Is4() {
 		return badConfig("router-id", b.RouterID.String(), "must be an IPv4 address (the default is --local, which is not one)")
 	}
-	return nil
+	return c.checkL3()
 }
 
 // startBGP makes the speaker (it speaks once Run runs it).
@@ -63,7 +69,7 @@ func (n *Node) startBGP() error {
 	if b == nil {
 		return nil
 	}
-	sp, err := evpn.New(evpn.Config{
+	cfg := evpn.Config{
 		ASN: b.ASN, RouterID: b.RouterID, VTEP: n.vtep, Peers: b.Peers, HoldTime: b.HoldTime, ListenPort: b.ListenPort,
 		MaxPrefixes: b.MaxPrefixes, MaxMACIP: b.MaxMACIP, MaxVTEPs: b.MaxVTEPs, RefuseVTEP: n.refuseVTEP(),
 		VNIs: n.cfg.VNIs(), FDB: n.table, Neigh: n.neigh,
@@ -76,7 +82,9 @@ func (n *Node) startBGP() error {
 			n.refreshStatic()
 		},
 		Logger: n.log,
-	})
+	}
+	n.l3Config(&cfg)
+	sp, err := evpn.New(cfg)
 	if err != nil {
 		return fmt.Errorf("bgp: %w", err)
 	}

@@ -165,17 +165,26 @@ func (n *Node) TakeFinal(f *HandoverFinal) {
 }
 
 // Check reports whether h can serve cfg: the same port and the same
-// segments (VNI and TAP), with a descriptor for every queue and socket.
+// segments (VNI and TAP; the L3 VNI's last), with a descriptor for every
+// queue and socket.
 func (h *Handover) Check(cfg *Config) error {
 	if h.Port != cfg.Port {
 		return badConfig("port", fmt.Sprint(cfg.Port), "the running agent serves port %d", h.Port)
 	}
-	if len(h.Segments) != len(cfg.Segments) {
+	segs := cfg.Segments
+	if b := cfg.BGP; b != nil && b.L3VNI != 0 {
+		dev := b.L3Dev
+		if dev == "" {
+			dev = DefaultL3Dev(b.L3VNI)
+		}
+		segs = append(slices.Clone(segs), Segment{VNI: b.L3VNI, Dev: dev})
+	}
+	if len(h.Segments) != len(segs) {
 		return badConfig("segment", fmt.Sprint(len(cfg.Segments)), "the running agent serves %d segments", len(h.Segments))
 	}
 	files := h.RX + h.Sources
 	for i, s := range h.Segments {
-		c := cfg.Segments[i]
+		c := segs[i]
 		if s.VNI != c.VNI || s.Dev != c.Dev {
 			return badConfig("dev", c.Dev, "the running agent serves VNI %d on %s, not VNI %d on %s", s.VNI, s.Dev, c.VNI, c.Dev)
 		}

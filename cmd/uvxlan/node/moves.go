@@ -178,6 +178,9 @@ func (m *moves) send(now time.Time) {
 func (n *Node) watchMoves() {
 	byVNI := map[fdb.VNI]*moves{}
 	for _, s := range n.segs {
+		if s.l3 {
+			continue // no endpoints: routed frames only (l3.go)
+		}
 		s.moves = newMoves(func(ip netip.Addr) error { return s.engines[0].Discover(ip) },
 			func(ip netip.Addr, mac fdb.MAC) error { return s.engines[0].Announce(ip, mac) },
 			n.log.With("vni", s.cfg.VNI, "dev", s.cfg.Dev))

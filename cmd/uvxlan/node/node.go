@@ -38,6 +38,10 @@ type Node struct {
 	// run (members.go), read at start; set before Run.
 	remembered []netip.AddrPort
 	bgp        *evpn.Speaker // nil without Config.BGP (evpn.go)
+	// l3 is the L3 VNI's segment (also in segs), nil without one;
+	// l3Events signals (coalesced) a change of the L3 table (l3.go).
+	l3       *segment
+	l3Events chan struct{}
 	// evpnVTEPs are the VTEPs the BGP peers' routes name: the filter
 	// takes them as static ones (plain VXLAN, under --encrypt too).
 	evpnVTEPs atomic.Pointer[map[netip.Addr]uint16]
@@ -93,9 +97,10 @@ type segment struct {
 	engines  []*encap.Engine // one per queue
 	snoop    chan encap.Sighting
 	contests chan contest // gossip's claims of other members for our bindings
-	tracker  *endpoints
-	moves    *moves // silent IP moves (moves.go)
+	tracker  *endpoints   // nil on the L3 segment
+	moves    *moves       // silent IP moves (moves.go); nil on the L3 segment
 	offloads string
+	l3       bool // the L3 VNI's (l3.go)
 }
 
 // New opens everything a node needs, in this order: the underlay sockets
@@ -123,7 +128,7 @@ func New(cfg Config) (_ *Node, err error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger, vtep: netip.AddrPortFrom(cfg.Local, cfg.Port), leaseEvents: make(chan struct{}, 1), started: time.Now()}
+	n := &Node{cfg: cfg, log: cfg.Logger, vtep: netip.AddrPortFrom(cfg.Local, cfg.Port), leaseEvents: make(chan struct{}, 1), l3Events: make(chan struct{}, 1), started: time.Now()}
 	defer func() {
 		if err != nil {
 			n.Close()
@@ -156,6 +161,9 @@ func New(cfg Config) (_ *Node, err error) {
 		plain = plain || s.offloads == ""
 	}
 	n.watchMoves()
+	if err := n.openL3(queues); err != nil {
+		return nil, err
+	}
 	if plain || !cfg.Offload { // runs of datagrams would only be cut and copied
 		for _, rx := range rxs {
 			if err := rx.DisableGRO(); err != nil {
@@ -286,7 +294,11 @@ func (n *Node) startGossip(ports gossip.SourcePorts) (err error) {
 // gossip, and the BGP speaker if any).
 func (n *Node) announceSegments() error {
 	ann := n.announcer()
+	own := &hostOwn{}
 	for _, s := range n.segs {
+		if s.l3 {
+			continue // its router MAC goes in the routes (l3.go)
+		}
 		if err := n.table.Set(fdb.Entry{VNI: s.cfg.VNI, MAC: s.mac, VTEP: n.vtep, Origin: fdb.OriginLocal, Reserved: true}); err != nil {
 			return fmt.Errorf("fdb: add the MAC of %s: %w", s.cfg.Dev, err)
 		}
@@ -296,6 +308,9 @@ func (n *Node) announceSegments() error {
 			probe: func(mac fdb.MAC, ip netip.Addr) error { return s.engines[0].Probe(mac, ip) }}
 		if n.bfd != nil && n.bfd.seg == s {
 			s.tracker.bfd = &bfdTracker{node: n.bfd, prefixes: n.cfg.BFD}
+		}
+		if _, ok := n.cfg.TAPs.(kernel); ok && n.l3 != nil { // an anycast gateway: the host's own interfaces are not endpoints (hostown.go)
+			s.tracker.hostOwn = own.has
 		}
 		if err := ann.AnnounceMAC(s.cfg.VNI, s.mac); err != nil {
 			return err
@@ -411,7 +426,7 @@ func (n *Node) buildEngines(rxs []udpSocket, srcs []udpSocket) error {
 				mine = []encap.Transport{shared[k]}
 			}
 			j++
-			eng, err := encap.NewEngine(encap.EngineConfig{
+			ec := encap.EngineConfig{
 				VNI:         s.cfg.VNI,
 				MAC:         s.mac,
 				Local:       n.cfg.Local,
@@ -434,7 +449,11 @@ func (n *Node) buildEngines(rxs []udpSocket, srcs []udpSocket) error {
 				BusyPoll:    n.cfg.BusyPoll,
 				ESP:         n.espTable(),
 				Logger:      n.log,
-			}, d, nil, mine, n.table)
+			}
+			if s.l3 { // routed frames only (l3.go)
+				ec.Learning, ec.Neigh, ec.Snoop, ec.Pinned, ec.ProbeMAC, ec.Routed = false, nil, nil, nil, fdb.MAC{}, true
+			}
+			eng, err := encap.NewEngine(ec, d, nil, mine, n.table)
 			if err != nil {
 				return err
 			}
@@ -539,8 +558,12 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 	go n.table.Run(ctx)
 	for _, s := range n.segs {
-		go s.tracker.run(ctx, s.snoop)
-		go s.moves.run(ctx)
+		if s.tracker != nil {
+			go s.tracker.run(ctx, s.snoop)
+		}
+		if s.moves != nil {
+			go s.moves.run(ctx)
+		}
 		for _, e := range s.engines {
 			spawn(func() error { return e.Run(ctx) })
 		}
@@ -579,6 +602,8 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 	if n.bgp != nil {
 		spawn(func() error { return n.bgp.Run(ctx) })
+		wg.Add(1)
+		go func() { defer wg.Done(); n.advertiseLease(ctx) }()
 	}
 	if n.bfd != nil {
 		spawn(func() error { return n.bfd.run(ctx) })

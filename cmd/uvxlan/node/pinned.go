@@ -57,6 +57,9 @@ const maxAddressesPerSegment = 8
 func (n *Node) pinnedMACs() []fdb.MAC {
 	var out []fdb.MAC
 	for _, s := range n.segs {
+		if s.l3 {
+			continue // the router MAC is no gossip key
+		}
 		if !s.mac.IsZero() && !slices.Contains(out, s.mac) { // segments may share a --mac
 			out = append(out, s.mac)
 		}

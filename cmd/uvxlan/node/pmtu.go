@@ -254,6 +254,9 @@ func (p *pmtuProber) answerable(r encap.PMTUReport) (gossip.Member, bool) {
 // segmentFor returns a VNI both this node and m serve, and our TAP MAC in it.
 func (p *pmtuProber) segmentFor(m gossip.Member) (fdb.VNI, fdb.MAC, bool) {
 	for _, s := range p.n.segs {
+		if s.l3 {
+			continue
+		}
 		for _, v := range m.VNIs {
 			if v == s.cfg.VNI {
 				return v, s.mac, true

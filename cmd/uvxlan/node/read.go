@@ -73,6 +73,10 @@ func (n *Node) Status() Status {
 	st.Silent = n.Silent()
 	if b, ok := n.BGPStatus(context.Background()); ok {
 		st.BGP = &BGPSummary{ASN: b.ASN, Sessions: len(b.Sessions), Imported: b.Stats.Imported, Refused: b.Stats.Rejected, PrefixLimit: b.Stats.PrefixLimit}
+		if l3 := b.L3; l3 != nil && n.l3 != nil {
+			st.BGP.L3VNI, st.BGP.L3Dev, st.BGP.RouterMAC = l3.VNI, n.l3.cfg.Dev, l3.RouterMAC
+			st.BGP.L3Routes, st.BGP.L3Refused = len(l3.Routes), b.Stats.L3Refused
+		}
 		for _, s := range b.Sessions {
 			if s.State == "established" {
 				st.BGP.Established++
