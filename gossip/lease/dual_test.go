@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -292,5 +293,21 @@ func TestExtensionTypes(t *testing.T) {
 	}
 	if err := ls6.Extension().CheckMeta("old", nil); err != nil {
 		t.Errorf("IPv6 leases refuse a node without them: %v", err)
+	}
+}
+
+// Stats.Add sums every counter (the node shows both families' together).
+func TestStatsAdd(t *testing.T) {
+	var a, b Stats
+	va, vb := reflect.ValueOf(&a).Elem(), reflect.ValueOf(&b).Elem()
+	for i := range va.NumField() {
+		va.Field(i).SetUint(uint64(i + 1))
+		vb.Field(i).SetUint(100)
+	}
+	sum := reflect.ValueOf(a.Add(b))
+	for i := range sum.NumField() {
+		if got := sum.Field(i).Uint(); got != uint64(i+101) {
+			t.Errorf("%s: %d, want %d", sum.Type().Field(i).Name, got, i+101)
+		}
 	}
 }

@@ -472,6 +472,29 @@ func (l *Leases) Stats() Stats {
 	return s
 }
 
+// Add returns the sum of s and o (the counters of two families).
+func (s Stats) Add(o Stats) Stats {
+	return Stats{
+		Received: s.Received + o.Received, Applied: s.Applied + o.Applied, Stale: s.Stale + o.Stale,
+		Duplicate: s.Duplicate + o.Duplicate, Rejected: s.Rejected + o.Rejected,
+		RejectedForeignVTEP: s.RejectedForeignVTEP + o.RejectedForeignVTEP, Overflow: s.Overflow + o.Overflow,
+		Reannounced: s.Reannounced + o.Reannounced, RejectedFuture: s.RejectedFuture + o.RejectedFuture,
+		Pending: s.Pending + o.Pending, Records: s.Records + o.Records,
+		RefusedRoutes: s.RefusedRoutes + o.RefusedRoutes, RouteRecords: s.RouteRecords + o.RouteRecords,
+	}
+}
+
+// Err returns why the leases failed the node (ErrLost, ErrReserved, a
+// mismatch, exhaustion), or nil.
+func (l *Leases) Err() error {
+	if l == nil {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
 // winnerLocked returns the record that holds subnet at now, or nil: the
 // earliest claim of an owner seen alive, else the earliest pending one.
 func (l *Leases) winnerLocked(subnet netip.Prefix, now uint64) *record {

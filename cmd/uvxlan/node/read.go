@@ -98,7 +98,11 @@ func (n *Node) Status() Status {
 	for _, l := range n.Leases() {
 		st.Leases++
 		if l.Self && l.State == lease.Alive {
-			st.Subnet = l.Subnet
+			if l.Subnet.Addr().Is4() {
+				st.Subnet = l.Subnet
+			} else {
+				st.Subnet6 = l.Subnet
+			}
 		}
 	}
 	return st
@@ -135,10 +139,7 @@ func (n *Node) PathMTU(vtep netip.Addr) int { return n.pmtu.get(vtep) }
 // Leases returns the subnet leases of the cluster; empty outside routed
 // mode.
 func (n *Node) Leases() []lease.Lease {
-	var ls []lease.Lease
-	if n.leases != nil {
-		ls = n.leases.Leases()
-	}
+	ls := n.leasesOf()
 	if ls == nil {
 		ls = []lease.Lease{}
 	}
@@ -154,7 +155,7 @@ type Stats struct {
 	Total    encap.Stats
 	Segments []SegmentStats
 	Gossip   gossip.Stats
-	Leases   *lease.Stats // nil outside routed mode
+	Leases   *lease.Stats // nil outside routed mode; both families' counters
 	Subnets  any          // Config.SubnetStats's; nil without
 	Node     Counters     // the node's own (quota.go)
 	// Encrypted: gossip is encrypted (see Status.Gossip).
@@ -192,8 +193,11 @@ func (n *Node) Stats() Stats {
 	st.Gossip = n.gossip.Stats()
 	st.Encrypted = n.cfg.GossipMode() == "encrypted"
 	st.Node = n.counters()
-	if n.leases != nil {
-		ls := n.leases.Stats()
+	for _, f := range n.families() { // both families' counters, summed
+		ls := f.leases.Stats()
+		if st.Leases != nil {
+			ls = ls.Add(*st.Leases)
+		}
 		st.Leases = &ls
 	}
 	if n.cfg.SubnetStats != nil {
