@@ -37,7 +37,7 @@ func kubeConfig(c *cli.Context, cfg *runConfig) error {
 	if cfg.Leases == nil {
 		return usageError{errors.New("--kube-subnet-mgr needs --network, the cluster network that holds every Node's podCIDR (flannel's Network)")}
 	}
-	for _, f := range []string{"subnet-len", "subnet-min", "subnet-max", "lease-ttl", "subnet", "route"} {
+	for _, f := range []string{"subnet-len", "subnet-min", "subnet-max", "lease-ttl", "subnet", "route", "network6", "subnet-len6", "subnet6"} {
 		if c.IsSet(f) {
 			return usageError{fmt.Errorf("--%s and --kube-subnet-mgr exclude each other: the subnets are the Nodes' podCIDRs (and extra prefixes ride gossip leases)", f)}
 		}

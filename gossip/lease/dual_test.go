@@ -241,7 +241,7 @@ func testDualStackWithOldMember(t *testing.T) {
 
 // A node whose IPv6 network differs joins a dual-stack cluster: it fails
 // (Run says both networks and the flags), while the cluster's node goes on
-// and refuses its IPv6 leases.
+// and refuses its IPv6 leases. An IPv6-only node is refused too.
 func TestLease6NetworkMismatch(t *testing.T) { inBubble(t, testLease6NetworkMismatch) }
 
 func testLease6NetworkMismatch(t *testing.T) {
@@ -272,6 +272,12 @@ func testLease6NetworkMismatch(t *testing.T) {
 		if !testNetwork6.Contains(l.Subnet.Addr()) {
 			t.Errorf("a holds a lease of the other network: %+v", l)
 		}
+	}
+	// An IPv6-only node cannot join a cluster with IPv4 leases: it does
+	// not run their extension.
+	c := startDual(t, 2, nil, leaseConfig6(1, 200, nil), a.Addr().String())
+	if err := c.runErr(t); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("runs extension %d", extType)) {
+		t.Fatalf("IPv6-only node: Run = %v", err)
 	}
 }
 

@@ -569,6 +569,16 @@ func (s *Subnets) WaitLease(ctx context.Context) (lease.Lease, error) {
 	}
 }
 
+// WaitLeases is WaitLease as routed mode asks it: this node's subnets, one
+// per cluster network.
+func (s *Subnets) WaitLeases(ctx context.Context) ([]lease.Lease, error) {
+	l, err := s.WaitLease(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return []lease.Lease{l}, nil
+}
+
 // Network is the cluster network (Config.Network).
 func (s *Subnets) Network() netip.Prefix { return s.cfg.Network }
 

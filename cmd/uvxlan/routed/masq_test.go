@@ -33,7 +33,7 @@ func TestMasqBadInput(t *testing.T) {
 	}{
 		{desc: "zero prefix", tag: "uvx0", want: "invalid cluster network"},
 		{desc: "4in6 prefix", network: netip.MustParsePrefix("::ffff:10.244.0.0/112"), tag: "uvx0", want: "invalid cluster network"},
-		{desc: "IPv6 prefix", network: netip.MustParsePrefix("fd00:244::/48"), tag: "uvx0", want: "need an IPv4 prefix"},
+		{desc: "two IPv6 prefixes", network: netip.MustParsePrefix("fd00:244::/48"), tag: "uvx0", want: "need one IPv4 prefix, one IPv6 prefix or one of each"},
 		{desc: "empty tag", network: netip.MustParsePrefix("10.244.0.0/16"), want: "tag"},
 		{desc: "long tag", network: netip.MustParsePrefix("10.244.0.0/16"), tag: "abcdefghijklmnop", want: "1 to 15 characters"},
 		{desc: "tag with space", network: netip.MustParsePrefix("10.244.0.0/16"), tag: "uvx 0", want: "only letters"},
@@ -41,7 +41,11 @@ func TestMasqBadInput(t *testing.T) {
 		{desc: "unknown backend", network: netip.MustParsePrefix("10.244.0.0/16"), tag: "uvx0", backend: "pf", want: `unknown backend "pf"`},
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
-			m, err := installMasq(ctx, tc.network, tc.tag, tc.backend)
+			networks := []netip.Prefix{tc.network}
+			if tc.desc == "two IPv6 prefixes" {
+				networks = append(networks, netip.MustParsePrefix("fd00:245::/48"))
+			}
+			m, err := installMasq(ctx, networks, tc.tag, tc.backend)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("installMasq(%v, %q, %q) = %v, %v; want an error containing %q", tc.network, tc.tag, tc.backend, m, err, tc.want)
 			}
@@ -50,9 +54,11 @@ func TestMasqBadInput(t *testing.T) {
 }
 
 func TestMasqRuleText(t *testing.T) {
-	m := &masqRules{network: netip.MustParsePrefix("10.244.0.0/16"), tag: "uvx0"}
+	m := &masqRules{networks: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}, tag: "uvx0"}
 	wantNft := `add table ip uvxlan-uvx0
 delete table ip uvxlan-uvx0
+add table inet uvxlan-uvx0
+delete table inet uvxlan-uvx0
 table ip uvxlan-uvx0 {
 	chain postrouting {
 		type nat hook postrouting priority srcnat; policy accept;
@@ -72,8 +78,44 @@ table ip uvxlan-uvx0 {
 -A UVXLAN-MASQ-uvx0 -s 10.244.0.0/16 -j MASQUERADE
 COMMIT
 `
-	if got := m.iptRestoreInput(); got != wantIpt {
+	if got := m.iptRestoreInput(m.networks[0]); got != wantIpt {
 		t.Errorf("iptables-restore input:\nwant:\n%s\ngot:\n%s", wantIpt, got)
+	}
+
+	// Dual stack: one inet table; ip6tables gets the IPv6 network's chain.
+	n6 := netip.MustParsePrefix("fd00:244::/48")
+	m.networks = append(m.networks, n6)
+	wantNft = `add table ip uvxlan-uvx0
+delete table ip uvxlan-uvx0
+add table inet uvxlan-uvx0
+delete table inet uvxlan-uvx0
+table inet uvxlan-uvx0 {
+	chain postrouting {
+		type nat hook postrouting priority srcnat; policy accept;
+		ip saddr 10.244.0.0/16 ip daddr 10.244.0.0/16 return
+		ip saddr 10.244.0.0/16 ip daddr 224.0.0.0/4 return
+		ip saddr 10.244.0.0/16 masquerade
+		ip6 saddr fd00:244::/48 ip6 daddr fd00:244::/48 return
+		ip6 saddr fd00:244::/48 ip6 daddr ff00::/8 return
+		ip6 saddr fd00:244::/48 masquerade
+	}
+}
+`
+	if got := m.nftInstallScript(); got != wantNft {
+		t.Errorf("dual-stack nft script:\nwant:\n%s\ngot:\n%s", wantNft, got)
+	}
+	wantIpt6 := `*nat
+:UVXLAN-MASQ-uvx0 - [0:0]
+-A UVXLAN-MASQ-uvx0 -s fd00:244::/48 -d fd00:244::/48 -j RETURN
+-A UVXLAN-MASQ-uvx0 -s fd00:244::/48 -d ff00::/8 -j RETURN
+-A UVXLAN-MASQ-uvx0 -s fd00:244::/48 -j MASQUERADE
+COMMIT
+`
+	if got := m.iptRestoreInput(n6); got != wantIpt6 {
+		t.Errorf("ip6tables-restore input:\nwant:\n%s\ngot:\n%s", wantIpt6, got)
+	}
+	if got := m.iptBinaries(); !slices.Equal(got, []string{"iptables", "ip6tables"}) {
+		t.Errorf("iptables binaries %v", got)
 	}
 }
 
@@ -95,20 +137,27 @@ func TestMasqErrorNamesCommand(t *testing.T) {
 // each in a fresh namespace.
 func TestMasqInstallRemove(t *testing.T) {
 	testenv.Require(t)
+	v4, v6 := netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:244::/48")
+	stale4, stale6 := netip.MustParsePrefix("10.99.0.0/16"), netip.MustParsePrefix("fd00:99::/48")
 	for _, tc := range []struct {
 		backend string
-		network netip.Prefix
-		stale   netip.Prefix // what a crashed agent left behind
+		network []netip.Prefix
+		stale   []netip.Prefix // what a crashed agent left behind
 	}{
-		{masqNftables, netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("10.99.0.0/16")},
-		{masqIptables, netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("10.99.0.0/16")},
+		{masqNftables, []netip.Prefix{v4}, []netip.Prefix{stale4}},
+		{masqIptables, []netip.Prefix{v4}, []netip.Prefix{stale4}},
+		{masqNftables, []netip.Prefix{v4, v6}, []netip.Prefix{stale4, stale6}},
+		{masqIptables, []netip.Prefix{v4, v6}, []netip.Prefix{stale4, stale6}},
+		{masqNftables, []netip.Prefix{v6}, []netip.Prefix{stale4}}, // a crashed IPv4-only agent: its ip table goes
+		{masqNftables, []netip.Prefix{v4}, []netip.Prefix{stale4, stale6}},
+		{masqIptables, []netip.Prefix{v6}, []netip.Prefix{stale6}},
 	} {
-		t.Run(tc.backend+"/"+tc.network.String(), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s/%v/over %v", tc.backend, tc.network, tc.stale), func(t *testing.T) {
 			requireMasqBackend(t, tc.backend)
 			ns := newMasqNetns(t, "")
 			tag := newMasqTag()
 			ctx := context.Background()
-			install := func(network netip.Prefix) *masqRules {
+			install := func(network []netip.Prefix) *masqRules {
 				t.Helper()
 				var m *masqRules
 				inMasqNetns(t, ns, func() (err error) {
@@ -137,7 +186,7 @@ func TestMasqInstallRemove(t *testing.T) {
 				if err := inMasqNetnsErr(ns, func() error { return m.Remove(ctx) }); err != nil {
 					t.Fatalf("Remove #%d: %v", i+1, err)
 				}
-				if got := listMasqRules(t, ns, tc.backend, tc.network, tag); len(got) != 0 {
+				if got := listMasqRules(t, ns, tc.backend, append(tc.network, tc.stale...), tag); len(got) != 0 {
 					t.Fatalf("after Remove #%d, rules left:\n%s", i+1, strings.Join(got, "\n"))
 				}
 			}
@@ -154,14 +203,14 @@ func TestMasqAutoBackend(t *testing.T) {
 	tag := newMasqTag()
 	var m *masqRules
 	inMasqNetns(t, ns, func() (err error) {
-		m, err = installMasq(context.Background(), network, tag, "")
+		m, err = installMasq(context.Background(), []netip.Prefix{network}, tag, "")
 		return err
 	})
 	t.Cleanup(func() { inMasqNetnsErr(ns, func() error { return m.Remove(context.Background()) }) })
 	if got := m.Backend(); got != masqNftables {
 		t.Fatalf("Backend(): want %s, got %s", masqNftables, got)
 	}
-	if got, want := listMasqRules(t, ns, masqNftables, network, tag), wantMasqRules(masqNftables, network, tag); !slices.Equal(got, want) {
+	if got, want := listMasqRules(t, ns, masqNftables, []netip.Prefix{network}, tag), wantMasqRules(masqNftables, []netip.Prefix{network}, tag); !slices.Equal(got, want) {
 		t.Fatalf("want:\n%s\ngot:\n%s", strings.Join(want, "\n"), strings.Join(got, "\n"))
 	}
 }
@@ -170,7 +219,7 @@ func TestMasqAutoBackend(t *testing.T) {
 // PATH.
 func TestMasqNoBackend(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
-	_, err := installMasq(context.Background(), netip.MustParsePrefix("10.244.0.0/16"), "uvx0", "")
+	_, err := installMasq(context.Background(), []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}, "uvx0", "")
 	if want := "neither nftables nor iptables was found"; err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("want an error containing %q, got %v", want, err)
 	}
@@ -194,7 +243,7 @@ func TestMasqFallbackBackend(t *testing.T) {
 	t.Setenv("PATH", bin)
 	var m *masqRules
 	inMasqNetns(t, ns, func() (err error) {
-		m, err = installMasq(context.Background(), network, tag, "")
+		m, err = installMasq(context.Background(), []netip.Prefix{network}, tag, "")
 		return err
 	})
 	if got := m.Backend(); got != masqIptables {
@@ -256,7 +305,7 @@ func TestMasqTraffic(t *testing.T) {
 			ctx := context.Background()
 			var m *masqRules
 			inMasqNetns(t, node, func() (err error) {
-				m, err = installMasq(ctx, network, newMasqTag(), backend)
+				m, err = installMasq(ctx, []netip.Prefix{network}, newMasqTag(), backend)
 				return err
 			})
 			defer inMasqNetnsErr(node, func() error { return m.Remove(ctx) })
@@ -362,56 +411,75 @@ func inMasqNetns(t *testing.T, ns string, fn func() error) {
 }
 
 // wantMasqRules is what listMasqRules returns when exactly one copy of the
-// rules for network is installed.
-func wantMasqRules(backend string, network netip.Prefix, tag string) []string {
+// rules for networks (IPv4 first) is installed.
+func wantMasqRules(backend string, networks []netip.Prefix, tag string) []string {
+	m := &masqRules{backend: backend, networks: networks, tag: tag}
 	if backend == masqNftables {
-		f := nftFamily
-		return []string{
-			"table " + f + " uvxlan-" + tag + " {",
+		out := []string{
+			"table " + m.nftTableFamily() + " uvxlan-" + tag + " {",
 			"chain postrouting {",
 			"type nat hook postrouting priority srcnat; policy accept;",
-			fmt.Sprintf("%s saddr %s %s daddr %s return", f, network, f, network),
-			fmt.Sprintf("%s saddr %s %s daddr %s return", f, network, f, multicast),
-			fmt.Sprintf("%s saddr %s masquerade", f, network),
-			"}",
-			"}",
 		}
+		for _, n := range networks {
+			f := "ip"
+			if n.Addr().Is6() {
+				f = "ip6"
+			}
+			out = append(out,
+				fmt.Sprintf("%s saddr %s %s daddr %s return", f, n, f, n),
+				fmt.Sprintf("%s saddr %s %s daddr %s return", f, n, f, multicastOf(n)),
+				fmt.Sprintf("%s saddr %s masquerade", f, n))
+		}
+		return append(out, "}", "}")
 	}
 	c := "UVXLAN-MASQ-" + tag
-	return []string{
-		"-N " + c,
-		`-A POSTROUTING -m comment --comment "uvxlan ip-masq ` + tag + `" -j ` + c,
-		fmt.Sprintf("-A %s -s %s -d %s -j RETURN", c, network, network),
-		fmt.Sprintf("-A %s -s %s -d %s -j RETURN", c, network, multicast),
-		fmt.Sprintf("-A %s -s %s -j MASQUERADE", c, network),
+	var out []string
+	for _, n := range networks {
+		out = append(out,
+			"-N "+c,
+			`-A POSTROUTING -m comment --comment "uvxlan ip-masq `+tag+`" -j `+c,
+			fmt.Sprintf("-A %s -s %s -d %s -j RETURN", c, n, n),
+			fmt.Sprintf("-A %s -s %s -d %s -j RETURN", c, n, multicastOf(n)),
+			fmt.Sprintf("-A %s -s %s -j MASQUERADE", c, n))
 	}
+	return out
 }
 
 // listMasqRules reads back, with `ip netns exec`, the lines of the ruleset
-// of ns that belong to tag: the whole table for nftables (nothing when it
-// does not exist), the lines of `iptables -t nat -S` naming the chain.
-func listMasqRules(t *testing.T, ns, backend string, network netip.Prefix, tag string) []string {
+// of ns that belong to tag: the whole tables (ip, then inet) for nftables
+// (nothing of one that does not exist), the lines of `iptables -t nat -S`
+// naming the chain, then ip6tables', when networks have an address of
+// that family.
+func listMasqRules(t *testing.T, ns, backend string, networks []netip.Prefix, tag string) []string {
 	t.Helper()
-	m := &masqRules{backend: backend, network: network, tag: tag}
-	var args []string
+	m := &masqRules{backend: backend, networks: networks, tag: tag}
+	var cmds [][]string
 	if backend == masqNftables {
-		args = []string{"nft", "list", "table", nftFamily, m.nftTable()}
-	} else {
-		args = []string{iptables, "-w", "-t", "nat", "-S"}
-	}
-	cmd := exec.Command("ip", append([]string{"netns", "exec", ns}, args...)...)
-	out, err := cmd.Output()
-	if err != nil {
-		if backend == masqNftables && masqExitCode(err) == 1 {
-			return nil // no such table
+		for _, f := range []string{nftFamily, nftFamilyInet} {
+			cmds = append(cmds, []string{"nft", "list", "table", f, m.nftTable()})
 		}
-		t.Fatalf("%s: %v", strings.Join(cmd.Args, " "), err)
+	} else {
+		for _, ipt := range []string{iptables, ip6tables} {
+			if slices.Contains(m.iptBinaries(), ipt) {
+				cmds = append(cmds, []string{ipt, "-w", "-t", "nat", "-S"})
+			}
+		}
 	}
 	var lines []string
-	for _, l := range strings.Split(string(out), "\n") {
-		l = strings.TrimSpace(l)
-		if l != "" && (backend == masqNftables || strings.Contains(l, m.iptChain())) {
-			lines = append(lines, l)
+	for _, args := range cmds {
+		cmd := exec.Command("ip", append([]string{"netns", "exec", ns}, args...)...)
+		out, err := cmd.Output()
+		if err != nil {
+			if backend == masqNftables && masqExitCode(err) == 1 {
+				continue // no such table
+			}
+			t.Fatalf("%s: %v", strings.Join(cmd.Args, " "), err)
+		}
+		for _, l := range strings.Split(string(out), "\n") {
+			l = strings.TrimSpace(l)
+			if l != "" && (backend == masqNftables || strings.Contains(l, m.iptChain())) {
+				lines = append(lines, l)
+			}
 		}
 	}
 	return lines
@@ -419,16 +487,22 @@ func listMasqRules(t *testing.T, ns, backend string, network netip.Prefix, tag s
 
 // assertNoMasqInRoot checks, reading only, that the root namespace has no
 // rules with tag: the commands ran in the test's namespace.
-func assertNoMasqInRoot(t *testing.T, backend string, network netip.Prefix, tag string) {
+func assertNoMasqInRoot(t *testing.T, backend string, networks []netip.Prefix, tag string) {
 	t.Helper()
-	m := &masqRules{backend: backend, network: network, tag: tag}
-	var err error
+	m := &masqRules{backend: backend, networks: networks, tag: tag}
+	var cmds [][]string
 	if backend == masqNftables {
-		err = exec.Command("nft", "list", "table", nftFamily, m.nftTable()).Run()
+		for _, f := range []string{nftFamily, nftFamilyInet} {
+			cmds = append(cmds, []string{"nft", "list", "table", f, m.nftTable()})
+		}
 	} else {
-		err = exec.Command(iptables, "-w", "-t", "nat", "-S", m.iptChain()).Run()
+		for _, ipt := range m.iptBinaries() {
+			cmds = append(cmds, []string{ipt, "-w", "-t", "nat", "-S", m.iptChain()})
+		}
 	}
-	if err == nil {
-		t.Errorf("the root namespace has the rules tagged %s: installMasq did not run in the test's namespace", tag)
+	for _, args := range cmds {
+		if exec.Command(args[0], args[1:]...).Run() == nil {
+			t.Errorf("the root namespace has the rules tagged %s (%s): installMasq did not run in the test's namespace", tag, strings.Join(args, " "))
+		}
 	}
 }
