@@ -134,7 +134,7 @@ func (a *agentRun) start() {
 	}
 	if k := a.cfg.Kube; k != nil { // routed mode with the API server's subnets
 		cfg, seg := a.cfg, a.n.Status().Segments[0]
-		rc := routed.Config{Network: k.Network(), VNI: seg.VNI, Dev: seg.Dev, MTU: seg.MTU,
+		rc := routed.Config{Network: k.Network(), Network6: k.Network6(), VNI: seg.VNI, Dev: seg.Dev, MTU: seg.MTU,
 			SubnetFile: cfg.SubnetFile, IPMasq: cfg.IPMasq, Logger: cfg.Logger.With("subsystem", "routed"),
 			Forwarding: func(subnets []netip.Prefix) {
 				if err := a.n.PinSubnet(subnets...); err != nil {

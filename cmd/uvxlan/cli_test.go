@@ -125,7 +125,7 @@ func TestBadFlagsExit2(t *testing.T) {
 		{"network covers the underlay", []string{"--network", "127.0.0.0/8", "--subnet-len", "16"}, nil, "--network"},
 		{"network6 covers the underlay", []string{"--local", "::1", "--network6", "::/104", "--subnet-len6", "120"}, nil, "--network6"},
 		{"network6 from the environment", nil, []string{"UVXLAN_NETWORK6=10.0.0.0/8"}, "--network6"},
-		{"kube-subnet-mgr with network6", []string{"--kube-subnet-mgr", "--network", "10.244.0.0/16", "--network6", "fd00:244::/48", "--name", "n"}, nil, "--network6"},
+		{"kube-subnet-mgr with subnet-len6", []string{"--kube-subnet-mgr", "--network6", "fd00:244::/48", "--subnet-len6", "80", "--name", "n"}, nil, "--subnet-len6"},
 		{"queues zero", []string{"--queues", "0"}, nil, "--queues"},
 		{"queues too many", []string{"--queues", "65"}, nil, "--queues"},
 		{"queues without offload", []string{"--queues", "2", "--offload=false"}, nil, "--queues"},
