@@ -122,7 +122,7 @@ func addDualContainers(t *testing.T, h *testenv.Host, env map[string]string, n i
 }
 
 // pingAllDual checks that every container pings every container of the
-// other hosts, in each family both have.
+// other hosts, in each family both ends have.
 func pingAllDual(t *testing.T, byHost map[string][]dualContainer) {
 	t.Helper()
 	for ha, as := range byHost {
@@ -133,8 +133,8 @@ func pingAllDual(t *testing.T, byHost map[string][]dualContainer) {
 			for _, a := range as {
 				for _, b := range bs {
 					for _, dst := range []netip.Addr{b.addr, b.addr6} {
-						if !dst.IsValid() {
-							continue
+						if !dst.IsValid() || (dst.Is4() && !a.addr.IsValid()) || (dst.Is6() && !a.addr6.IsValid()) {
+							continue // a family one end lacks
 						}
 						var out string
 						var err error
@@ -317,4 +317,104 @@ func TestRoutedIPv6Only(t *testing.T) {
 		t.Errorf("h1's TAP has IPv4 addresses: %q (%v)", out, err)
 	}
 	t.Logf("uvxlan leases:\n%s", runCLI(t, "leases", "--control", agents[0].control))
+}
+
+// oldRev is the release before IPv6 leases (the commit this branch started
+// from): the mixed-cluster test builds its agent from it.
+const oldRev = "64c36f0"
+
+// buildOld builds the uvxlan of rev from this repository's git history
+// (git archive, go build with the module cache) and returns its path.
+func buildOld(t *testing.T, rev string) string {
+	t.Helper()
+	src := t.TempDir()
+	archive := exec.Command("sh", "-c", fmt.Sprintf("git -C ../.. archive --format=tar %s | tar -x -C %s", rev, src))
+	if out, err := archive.CombinedOutput(); err != nil {
+		t.Fatalf("the sources of %s (git archive): %v\n%s", rev, err, out)
+	}
+	bin := filepath.Join(t.TempDir(), "uvxlan-"+rev)
+	build := exec.Command("go", "build", "-o", bin, "./cmd/uvxlan")
+	build.Dir = src
+	start := time.Now()
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building uvxlan %s: %v\n%s", rev, err, out)
+	}
+	t.Logf("built uvxlan %s in %v", rev, time.Since(start).Round(time.Millisecond))
+	return bin
+}
+
+// A mixed cluster, as in a rolling upgrade: h1 runs the release before
+// IPv6 leases (IPv4 routed mode), h2 and h3 this one in dual stack, all
+// joined. All three are members everywhere; the old agent keeps its IPv4
+// lease and routes every IPv4 subnet, skipping the IPv6 messages (gossip's
+// unknown_extension) without a decode error; containers reach each other
+// over IPv4 (all three hosts) and over IPv6 (h2, h3).
+func TestRoutedDualStackWithOldRelease(t *testing.T) {
+	t.Parallel()
+	tb := testenv.NewForTest(t, testenv.Config{Hosts: 3})
+	old := buildOld(t, oldRev)
+	dir := t.TempDir()
+	h1 := &routedAgent{host: tb.Host(1)}
+	h1.args, h1.control, h1.subnetFile = routedArgs(tb.Host(1), dir)
+	var err error
+	if h1.proc, err = h1.host.Start(context.Background(), "", old, h1.args...); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitForSocket(context.Background(), h1.control, 10*time.Second); err != nil {
+		t.Fatalf("h1 (old): %v\n%s", err, h1.proc.Log())
+	}
+	seed := tb.Host(1).Underlay.String()
+	agents := []*routedAgent{h1}
+	for i := 2; i <= 3; i++ {
+		agents = append(agents, startRouted6(t, tb.Host(i), dir, "--network", routedNetwork,
+			"--network6", routedNetwork6, "--join", seed))
+	}
+	byHost := map[string][]dualContainer{}
+	for _, ra := range agents {
+		byHost[ra.host.Name] = addDualContainers(t, ra.host, ra.subnetEnv(t), 1)
+	}
+	start := time.Now()
+	pingAllDual(t, byHost) // IPv6 only where both ends have it
+	t.Logf("container pings across the mixed cluster answered in %v", time.Since(start).Round(time.Millisecond))
+
+	wait.For(t, 20*time.Second, "every agent sees three members alive, and the old one the three IPv4 leases", func() error {
+		for _, ra := range agents {
+			rows, _, err := newControlClient(ra.control).members()
+			if err != nil {
+				return err
+			}
+			alive := 0
+			for _, r := range rows {
+				if r.State == "alive" {
+					alive++
+				}
+			}
+			if alive != 3 {
+				return fmt.Errorf("%s sees %d members alive", ra.host.Name, alive)
+			}
+		}
+		n := 0
+		for _, l := range h1.leases(t) {
+			if l.State == lease.Alive && l.Subnet.Addr().Is4() {
+				n++
+			}
+		}
+		if n != 3 {
+			return fmt.Errorf("the old agent sees %d IPv4 leases alive", n)
+		}
+		return nil
+	})
+	var st struct {
+		Gossip map[string]uint64 `json:"gossip"`
+	}
+	if _, err := newControlClient(h1.control).getInto("stats", &st); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the old agent: unknown_extension %d, decode_errors %d, refused_nodes %d",
+		st.Gossip["unknown_extension"], st.Gossip["decode_errors"], st.Gossip["refused_nodes"])
+	if st.Gossip["unknown_extension"] == 0 || st.Gossip["decode_errors"] != 0 || st.Gossip["refused_nodes"] != 0 {
+		t.Errorf("the old agent's gossip counters %v: want unknown extension messages skipped, no decode error, no refusal", st.Gossip)
+	}
+	t.Logf("the old agent's leases:\n%s", runCLI(t, "leases", "--control", h1.control))
+	t.Logf("h2's leases:\n%s", runCLI(t, "leases", "--control", agents[1].control))
 }
