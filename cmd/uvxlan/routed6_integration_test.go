@@ -167,7 +167,7 @@ func ownSubnets(t *testing.T, ra *routedAgent) (v4, v6 netip.Prefix) {
 // reach every container of the other hosts over IPv4 and over IPv6; the TAP
 // holds both subnets' network addresses, the host routes the others'
 // subnets of both families; `uvxlan leases` lists six leases and `status`
-// the node's two subnets; a restarted node keeps both subnets.
+// the node's two subnets; every node restarted in turn keeps both subnets.
 func TestRoutedDualStack(t *testing.T) {
 	t.Parallel()
 	tb := testenv.NewForTest(t, testenv.Config{Hosts: 3})
@@ -266,30 +266,38 @@ func TestRoutedDualStack(t *testing.T) {
 		}
 	})
 
-	t.Run("a restart keeps both subnets", func(t *testing.T) {
-		h2 := agents[1]
-		if err := h2.proc.Stop(); err != nil {
-			t.Fatalf("stop: %v\n%s", err, h2.proc.Log())
-		}
-		os.Remove(h2.subnetFile)
-		h2.start(t)
-		env := h2.subnetEnv(t)
-		if env["FLANNEL_SUBNET"] != netip.PrefixFrom(subnets["h2"].Addr().Next(), 24).String() ||
-			env["FLANNEL_IPV6_SUBNET"] != netip.PrefixFrom(subnets6["h2"].Addr().Next(), 64).String() {
-			t.Fatalf("after a restart h2's subnet.env is %v; want the subnets %s and %s", env, subnets["h2"], subnets6["h2"])
-		}
-		pingAllDual(t, byHost)
+	t.Run("every node restarted in turn keeps both subnets", func(t *testing.T) {
 		for _, ra := range agents {
-			for _, l := range ra.leases(t) {
-				t.Logf("%s after h2's restart: %s %s %s", ra.host.Name, l.Subnet, l.Node, l.State)
+			name := ra.host.Name
+			if err := ra.proc.Stop(); err != nil {
+				t.Fatalf("stop: %v\n%s", err, ra.proc.Log())
 			}
+			os.Remove(ra.subnetFile)
+			ra.start(t)
+			env := ra.subnetEnv(t)
+			if env["FLANNEL_SUBNET"] != netip.PrefixFrom(subnets[name].Addr().Next(), 24).String() ||
+				env["FLANNEL_IPV6_SUBNET"] != netip.PrefixFrom(subnets6[name].Addr().Next(), 64).String() {
+				t.Fatalf("after a restart %s's subnet.env is %v; want the subnets %s and %s", name, env, subnets[name], subnets6[name])
+			}
+			pingAllDual(t, byHost)
 		}
+		wait.For(t, 20*time.Second, "h1 lists the six leases alive after every node restarted", func() bool {
+			alive := 0
+			for _, l := range agents[0].leases(t) {
+				if l.State == lease.Alive && (l.Subnet == subnets[l.Node] || l.Subnet == subnets6[l.Node]) {
+					alive++
+				}
+			}
+			return alive == 6
+		})
+		t.Logf("h1's leases after every node restarted:\n%s", runCLI(t, "leases", "--control", agents[0].control))
 	})
 }
 
 // IPv6 only (--network6 without --network): two hosts lease IPv6 subnets,
 // subnet.env has only the IPv6 lines, the containers reach each other over
-// IPv6, and nothing IPv4 is configured on the TAP.
+// IPv6, nothing IPv4 is configured on the TAP, and every node restarted in
+// turn keeps its subnet.
 func TestRoutedIPv6Only(t *testing.T) {
 	t.Parallel()
 	tb := testenv.NewForTest(t, testenv.Config{Hosts: 2})
@@ -316,7 +324,20 @@ func TestRoutedIPv6Only(t *testing.T) {
 	if err != nil || strings.TrimSpace(out) != "" {
 		t.Errorf("h1's TAP has IPv4 addresses: %q (%v)", out, err)
 	}
-	t.Logf("uvxlan leases:\n%s", runCLI(t, "leases", "--control", agents[0].control))
+	// Every node restarted in turn keeps its subnet.
+	for _, ra := range agents {
+		before := ra.subnetEnv(t)["FLANNEL_IPV6_SUBNET"]
+		if err := ra.proc.Stop(); err != nil {
+			t.Fatalf("stop: %v\n%s", err, ra.proc.Log())
+		}
+		os.Remove(ra.subnetFile)
+		ra.start(t)
+		if after := ra.subnetEnv(t)["FLANNEL_IPV6_SUBNET"]; after != before {
+			t.Fatalf("%s restarted with %s, want %s", ra.host.Name, after, before)
+		}
+		pingAllDual(t, byHost)
+	}
+	t.Logf("uvxlan leases after every node restarted:\n%s", runCLI(t, "leases", "--control", agents[0].control))
 }
 
 // oldRev is the release before IPv6 leases (the commit this branch started
