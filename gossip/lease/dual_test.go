@@ -71,7 +71,15 @@ func sees(nodes []*testNode, get func(*testNode) *Leases, want map[netip.Prefix]
 			for subnet, owner := range want {
 				l, ok := leaseOf(get(n), subnet)
 				if !ok || l.Node != owner || l.State != Alive {
-					return fmt.Errorf("%s sees %s as %+v, want owner %s alive", n.name, subnet, l, owner)
+					var all []string
+					for _, o := range get(n).Leases() {
+						all = append(all, fmt.Sprintf("%s %s %s", o.Subnet, o.Node, o.State))
+					}
+					var ms []string
+					for _, m := range n.Members() {
+						ms = append(ms, m.Name+" "+m.State)
+					}
+					return fmt.Errorf("%s does not see %s of %s alive; it sees %v; members %v", n.name, subnet, owner, all, ms)
 				}
 			}
 		}
@@ -117,6 +125,18 @@ func testDualStackLeases(t *testing.T) {
 	t.Logf("before the restarts: IPv4 %v, IPv6 %v", v4, v6)
 
 	for i, n := range nodes {
+		// A rolling restart: the next node stops once every node lists
+		// every other alive (restarted nodes stopping within a few
+		// milliseconds of each other can leave one out of another's
+		// member list for good: see the report of issue 37).
+		wait.For(t, 10*time.Second, "every node lists the three alive", func() error {
+			for _, o := range nodes {
+				if k := aliveMembers(o.Node); k != len(nodes) {
+					return fmt.Errorf("%s lists %d alive", o.name, k)
+				}
+			}
+			return nil
+		})
 		n.stop(t)
 		p4, p6 := own4[n.name], own6[n.name]
 		seed := nodes[(i+1)%len(nodes)]
@@ -190,8 +210,13 @@ func testDualStackWithOldMember(t *testing.T) {
 	lc := leaseConfig(1, 200, 0, nil)
 	lc6 := leaseConfig6(1, 200, nil)
 	lc6.Routes = []netip.Prefix{route6}
+	// One at a time: nodes joining one seed at the same instant of the
+	// bubble's clock can leave one out of the seed's member list for good
+	// (so with IPv4 leases only as well: see the report of issue 37).
 	a := startDual(t, 1, &lc, lc6, old.Addr().String())
+	a.wait(t)
 	b := startDual(t, 2, &lc, leaseConfig6(1, 200, nil), old.Addr().String())
+	b.wait(t)
 	c := startDual(t, 3, &lc, nil, a.Addr().String()) // this release, IPv4 only
 	nodes := []*testNode{old, a, b, c}
 	v4 := map[netip.Prefix]string{}
