@@ -296,16 +296,26 @@ func TestRoutedDualStack(t *testing.T) {
 
 // IPv6 only (--network6 without --network): two hosts lease IPv6 subnets,
 // subnet.env has only the IPv6 lines, the containers reach each other over
-// IPv6, nothing IPv4 is configured on the TAP, and every node restarted in
-// turn keeps its subnet.
+// IPv6 (and h2's reaches h1's --route address, an IPv6 /128 on its
+// loopback), nothing IPv4 is configured on the TAP, and every node
+// restarted in turn keeps its subnet.
 func TestRoutedIPv6Only(t *testing.T) {
 	t.Parallel()
 	tb := testenv.NewForTest(t, testenv.Config{Hosts: 2})
 	dir := t.TempDir()
 	seed := tb.Host(1).Underlay.String()
 	var agents []*routedAgent
+	// h1 also serves fd00:244:0:ffff::1 on its loopback (--route).
+	hub := netip.MustParseAddr("fd00:244:0:ffff::1")
+	if out, err := tb.Host(1).Run(context.Background(), "ip", "addr", "add", hub.String()+"/128", "dev", "lo"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
 	for i := 1; i <= 2; i++ {
-		agents = append(agents, startRouted6(t, tb.Host(i), dir, "--network6", routedNetwork6, "--join", seed))
+		extra := []string{"--network6", routedNetwork6, "--join", seed}
+		if i == 1 {
+			extra = append(extra, "--route", hub.String()+"/128")
+		}
+		agents = append(agents, startRouted6(t, tb.Host(i), dir, extra...))
 	}
 	byHost := map[string][]dualContainer{}
 	for _, ra := range agents {
@@ -320,6 +330,11 @@ func TestRoutedIPv6Only(t *testing.T) {
 	start := time.Now()
 	pingAllDual(t, byHost)
 	t.Logf("2 IPv6 pings answered in %v", time.Since(start).Round(time.Millisecond))
+	c := byHost["h2"][0]
+	if err := wait.Until(context.Background(), 20*time.Second, func() bool { _, err := c.ping(hub); return err == nil }); err != nil {
+		out, _ := tb.Host(2).Run(context.Background(), "ip", "-6", "route")
+		t.Errorf("h2's container cannot reach h1's --route %s: %v\nh2's routes:\n%s", hub, err, out)
+	}
 	out, err := tb.Host(1).Run(context.Background(), "ip", "-4", "-o", "addr", "show", "dev", "uvx0")
 	if err != nil || strings.TrimSpace(out) != "" {
 		t.Errorf("h1's TAP has IPv4 addresses: %q (%v)", out, err)
