@@ -396,8 +396,11 @@ func TestRoutedDualStackWithOldRelease(t *testing.T) {
 	if h1.proc, err = h1.host.Start(context.Background(), "", old, h1.args...); err != nil {
 		t.Fatal(err)
 	}
-	if err := waitForSocket(context.Background(), h1.control, 10*time.Second); err != nil {
-		t.Fatalf("h1 (old): %v\n%s", err, h1.proc.Log())
+	if err := wait.Until(context.Background(), time.Minute, func() bool {
+		_, err := newControlClient(h1.control).get("status")
+		return err == nil
+	}); err != nil {
+		t.Fatalf("h1 (old) does not answer on its control socket: %v\n%s", err, h1.proc.Log())
 	}
 	seed := tb.Host(1).Underlay.String()
 	agents := []*routedAgent{h1}
