@@ -71,7 +71,8 @@ const (
 	// smaller ones are gossip's own message types. Types in use:
 	// MinExtensionType, subnet leases, and MinExtensionType+1, their
 	// routes (gossip/lease); MinExtensionType+2, --encrypt's keys
-	// (cmd/uvxlan/node, encrypt.go).
+	// (cmd/uvxlan/node, encrypt.go); MinExtensionType+4 and +5, IPv6
+	// subnet leases and their routes (gossip/lease).
 	MinExtensionType = 16
 	// MaxExtensionMeta bounds an extension's contribution to the node
 	// metadata, in bytes.

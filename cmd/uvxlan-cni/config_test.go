@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -74,6 +75,12 @@ func TestDelegateConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	env6, err := parseSubnetEnv([]byte(goodEnv6))
+	if err != nil {
+		t.Fatal(err)
+	}
+	only6 := env6
+	only6.Network, only6.Subnet = netip.Prefix{}, netip.Prefix{}
 	for _, tc := range []struct {
 		desc, conf string
 		env        subnetEnv
@@ -91,6 +98,14 @@ func TestDelegateConfig(t *testing.T) {
 			"cniVersion":"1.0.0","name":"pods","type":"bridge","bridge":"br0","hairpinMode":true,"isGateway":false,"ipMasq":true,"mtu":1300,
 			"ipam":{"type":"host-local","dataDir":"/tmp/ipam","ranges":[[{"subnet":"10.244.7.0/24","gateway":"10.244.7.1"}]],
 				"routes":[{"dst":"0.0.0.0/0"},{"dst":"10.244.0.0/16","gw":"10.244.7.1"}]}}`},
+		{"dual stack: a range and a route per family", `{"cniVersion":"1.0.0","name":"uvxlan","type":"uvxlan-cni"}`, env6, `{
+			"cniVersion":"1.0.0","name":"uvxlan","type":"bridge","bridge":"cni-uvx0","isGateway":true,"ipMasq":true,"mtu":1450,
+			"ipam":{"type":"host-local","ranges":[[{"subnet":"10.244.7.0/24","gateway":"10.244.7.1"}],[{"subnet":"fd00:244:0:7::/64","gateway":"fd00:244:0:7::1"}]],
+				"routes":[{"dst":"10.244.0.0/16","gw":"10.244.7.1"},{"dst":"fd00:244::/48","gw":"fd00:244:0:7::1"}]}}`},
+		{"IPv6 only", `{"cniVersion":"1.0.0","name":"uvxlan","type":"uvxlan-cni"}`, only6, `{
+			"cniVersion":"1.0.0","name":"uvxlan","type":"bridge","bridge":"cni-uvx0","isGateway":true,"ipMasq":true,"mtu":1450,
+			"ipam":{"type":"host-local","ranges":[[{"subnet":"fd00:244:0:7::/64","gateway":"fd00:244:0:7::1"}]],
+				"routes":[{"dst":"fd00:244::/48","gw":"fd00:244:0:7::1"}]}}`},
 		{"another delegate type gets no bridge fields", `{"cniVersion":"1.0.0","name":"pods","delegate":{"type":"ptp"},"ipam":{"type":"static"}}`, env, `{
 			"cniVersion":"1.0.0","name":"pods","type":"ptp","ipMasq":true,"mtu":1450,
 			"ipam":{"type":"static","ranges":[[{"subnet":"10.244.7.0/24","gateway":"10.244.7.1"}]],"routes":[{"dst":"10.244.0.0/16","gw":"10.244.7.1"}]}}`},

@@ -20,10 +20,12 @@ import (
 //   - type bridge, bridge cni-uvx0, isGateway true, mtu FLANNEL_MTU and
 //     ipMasq the opposite of FLANNEL_IPMASQ (the agent masquerades or the
 //     bridge does, not both), unless n.Delegate sets them;
-//   - ipam: n.IPAM (default type host-local) with one range, the node's
-//     subnet with the bridge's address as gateway, and a route to the
-//     cluster network through it (with the gateway written out: bridge's
-//     CHECK compares the gateway of each route with the kernel's).
+//   - ipam: n.IPAM (default type host-local) with one range per family
+//     subnet.env gives (IPv4, then IPv6: host-local then gives the
+//     container an address of each), the node's subnet with the bridge's
+//     address as gateway, and a route to each cluster network through it
+//     (with the gateway written out: bridge's CHECK compares the gateway of
+//     each route with the kernel's).
 //
 // The result is a fresh map; n is not modified.
 func delegateConfig(n *netConf, env subnetEnv) map[string]any {
@@ -46,15 +48,22 @@ func delegateConfig(n *netConf, env subnetEnv) map[string]any {
 		ipam = map[string]any{}
 	}
 	setDefault(ipam, "type", "host-local")
-	ipam["ranges"] = []any{[]any{map[string]any{
-		"subnet":  env.Subnet.Masked().String(),
-		"gateway": env.Subnet.Addr().String(),
-	}}}
+	networks, subnets := env.pairs()
+	var ranges []any
 	routes, _ := ipam["routes"].([]any)
-	ipam["routes"] = append(append([]any(nil), routes...), map[string]any{
-		"dst": env.Network.String(),
-		"gw":  env.Subnet.Addr().String(),
-	})
+	routes = append([]any(nil), routes...)
+	for i, subnet := range subnets {
+		ranges = append(ranges, []any{map[string]any{
+			"subnet":  subnet.Masked().String(),
+			"gateway": subnet.Addr().String(),
+		}})
+		routes = append(routes, map[string]any{
+			"dst": networks[i].String(),
+			"gw":  subnet.Addr().String(),
+		})
+	}
+	ipam["ranges"] = ranges
+	ipam["routes"] = routes
 	d["ipam"] = ipam
 	return d
 }

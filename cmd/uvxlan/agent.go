@@ -123,17 +123,23 @@ func (a *agentRun) start() {
 	a.spawn(func() error { a.nodeErr = a.n.Run(a.ctx); return a.nodeErr })
 	if w := a.n.LeaseWatch(); w != nil {
 		cfg, seg := a.cfg, a.n.Status().Segments[0]
-		rc := routed.Config{Network: cfg.Leases.Network, VNI: seg.VNI, Dev: seg.Dev, MTU: seg.MTU,
+		rc := routed.Config{VNI: seg.VNI, Dev: seg.Dev, MTU: seg.MTU,
 			SubnetFile: cfg.SubnetFile, IPMasq: cfg.IPMasq, Logger: cfg.Logger.With("subsystem", "routed")}
+		if cfg.Leases != nil {
+			rc.Network = cfg.Leases.Network
+		}
+		if cfg.Leases6 != nil {
+			rc.Network6 = cfg.Leases6.Network
+		}
 		a.spawn(func() error { return routed.Run(a.ctx, rc, w, a.n) })
 	}
 	if k := a.cfg.Kube; k != nil { // routed mode with the API server's subnets
 		cfg, seg := a.cfg, a.n.Status().Segments[0]
-		rc := routed.Config{Network: k.Network(), VNI: seg.VNI, Dev: seg.Dev, MTU: seg.MTU,
+		rc := routed.Config{Network: k.Network(), Network6: k.Network6(), VNI: seg.VNI, Dev: seg.Dev, MTU: seg.MTU,
 			SubnetFile: cfg.SubnetFile, IPMasq: cfg.IPMasq, Logger: cfg.Logger.With("subsystem", "routed"),
-			Forwarding: func(subnet netip.Prefix) {
-				if err := a.n.PinSubnet(subnet); err != nil {
-					cfg.Logger.Warn("could not pin the subnet's addresses", "subnet", subnet, "err", err)
+			Forwarding: func(subnets []netip.Prefix) {
+				if err := a.n.PinSubnet(subnets...); err != nil {
+					cfg.Logger.Warn("could not pin the subnet's addresses", "subnets", subnets, "err", err)
 				}
 				k.Forwarding()
 			}}

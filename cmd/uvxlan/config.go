@@ -407,67 +407,127 @@ func parseMAC(s string) (fdb.MAC, error) {
 	return mac, nil
 }
 
-// routedConfig reads the flags of the routed overlay.
+// routedConfig reads the flags of the routed overlay: --network (IPv4),
+// --network6 (IPv6), or both (dual stack).
 func routedConfig(c *cli.Context, cfg *node.Config) error {
-	s := c.String("network")
+	s, s6 := c.String("network"), c.String("network6")
 	if s == "" {
-		for _, f := range []string{"subnet-min", "subnet-max", "ip-masq", "subnet", "route"} {
+		for _, f := range []string{"subnet-min", "subnet-max", "subnet"} {
 			if c.IsSet(f) {
 				return usageError{fmt.Errorf("--%s needs --network", f)}
 			}
 		}
-		return nil
 	}
-	if len(cfg.Segments) != 1 {
-		return usageError{fmt.Errorf("--network runs on exactly one segment, and --segment gives %d", len(cfg.Segments))}
-	}
-	if len(cfg.Segments[0].Addresses) > 0 {
-		return usageError{errors.New("--address and --network exclude each other: with --network the TAP gets its address from the subnet lease")}
-	}
-	network, err := netip.ParsePrefix(s)
-	if err != nil || !network.Addr().Is4() {
-		return badFlag("network", s, "must be an IPv4 CIDR such as 10.244.0.0/16")
-	}
-	lc := &lease.Config{Network: network, SubnetLen: c.Int("subnet-len"), TTL: c.Duration("lease-ttl")}
-	for _, f := range []struct {
-		name string
-		dst  *netip.Addr
-	}{{"subnet-min", &lc.SubnetMin}, {"subnet-max", &lc.SubnetMax}} {
-		if v := c.String(f.name); v != "" {
-			if *f.dst, err = netip.ParseAddr(v); err != nil {
-				return badFlag(f.name, v, "must be the network address of a subnet, such as 10.244.10.0")
+	if s6 == "" {
+		for _, f := range []string{"subnet-len6", "subnet6"} {
+			if c.IsSet(f) {
+				return usageError{fmt.Errorf("--%s needs --network6", f)}
 			}
 		}
 	}
-	if v := c.String("subnet"); v != "" {
-		if lc.Subnet, err = netip.ParsePrefix(v); err != nil {
-			return badFlag("subnet", v, "must be a subnet CIDR of --network, such as 10.0.0.0/16")
+	if s == "" && s6 == "" {
+		for _, f := range []string{"ip-masq", "route"} {
+			if c.IsSet(f) {
+				return usageError{fmt.Errorf("--%s needs --network (or --network6)", f)}
+			}
+		}
+		return nil
+	}
+	flag := "network"
+	if s == "" {
+		flag = "network6"
+	}
+	if len(cfg.Segments) != 1 {
+		return usageError{fmt.Errorf("--%s runs on exactly one segment, and --segment gives %d", flag, len(cfg.Segments))}
+	}
+	if len(cfg.Segments[0].Addresses) > 0 {
+		return usageError{fmt.Errorf("--address and --%s exclude each other: with --%s the TAP gets its address from the subnet lease", flag, flag)}
+	}
+	ttl := c.Duration("lease-ttl")
+	if ttl <= 0 {
+		return badFlag("lease-ttl", c.String("lease-ttl"), "must be a positive duration such as 24h")
+	}
+	var lc, lc6 *lease.Config
+	if s != "" {
+		network, err := netip.ParsePrefix(s)
+		if err != nil || !network.Addr().Is4() {
+			return badFlag("network", s, "must be an IPv4 CIDR such as 10.244.0.0/16 (an IPv6 network goes in --network6)")
+		}
+		lc = &lease.Config{Network: network, SubnetLen: c.Int("subnet-len"), TTL: ttl}
+		for _, f := range []struct {
+			name string
+			dst  *netip.Addr
+		}{{"subnet-min", &lc.SubnetMin}, {"subnet-max", &lc.SubnetMax}} {
+			if v := c.String(f.name); v != "" {
+				if *f.dst, err = netip.ParseAddr(v); err != nil {
+					return badFlag(f.name, v, "must be the network address of a subnet, such as 10.244.10.0")
+				}
+			}
+		}
+		if v := c.String("subnet"); v != "" {
+			if lc.Subnet, err = netip.ParsePrefix(v); err != nil {
+				return badFlag("subnet", v, "must be a subnet CIDR of --network, such as 10.0.0.0/16")
+			}
+		}
+	}
+	if s6 != "" {
+		network, err := netip.ParsePrefix(s6)
+		if err != nil || !network.Addr().Is6() || network.Addr().Is4In6() || network.Addr().Zone() != "" {
+			return badFlag("network6", s6, "must be an IPv6 CIDR such as fd00:244::/48 (an IPv4 network goes in --network)")
+		}
+		lc6 = &lease.Config{Network: network, SubnetLen: c.Int("subnet-len6"), TTL: ttl}
+		if v := c.String("subnet6"); v != "" {
+			if lc6.Subnet, err = netip.ParsePrefix(v); err != nil {
+				return badFlag("subnet6", v, "must be a subnet CIDR of --network6, such as fd00:244::/64")
+			}
 		}
 	}
 	for _, v := range c.StringSlice("route") {
 		p, err := netip.ParsePrefix(v)
-		if err != nil {
-			return badFlag("route", v, "must be a CIDR inside --network, such as 10.0.0.1/32")
+		switch {
+		case err != nil:
+			return badFlag("route", v, "must be a CIDR inside --network or --network6, such as 10.0.0.1/32 or fd00:244::1/128")
+		case p.Addr().Is4() && lc == nil:
+			return badFlag("route", v, "an IPv4 prefix needs --network")
+		case p.Addr().Is4():
+			lc.Routes = append(lc.Routes, p)
+		case lc6 == nil:
+			return badFlag("route", v, "an IPv6 prefix needs --network6")
+		default:
+			lc6.Routes = append(lc6.Routes, p)
 		}
-		lc.Routes = append(lc.Routes, p)
 	}
-	if lc.TTL <= 0 {
-		return badFlag("lease-ttl", c.String("lease-ttl"), "must be a positive duration such as 24h")
-	}
-	if err := lc.Check(); err != nil {
-		var fe *lease.FieldError
-		if errors.As(err, &fe) {
+	for _, l := range []*lease.Config{lc, lc6} {
+		if l == nil {
+			continue
+		}
+		if err := l.Check(); err != nil {
+			var fe *lease.FieldError
+			if !errors.As(err, &fe) {
+				return err
+			}
 			flag := map[string]string{"Network": "network", "SubnetLen": "subnet-len", "SubnetMin": "subnet-min",
 				"SubnetMax": "subnet-max", "TTL": "lease-ttl", "Subnet": "subnet", "Routes": "route"}[fe.Field]
+			if l == lc6 && flag != "lease-ttl" && flag != "route" {
+				flag += "6"
+			}
 			value := c.String(flag)
 			if flag == "route" {
 				value = fe.Value
 			}
 			return badFlag(flag, value, "%s", fe.Why)
 		}
-		return err
+		// The overlay must never cover the underlay: the route to a peer's
+		// VTEP would go into the TAP.
+		if l.Network.Contains(cfg.Local) {
+			flag := "network"
+			if l == lc6 {
+				flag = "network6"
+			}
+			return badFlag(flag, l.Network.String(), "covers the underlay address %s (--local): the overlay would route the underlay into itself", cfg.Local)
+		}
 	}
-	cfg.Leases = lc
+	cfg.Leases, cfg.Leases6 = lc, lc6
 	cfg.IPMasq = c.Bool("ip-masq")
 	cfg.SubnetFile = c.String("subnet-file")
 	if cfg.SubnetFile == "" {

@@ -19,7 +19,7 @@ const kubeCategory = "Kubernetes (flannel's kube subnet manager)"
 
 func kubeFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.BoolFlag{Name: "kube-subnet-mgr", Category: kubeCategory, Usage: "routed mode with the subnets of the API server: this node's subnet is its Node's spec.podCIDR (inside --network), the other Nodes' podCIDRs are routed to their VTEPs, gossip seeds come from the Nodes' annotations (no --join); the Node is named by --name or NODE_NAME", EnvVars: env("kube-subnet-mgr")},
+		&cli.BoolFlag{Name: "kube-subnet-mgr", Category: kubeCategory, Usage: "routed mode with the subnets of the API server: this node's subnet is its Node's spec.podCIDR (inside --network; with --network6 also its IPv6 podCIDR), the other Nodes' podCIDRs are routed to their VTEPs, gossip seeds come from the Nodes' annotations (no --join); the Node is named by --name or NODE_NAME", EnvVars: env("kube-subnet-mgr")},
 		&cli.StringFlag{Name: "kubeconfig", Category: kubeCategory, Usage: "kubeconfig `FILE` for --kube-subnet-mgr (default: the pod's service account)", EnvVars: env("kubeconfig")},
 	}
 }
@@ -34,10 +34,10 @@ func kubeConfig(c *cli.Context, cfg *runConfig) error {
 		}
 		return nil
 	}
-	if cfg.Leases == nil {
-		return usageError{errors.New("--kube-subnet-mgr needs --network, the cluster network that holds every Node's podCIDR (flannel's Network)")}
+	if cfg.Leases == nil && cfg.Leases6 == nil {
+		return usageError{errors.New("--kube-subnet-mgr needs --network (or --network6, or both), the cluster network that holds every Node's podCIDR (flannel's Network, IPv6Network)")}
 	}
-	for _, f := range []string{"subnet-len", "subnet-min", "subnet-max", "lease-ttl", "subnet", "route"} {
+	for _, f := range []string{"subnet-len", "subnet-min", "subnet-max", "lease-ttl", "subnet", "route", "subnet-len6", "subnet6"} {
 		if c.IsSet(f) {
 			return usageError{fmt.Errorf("--%s and --kube-subnet-mgr exclude each other: the subnets are the Nodes' podCIDRs (and extra prefixes ride gossip leases)", f)}
 		}
@@ -52,8 +52,13 @@ func kubeConfig(c *cli.Context, cfg *runConfig) error {
 	if name == "" {
 		return usageError{errors.New("--kube-subnet-mgr needs the Node's name: --name or NODE_NAME (in a DaemonSet: the downward API's spec.nodeName)")}
 	}
-	kc := kube.Config{Kubeconfig: c.String("kubeconfig"), NodeName: name, Network: cfg.Leases.Network,
-		Logger: cfg.Logger.With("subsystem", "kube")}
+	kc := kube.Config{Kubeconfig: c.String("kubeconfig"), NodeName: name, Logger: cfg.Logger.With("subsystem", "kube")}
+	if cfg.Leases != nil {
+		kc.Network = cfg.Leases.Network
+	}
+	if cfg.Leases6 != nil {
+		kc.Network6 = cfg.Leases6.Network
+	}
 	s, err := kube.New(kc) // reads the kubeconfig; contacts nobody
 	if err != nil {
 		if kc.Kubeconfig != "" {
@@ -61,7 +66,7 @@ func kubeConfig(c *cli.Context, cfg *runConfig) error {
 		}
 		return usageError{err}
 	}
-	cfg.Name, cfg.Kube, cfg.Leases = name, s, nil
+	cfg.Name, cfg.Kube, cfg.Leases, cfg.Leases6 = name, s, nil, nil
 	cfg.SubnetStats = func() any { return s.Stats() }
 	return nil
 }

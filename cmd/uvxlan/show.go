@@ -42,7 +42,12 @@ func printStatus(w io.Writer, st node.Status) error {
 	}
 	fmt.Fprintf(tw, "fdb\t%s\n", byOrigin(st.FDB))
 	fmt.Fprintf(tw, "neigh\t%s\n", byOrigin(st.Neigh))
-	if st.Subnet.IsValid() || st.Leases > 0 {
+	switch {
+	case st.Subnet.IsValid() && st.Subnet6.IsValid():
+		fmt.Fprintf(tw, "leases\t%d live; this node's subnets %s and %s\n", st.Leases, st.Subnet, st.Subnet6)
+	case st.Subnet6.IsValid():
+		fmt.Fprintf(tw, "leases\t%d live; this node's subnet %s\n", st.Leases, st.Subnet6)
+	case st.Subnet.IsValid() || st.Leases > 0:
 		fmt.Fprintf(tw, "leases\t%d live; this node's subnet %s\n", st.Leases, st.Subnet)
 	}
 	for _, s := range st.Silent {

@@ -11,33 +11,45 @@ import (
 	"github.com/uvxlan/uvxlan/gossip"
 )
 
-// The wire format. The leases travel as the gossip extension of type
-// extType: gossip puts that byte before each broadcast, and frames the
-// push/pull section and the metadata (see gossip's extension.go); what is
-// inside is ours. All integers are big endian.
+// The wire format. The IPv4 leases travel as the gossip extension of type
+// extType, the IPv6 ones as that of type extType6: gossip puts that byte
+// before each broadcast, and frames the push/pull section and the metadata
+// (see gossip's extension.go); what is inside is ours. All integers are
+// big endian.
 //
 //	records:  count (4) | lease × count     (a broadcast: one lease; a push/pull section: all of them)
 //	lease:    flags (1) | version (8) | owner length (1) | owner
-//	          | subnet address length (1) = 4 | subnet address | subnet bits (1)
+//	          | subnet address length (1) = 4 (extType) or 16 (extType6) | subnet address | subnet bits (1)
 //	          | claim (8) | expires (8) | VTEP address length (1) = 4 or 16 | VTEP address | VTEP port (2) | MAC (6)
 //	flags:    bit 0 = deleted (a tombstone); the other bits must be 0.
 //
-//	metadata: network address (4) | network bits (1) | subnet length (1)
+//	metadata: network address (4 or 16) | network bits (1) | subnet length (1)
 //
-// The decoders are strict: a valid owner name, a masked IPv4 subnet, a
-// usable VTEP, a unicast MAC, no unknown flags, no trailing bytes, at most
-// maxLeases leases. So the encoding is canonical: whatever decodes
-// re-encodes to the same bytes.
+// extType's push/pull section is the records; its metadata, the IPv4
+// network's. extType6 has no metadata (members of releases before it must
+// accept a dual-stack node, and refuse a node whose metadata has a section
+// they do not know): its push/pull section is the IPv6 network's metadata,
+// then the records (see "Two families" in lease.go).
+//
+// The decoders are strict: a valid owner name, a masked subnet of the
+// extension's family, a usable VTEP, a unicast MAC, no unknown flags, no
+// trailing bytes, at most maxLeases leases. So the encoding is canonical:
+// whatever decodes re-encodes to the same bytes.
 
-// extType is the leases' gossip extension type.
-const extType byte = gossip.MinExtensionType
+// extType is the IPv4 leases' gossip extension type, extType6 the IPv6
+// ones'. (gossip.MinExtensionType+2 is --encrypt's, +3 is left to tests.)
+const (
+	extType  byte = gossip.MinExtensionType
+	extType6 byte = gossip.MinExtensionType + 4
+)
 
 const (
 	flagDeleted = 1 << 0
 	// minLeaseLen is the smallest encoded lease.
 	minLeaseLen = 1 + 8 + 1 + 1 + 1 + 4 + 1 + 8 + 8 + 1 + 4 + 2 + 6
-	// metaLen is the length of the metadata.
-	metaLen = 4 + 1 + 1
+	// metaLen and metaLen6 are the lengths of the metadata.
+	metaLen  = 4 + 1 + 1
+	metaLen6 = 16 + 1 + 1
 )
 
 // errDecode is wrapped by every decoding error.
@@ -72,9 +84,10 @@ func appendAddr(b []byte, a netip.Addr) []byte {
 	return append(b, raw...)
 }
 
-// decodeRecords decodes what appendRecords made. The records own their
-// memory (nothing refers to b). Errors wrap errDecode.
-func decodeRecords(b []byte) ([]record, error) {
+// decodeRecords decodes what appendRecords made: IPv6 subnets when v6,
+// IPv4 ones otherwise. The records own their memory (nothing refers to b).
+// Errors wrap errDecode.
+func decodeRecords(b []byte, v6 bool) ([]record, error) {
 	if len(b) < 4 {
 		return nil, fmt.Errorf("%w: %w", errDecode, io.ErrUnexpectedEOF)
 	}
@@ -106,8 +119,10 @@ func decodeRecords(b []byte) ([]record, error) {
 			err = fmt.Errorf("unknown flags %#x", flags)
 		case !gossip.ValidName(l.owner):
 			err = fmt.Errorf("bad owner name %q", l.owner)
-		case !a.Is4() || bits > 32:
+		case !v6 && (!a.Is4() || bits > 32):
 			err = fmt.Errorf("subnet %s/%d is not an IPv4 prefix", a, bits)
+		case v6 && (!a.Is6() || bits > 128):
+			err = fmt.Errorf("subnet %s/%d is not an IPv6 prefix", a, bits)
 		case !fdb.ValidVTEP(l.vtep):
 			err = fmt.Errorf("unusable VTEP %s", l.vtep)
 		case l.mac.IsZero() || l.mac.IsMulticast():
@@ -131,21 +146,25 @@ func decodeRecords(b []byte) ([]record, error) {
 
 // appendMeta appends the metadata of the network configuration.
 func appendMeta(b []byte, network netip.Prefix, subnetLen int) []byte {
-	a := network.Addr().As4()
-	return append(append(b, a[:]...), byte(network.Bits()), byte(subnetLen))
+	return append(append(b, network.Addr().AsSlice()...), byte(network.Bits()), byte(subnetLen))
 }
 
-// decodeMeta decodes what appendMeta made, and checks it as Config.Check
-// would. Errors wrap errDecode.
-func decodeMeta(b []byte) (network netip.Prefix, subnetLen int, err error) {
-	if len(b) != metaLen {
-		return netip.Prefix{}, 0, fmt.Errorf("%w: metadata of %d bytes, want %d", errDecode, len(b), metaLen)
+// decodeMeta decodes what appendMeta made, of an IPv6 network when v6, and
+// checks it as Config.Check would. Errors wrap errDecode.
+func decodeMeta(b []byte, v6 bool) (network netip.Prefix, subnetLen int, err error) {
+	n, maxLen := metaLen, MaxSubnetLen4
+	if v6 {
+		n, maxLen = metaLen6, MaxSubnetLen6
 	}
-	bits, sublen := int(b[4]), int(b[5])
-	if bits > 32 || sublen <= bits || sublen > 30 {
+	if len(b) != n {
+		return netip.Prefix{}, 0, fmt.Errorf("%w: metadata of %d bytes, want %d", errDecode, len(b), n)
+	}
+	a, _ := netip.AddrFromSlice(b[:n-2])
+	bits, sublen := int(b[n-2]), int(b[n-1])
+	if bits > a.BitLen() || sublen <= bits || sublen > maxLen || sublen-bits > maxIndexBits {
 		return netip.Prefix{}, 0, fmt.Errorf("%w: network /%d with /%d subnets", errDecode, bits, sublen)
 	}
-	network = netip.PrefixFrom(netip.AddrFrom4([4]byte(b[:4])), bits)
+	network = netip.PrefixFrom(a, bits)
 	if network != network.Masked() {
 		return netip.Prefix{}, 0, fmt.Errorf("%w: network %s has host bits set", errDecode, network)
 	}

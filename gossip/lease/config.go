@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"math"
+	"math/bits"
 	"net/netip"
 	"time"
 )
@@ -21,15 +23,18 @@ const (
 )
 
 // Config of the leases: the cluster network is cut into subnets of
-// SubnetLen bits and every node leases one, through gossip alone. Only IPv4
-// networks are supported.
+// SubnetLen bits and every node leases one, through gossip alone. The
+// network is of one family: IPv4 (--network) or IPv6 (--network6); a dual
+// stack node runs one Leases of each (see "Two families" in lease.go).
 type Config struct {
-	// Network is the cluster network, such as 10.244.0.0/16. All nodes of a
-	// cluster must have the same Network and SubnetLen: a node with others
-	// is refused (and, when it is the one joining, Run fails).
+	// Network is the cluster network, such as 10.244.0.0/16 or
+	// fd00:244::/48. All nodes of a cluster must have the same Network and
+	// SubnetLen: a node with others is refused (and, when it is the one
+	// joining, Run fails).
 	Network netip.Prefix
-	// SubnetLen is the length of each node's subnet, such as 24. It must be
-	// longer than Network's and at most 30.
+	// SubnetLen is the length of each node's subnet, such as 24 (IPv4) or
+	// 64 (IPv6). It must be longer than Network's, by at most 32 bits, and
+	// at most 30 (IPv4) or 126 (IPv6).
 	SubnetLen int
 	// SubnetMin and SubnetMax bound the subnets handed out (their network
 	// addresses, inside Network, aligned to SubnetLen). Zero: the second
@@ -56,8 +61,19 @@ type Config struct {
 	Routes []netip.Prefix
 }
 
+// MaxSubnetLen4 and MaxSubnetLen6 are the longest subnets of each family
+// (a subnet keeps room for the TAP's address, the bridge's and a host).
+// maxIndexBits bounds how many bits longer than the network a subnet is
+// (at most 2^32 subnets).
+const (
+	MaxSubnetLen4 = 30
+	MaxSubnetLen6 = 126
+	maxIndexBits  = 32
+)
+
 // subnets is the arithmetic of a Config: subnet i of the range is
-// first + i*size.
+// first + i*size. It serves both families: addresses are computed on
+// 128 bits (an IPv4 address as its IPv4-mapped IPv6 form).
 type subnets struct {
 	network netip.Prefix
 	bits    int
@@ -86,14 +102,19 @@ func (c *Config) Check() error {
 
 func (c *Config) check() (subnets, error) {
 	var s subnets
-	if !c.Network.IsValid() || !c.Network.Addr().Is4() {
-		return s, fieldErr("Network", c.Network, "want an IPv4 prefix such as 10.244.0.0/16")
+	if !c.Network.IsValid() || c.Network.Addr().Zone() != "" || c.Network.Addr().Is4In6() {
+		return s, fieldErr("Network", c.Network, "want an IPv4 prefix such as 10.244.0.0/16 or an IPv6 prefix such as fd00:244::/48")
 	}
 	if c.Network != c.Network.Masked() {
 		return s, fieldErr("Network", c.Network, "host bits are set (did you mean %s?)", c.Network.Masked())
 	}
-	if c.SubnetLen <= c.Network.Bits() || c.SubnetLen > 30 {
-		return s, fieldErr("SubnetLen", c.SubnetLen, "must be longer than the network's /%d and at most 30", c.Network.Bits())
+	maxLen := MaxSubnetLen4
+	if c.Network.Addr().Is6() {
+		maxLen = MaxSubnetLen6
+	}
+	if c.SubnetLen <= c.Network.Bits() || c.SubnetLen > maxLen || c.SubnetLen-c.Network.Bits() > maxIndexBits {
+		return s, fieldErr("SubnetLen", c.SubnetLen, "must be longer than the network's /%d, by at most %d bits, and at most %d",
+			c.Network.Bits(), maxIndexBits, maxLen)
 	}
 	if c.TTL == 0 {
 		c.TTL = DefaultTTL
@@ -121,7 +142,7 @@ func (c *Config) check() (subnets, error) {
 	if lo > hi {
 		return s, fieldErr("SubnetMin", s.nth(uint32(lo)).Addr(), "is above the last subnet, %s", s.nth(uint32(hi)).Addr())
 	}
-	s.first, s.count = uint32(lo), uint32(hi-lo+1)
+	s.first, s.count = uint32(lo), uint32(min(hi-lo+1, math.MaxUint32))
 	if c.Subnet.IsValid() && !s.inNetwork(c.Subnet) {
 		return s, fieldErr("Subnet", c.Subnet, "must be a /%d subnet of %s, such as %s", s.bits, s.network, s.nth(0))
 	}
@@ -131,25 +152,82 @@ func (c *Config) check() (subnets, error) {
 	return s, nil
 }
 
-func u32(a netip.Addr) uint32 { b := a.As4(); return binary.BigEndian.Uint32(b[:]) }
+// u128 is an address as a 128-bit number (an IPv4 address in its
+// IPv4-mapped form).
+type u128 struct{ hi, lo uint64 }
+
+func toU128(a netip.Addr) u128 {
+	b := a.As16()
+	return u128{binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:])}
+}
+
+// addr converts x back to an address of the family of like.
+func (x u128) addr(like netip.Addr) netip.Addr {
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[:8], x.hi)
+	binary.BigEndian.PutUint64(b[8:], x.lo)
+	a := netip.AddrFrom16(b)
+	if like.Is4() {
+		a = a.Unmap()
+	}
+	return a
+}
+
+func (x u128) sub(y u128) u128 {
+	lo, borrow := bits.Sub64(x.lo, y.lo, 0)
+	hi, _ := bits.Sub64(x.hi, y.hi, borrow)
+	return u128{hi, lo}
+}
+
+func (x u128) add(y u128) u128 {
+	lo, carry := bits.Add64(x.lo, y.lo, 0)
+	hi, _ := bits.Add64(x.hi, y.hi, carry)
+	return u128{hi, lo}
+}
+
+// shl returns x<<n (0 <= n < 128).
+func shl(x uint64, n int) u128 {
+	switch {
+	case n == 0:
+		return u128{0, x}
+	case n < 64:
+		return u128{x >> (64 - n), x << n}
+	default:
+		return u128{x << (n - 64), 0}
+	}
+}
+
+// shr returns x>>n (0 <= n < 128), and whether the bits shifted out were zero.
+func (x u128) shr(n int) (u128, bool) {
+	switch {
+	case n == 0:
+		return x, true
+	case n < 64:
+		return u128{x.hi >> n, x.lo>>n | x.hi<<(64-n)}, x.lo<<(64-n) == 0
+	default:
+		return u128{0, x.hi >> (n - 64)}, x.lo == 0 && x.hi<<(128-n) == 0
+	}
+}
+
+// hostBits is the number of bits after a subnet's prefix.
+func (s *subnets) hostBits() int { return s.network.Addr().BitLen() - s.bits }
 
 // index returns the index in Network of the subnet whose network address is a.
 func (s *subnets) index(a netip.Addr) (uint64, error) {
-	if !a.Is4() || !s.network.Contains(a) {
+	if a.Is4() != s.network.Addr().Is4() || !s.network.Contains(a) {
 		return 0, fmt.Errorf("%s is not an address of %s", a, s.network)
 	}
-	off := u32(a) - u32(s.network.Addr())
-	if off%(1<<(32-s.bits)) != 0 {
+	i, aligned := toU128(a).sub(toU128(s.network.Addr())).shr(s.hostBits())
+	if !aligned {
 		return 0, fmt.Errorf("%s is not the start of a /%d subnet", a, s.bits)
 	}
-	return uint64(off >> (32 - s.bits)), nil
+	return i.lo, nil // below 2^maxIndexBits: a is in the network
 }
 
 // nth returns subnet i of Network (not of the range).
 func (s *subnets) nth(i uint32) netip.Prefix {
-	var b [4]byte
-	binary.BigEndian.PutUint32(b[:], u32(s.network.Addr())+i<<(32-s.bits))
-	return netip.PrefixFrom(netip.AddrFrom4(b), s.bits)
+	a := toU128(s.network.Addr()).add(shl(uint64(i), s.hostBits()))
+	return netip.PrefixFrom(a.addr(s.network.Addr()), s.bits)
 }
 
 // contains reports whether p is one of the subnets handed out.
@@ -184,9 +262,9 @@ func (s *subnets) pick(name string, prefer netip.Prefix, taken map[netip.Prefix]
 	}
 	h := fnv.New32a()
 	h.Write([]byte(name))
-	start := h.Sum32() % s.count
-	for k := uint32(0); k < s.count; k++ {
-		p := s.nth(s.first + (start+k)%s.count)
+	start := uint64(h.Sum32() % s.count)
+	for k := uint64(0); k < uint64(s.count); k++ {
+		p := s.nth(s.first + uint32((start+k)%uint64(s.count)))
 		if !taken[p] {
 			return p, nil
 		}

@@ -29,7 +29,12 @@ type extension struct{ l *Leases }
 
 var _ gossip.Extension = extension{}
 
-func (e extension) Type() byte { return extType }
+func (e extension) Type() byte {
+	if e.l.v6() {
+		return extType6
+	}
+	return extType
+}
 
 // Start takes the node's handle and reclaims the prior lease, before
 // memberlist starts (see lease.go).
@@ -81,18 +86,26 @@ func (e extension) Run(ctx context.Context) {
 	}
 }
 
-// Meta is our network configuration: nodes must agree on it.
+// Meta is our IPv4 network configuration: nodes must agree on it. The IPv6
+// leases have none: it rides their state (see "Two families").
 func (e extension) Meta() []byte {
+	if e.l.v6() {
+		return nil
+	}
 	return appendMeta(nil, e.l.subnets.network, e.l.subnets.bits)
 }
 
-// CheckMeta refuses a peer with another network configuration, or none.
+// CheckMeta refuses a peer with another IPv4 network configuration, or
+// none. The IPv6 leases accept every peer here (see "Two families").
 func (e extension) CheckMeta(peer string, theirs []byte) error {
+	if e.l.v6() {
+		return nil
+	}
 	ours, ourLen := e.l.subnets.network, e.l.subnets.bits
 	if theirs == nil {
 		return networkMismatch(peer, netip.Prefix{}, 0, ours, ourLen)
 	}
-	network, subnetLen, err := decodeMeta(theirs)
+	network, subnetLen, err := decodeMeta(theirs, false)
 	if err != nil {
 		return fmt.Errorf("node %q: %w", peer, err)
 	}
@@ -104,7 +117,7 @@ func (e extension) CheckMeta(peer string, theirs []byte) error {
 
 // NotifyMsg merges a broadcast lease and relays it if it was new to us.
 func (e extension) NotifyMsg(b []byte) error {
-	recs, err := decodeRecords(b)
+	recs, err := decodeRecords(b, e.l.v6())
 	if err != nil {
 		return err
 	}
@@ -112,22 +125,43 @@ func (e extension) NotifyMsg(b []byte) error {
 	return nil
 }
 
-// LocalState is every lease record we hold, for a push/pull.
+// LocalState is every lease record we hold, for a push/pull; the IPv6
+// leases' begins with the network configuration.
 func (e extension) LocalState() []byte {
+	var b []byte
+	if e.l.v6() {
+		b = appendMeta(nil, e.l.subnets.network, e.l.subnets.bits)
+	}
 	e.l.mu.Lock()
 	recs := e.l.recordsLocked()
 	e.l.mu.Unlock()
-	return appendRecords(nil, recs)
+	return appendRecords(b, recs)
 }
 
 // MergeRemoteState merges a peer's lease records. They are not broadcast
-// again: the push/pulls of others carry them.
+// again: the push/pulls of others carry them. The IPv6 leases of a peer
+// with another network configuration are not merged (see "Two families").
 func (e extension) MergeRemoteState(b []byte) error {
-	recs, err := decodeRecords(b)
+	l := e.l
+	if l.v6() {
+		if len(b) < metaLen6 {
+			return fmt.Errorf("%w: IPv6 state of %d bytes", errDecode, len(b))
+		}
+		network, subnetLen, err := decodeMeta(b[:metaLen6], true)
+		if err != nil {
+			return err
+		}
+		if network != l.subnets.network || subnetLen != l.subnets.bits {
+			l.mismatch(network, subnetLen)
+			return nil
+		}
+		b = b[metaLen6:]
+	}
+	recs, err := decodeRecords(b, l.v6())
 	if err != nil {
 		return err
 	}
-	e.l.merge(recs, false)
+	l.merge(recs, false)
 	return nil
 }
 

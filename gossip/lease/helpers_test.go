@@ -89,6 +89,7 @@ func leaseConfig(lo, hi int, ttl time.Duration, prior *Lease) Config {
 type testNode struct {
 	*gossip.Node
 	ls     *Leases
+	ls6    *Leases // a dual-stack node's IPv6 leases (dual_test.go)
 	name   string
 	cancel context.CancelFunc
 	done   chan error

@@ -72,6 +72,22 @@ package lease
 // metadata, and a node configured otherwise is refused, as is a node
 // without leases; a node that is refused while it joins fails.
 //
+// Two families. A Leases hands out subnets of one network, IPv4 or IPv6; a
+// dual-stack node runs two (--network and --network6), each on its own
+// extension types (extType and routeExtType for IPv4, extType6 and
+// routeExtType6 for IPv6), with the same rules, so that a member of a
+// release that knows only IPv4 leases skips the IPv6 ones (gossip counts
+// them as an unknown extension) and goes on as before. For the same reason
+// the IPv6 network configuration is not in the node metadata (such a
+// member refuses a node whose metadata has a section it does not know): it
+// heads the IPv6 push/pull section instead. A node whose IPv6 lease has not
+// settled fails when it receives a section of another IPv6 network (it is
+// the one joining a cluster configured otherwise); one whose lease has
+// settled refuses the section's leases (Stats.Rejected) and warns. A node
+// without --network6 beside nodes with it is a member like any other: it
+// leases no IPv6 subnet and routes none (only IPv4-only clusters refuse a
+// node without --network).
+//
 // Bounds. At most maxLeases records are held (all owners, tombstones
 // included), and a decoded message holds no more; records outside our
 // network, expired or of another length are counted and dropped.
@@ -286,6 +302,43 @@ type Leases struct {
 	routes        map[string]*routeRecord
 	routesPending map[string]time.Time
 	refused       map[ownerPrefix]string
+	// mismatched is the last other IPv6 network configuration warned
+	// about (see "Two families").
+	mismatched string
+}
+
+// v6 reports whether these are IPv6 leases.
+func (l *Leases) v6() bool { return l.subnets.network.Addr().Is6() }
+
+// flag names the command-line flag of the family: "subnet" is --subnet or
+// --subnet6.
+func (l *Leases) flag(name string) string {
+	if l.v6() {
+		return name + "6"
+	}
+	return name
+}
+
+// mismatch handles the IPv6 push/pull section of a member configured with
+// another IPv6 network (see "Two families"): before our lease settles, we
+// are the one joining a cluster configured otherwise, and fail; after, the
+// member is, and its leases are refused.
+func (l *Leases) mismatch(network netip.Prefix, subnetLen int) {
+	l.stats.rejected.Add(1)
+	err := networkMismatch("", network, subnetLen, l.subnets.network, l.subnets.bits)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.settled {
+		if l.err == nil {
+			l.err = fmt.Errorf("lease: %w", err)
+			l.h.Fail(l.err)
+		}
+		return
+	}
+	if theirs := fmt.Sprint(network, subnetLen); theirs != l.mismatched {
+		l.mismatched = theirs
+		l.log.Warn("refused the IPv6 leases of a member configured otherwise", "err", err)
+	}
 }
 
 // New checks cfg and returns the leases of one node, to be registered with
@@ -417,6 +470,29 @@ func (l *Leases) Stats() Stats {
 	s.Records, s.Pending, s.RouteRecords = uint64(l.n), uint64(len(l.pending)), uint64(len(l.routes))
 	l.mu.Unlock()
 	return s
+}
+
+// Add returns the sum of s and o (the counters of two families).
+func (s Stats) Add(o Stats) Stats {
+	return Stats{
+		Received: s.Received + o.Received, Applied: s.Applied + o.Applied, Stale: s.Stale + o.Stale,
+		Duplicate: s.Duplicate + o.Duplicate, Rejected: s.Rejected + o.Rejected,
+		RejectedForeignVTEP: s.RejectedForeignVTEP + o.RejectedForeignVTEP, Overflow: s.Overflow + o.Overflow,
+		Reannounced: s.Reannounced + o.Reannounced, RejectedFuture: s.RejectedFuture + o.RejectedFuture,
+		Pending: s.Pending + o.Pending, Records: s.Records + o.Records,
+		RefusedRoutes: s.RefusedRoutes + o.RefusedRoutes, RouteRecords: s.RouteRecords + o.RouteRecords,
+	}
+}
+
+// Err returns why the leases failed the node (ErrLost, ErrReserved, a
+// mismatch, exhaustion), or nil.
+func (l *Leases) Err() error {
+	if l == nil {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
 }
 
 // winnerLocked returns the record that holds subnet at now, or nil: the
@@ -747,9 +823,9 @@ func (l *Leases) failReservedLocked(now time.Time) {
 		holder = fmt.Sprintf("node %q (%s, claimed %s, until %s)", w.owner, state,
 			time.Unix(0, int64(w.claim)).UTC().Format(time.RFC3339), time.Unix(0, int64(w.expires)).UTC().Format(time.RFC3339))
 	}
-	l.err = fmt.Errorf("lease: --subnet %s: %w: %s; a subnet is never taken from its holder: "+
+	l.err = fmt.Errorf("lease: --%s %s: %w: %s; a subnet is never taken from its holder: "+
 		"ask for another one, or stop that node (a gone node's subnet is free once its lease expires, --lease-ttl)",
-		subnet, ErrReserved, holder)
+		l.flag("subnet"), subnet, ErrReserved, holder)
 	l.h.Fail(l.err)
 }
 
@@ -822,7 +898,8 @@ func (l *Leases) recordsLocked() []record {
 }
 
 // networkMismatch is the error for a peer whose network configuration
-// differs from ours; an invalid network is "no routed network".
+// differs from ours; an invalid network is "no routed network"; an empty
+// peer is a member whose name is not known.
 func networkMismatch(peer string, theirs netip.Prefix, theirLen int, ours netip.Prefix, ourLen int) error {
 	show := func(network netip.Prefix, subnetLen int) string {
 		if !network.IsValid() {
@@ -830,6 +907,13 @@ func networkMismatch(peer string, theirs netip.Prefix, theirLen int, ours netip.
 		}
 		return fmt.Sprintf("network %s with /%d subnets", network, subnetLen)
 	}
-	return fmt.Errorf("%w: node %q has %s; this node has %s (every node must use the same --network and --subnet-len)",
-		errNetworkMismatch, peer, show(theirs, theirLen), show(ours, ourLen))
+	who, flags := fmt.Sprintf("node %q", peer), "--network and --subnet-len"
+	if peer == "" {
+		who = "a member"
+	}
+	if ours.Addr().Is6() {
+		flags = "--network6 and --subnet-len6"
+	}
+	return fmt.Errorf("%w: %s has %s; this node has %s (every node must use the same %s)",
+		errNetworkMismatch, who, show(theirs, theirLen), show(ours, ourLen), flags)
 }

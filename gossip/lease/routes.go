@@ -65,8 +65,12 @@ const (
 	maxPendingRoutes = 64
 )
 
-// routeExtType is the routes' gossip extension type.
-const routeExtType = extType + 1
+// routeExtType is the IPv4 routes' gossip extension type, routeExtType6
+// the IPv6 ones'.
+const (
+	routeExtType  = extType + 1
+	routeExtType6 = extType6 + 1
+)
 
 // Route states (Route.State): Alive (in effect), Refused, and the state of
 // the owner's lease when that is not alive (Down, Pending).
@@ -121,7 +125,10 @@ func (c *Config) checkRoutes() error {
 	slices.SortFunc(c.Routes, comparePrefix)
 	for i, p := range c.Routes {
 		switch {
-		case !p.IsValid() || !p.Addr().Is4():
+		case !p.IsValid() || p.Addr().Is4() != c.Network.Addr().Is4() || p.Addr().Is4In6() || p.Addr().Zone() != "":
+			if c.Network.Addr().Is6() {
+				return fieldErr("Routes", p, "want an IPv6 prefix such as fd00:244::1/128")
+			}
 			return fieldErr("Routes", p, "want an IPv4 prefix such as 10.0.0.1/32")
 		case p != p.Masked():
 			return fieldErr("Routes", p, "host bits are set (did you mean %s?)", p.Masked())
@@ -138,15 +145,16 @@ func (c *Config) checkRoutes() error {
 	return nil
 }
 
-// The wire format of the routes, the extension of type routeExtType (see
-// codec.go for the leases'). All integers are big endian.
+// The wire format of the routes, the extension of type routeExtType
+// (IPv4) or routeExtType6 (IPv6) (see codec.go for the leases'). All
+// integers are big endian.
 //
 //	records: count (4) | route record × count
 //	record:  flags (1) = 0 | version (8) | owner length (1) | owner | expires (8)
-//	         | prefix count (1) | (IPv4 address (4) | bits (1)) × count
+//	         | prefix count (1) | (address (4: IPv4, 16: IPv6) | bits (1)) × count
 //
 // The decoder is strict (no flags, a valid owner, at most MaxRoutes masked
-// IPv4 prefixes in increasing order, no trailing bytes, at most
+// prefixes of the family in increasing order, no trailing bytes, at most
 // maxRouteRecords records), so whatever decodes re-encodes to the same
 // bytes.
 
@@ -164,16 +172,19 @@ func appendRoutes(b []byte, recs []routeRecord) []byte {
 		b = binary.BigEndian.AppendUint64(b, r.expires)
 		b = append(b, byte(len(r.prefixes)))
 		for _, p := range r.prefixes {
-			a := p.Addr().As4()
-			b = append(append(b, a[:]...), byte(p.Bits()))
+			b = append(append(b, p.Addr().AsSlice()...), byte(p.Bits()))
 		}
 	}
 	return b
 }
 
-// decodeRoutes decodes what appendRoutes made. The records own their
-// memory. Errors wrap errDecode.
-func decodeRoutes(b []byte) ([]routeRecord, error) {
+// decodeRoutes decodes what appendRoutes made, IPv6 prefixes when v6. The
+// records own their memory. Errors wrap errDecode.
+func decodeRoutes(b []byte, v6 bool) ([]routeRecord, error) {
+	alen := 4
+	if v6 {
+		alen = 16
+	}
 	if len(b) < 4 {
 		return nil, fmt.Errorf("%w: routes: %d bytes", errDecode, len(b))
 	}
@@ -202,15 +213,16 @@ func decodeRoutes(b []byte) ([]routeRecord, error) {
 			err = fmt.Errorf("%d prefixes, more than %d", k, MaxRoutes)
 		}
 		for j := 0; err == nil && j < k; j++ {
-			raw := r.Next(4)
+			raw := r.Next(alen)
 			bits := int(r.U8())
 			if r.Err() != nil {
 				err = r.Err()
 				break
 			}
-			p := netip.PrefixFrom(netip.AddrFrom4([4]byte(raw)), bits)
+			a, _ := netip.AddrFromSlice(raw)
+			p := netip.PrefixFrom(a, bits)
 			switch {
-			case bits > 32:
+			case bits > 8*alen:
 				err = fmt.Errorf("prefix /%d", bits)
 			case p != p.Masked():
 				err = fmt.Errorf("prefix %s has host bits set", p)
@@ -234,7 +246,12 @@ type routeExtension struct{ l *Leases }
 
 var _ gossip.Extension = routeExtension{}
 
-func (e routeExtension) Type() byte { return routeExtType }
+func (e routeExtension) Type() byte {
+	if e.l.v6() {
+		return routeExtType6
+	}
+	return routeExtType
+}
 
 // Start takes the routes' handle (for their broadcasts; the leases' Start,
 // type extType, started first and took the node's) and publishes our
@@ -262,7 +279,7 @@ func (e routeExtension) Meta() []byte { return nil }
 func (e routeExtension) CheckMeta(string, []byte) error { return nil }
 
 func (e routeExtension) NotifyMsg(b []byte) error {
-	recs, err := decodeRoutes(b)
+	recs, err := decodeRoutes(b, e.l.v6())
 	if err != nil {
 		return err
 	}
@@ -284,7 +301,7 @@ func (e routeExtension) LocalState() []byte {
 }
 
 func (e routeExtension) MergeRemoteState(b []byte) error {
-	recs, err := decodeRoutes(b)
+	recs, err := decodeRoutes(b, e.l.v6())
 	if err != nil {
 		return err
 	}

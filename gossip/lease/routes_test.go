@@ -279,11 +279,35 @@ func TestRoutesGolden(t *testing.T) {
 	}
 }
 
+// sampleRoutes6 are IPv6 routes (routeExtType6).
+func sampleRoutes6() []routeRecord {
+	rs := sampleRoutes()
+	rs[0].prefixes = []netip.Prefix{netip.MustParsePrefix("fd00:244::1/128"), netip.MustParsePrefix("fd00:244::100/120")}
+	return rs
+}
+
+func TestRoutesGolden6(t *testing.T) {
+	b := appendRoutes(nil, sampleRoutes6()[:1])
+	want := "00000001" + "00" + "0000000000000007" + "02" + "6831" + "4000000000000000" + "02" +
+		"fd000244000000000000000000000001" + "80" + "fd000244000000000000000000000100" + "78"
+	if got := hex.EncodeToString(b); got != want {
+		t.Fatalf("encoding:\n got %s\nwant %s", got, want)
+	}
+}
+
 func TestRoutesRoundTrip(t *testing.T) {
-	want := sampleRoutes()
-	got, err := decodeRoutes(appendRoutes(nil, want))
-	if err != nil || !reflect.DeepEqual(got, want) {
-		t.Fatalf("decodeRoutes(appendRoutes(x)) = %+v, %v; want %+v", got, err, want)
+	for _, v6 := range []bool{false, true} {
+		want := sampleRoutes()
+		if v6 {
+			want = sampleRoutes6()
+		}
+		got, err := decodeRoutes(appendRoutes(nil, want), v6)
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Fatalf("v6 %t: decodeRoutes(appendRoutes(x)) = %+v, %v; want %+v", v6, got, err, want)
+		}
+		if _, err := decodeRoutes(appendRoutes(nil, want[:1]), !v6); !errors.Is(err, errDecode) {
+			t.Errorf("v6 %t: routes decoded as the other family's: %v", v6, err)
+		}
 	}
 }
 
@@ -314,17 +338,18 @@ func TestDecodeRoutesErrors(t *testing.T) {
 		{"twice", mod(func(r *routeRecord) { r.prefixes[1] = r.prefixes[0] })},
 		{"too many", mod(func(r *routeRecord) { r.prefixes = many })},
 	} {
-		if got, err := decodeRoutes(tt.in); !errors.Is(err, errDecode) {
+		if got, err := decodeRoutes(tt.in, false); !errors.Is(err, errDecode) {
 			t.Errorf("%s: decodeRoutes = %+v, %v; want an errDecode", tt.desc, got, err)
 		}
 	}
 }
 
 func FuzzDecodeRoutes(f *testing.F) {
-	f.Add(appendRoutes(nil, sampleRoutes()))
-	f.Add(appendRoutes(nil, nil))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		recs, err := decodeRoutes(b)
+	f.Add(appendRoutes(nil, sampleRoutes()), false)
+	f.Add(appendRoutes(nil, nil), false)
+	f.Add(appendRoutes(nil, sampleRoutes6()), true)
+	f.Fuzz(func(t *testing.T, b []byte, v6 bool) {
+		recs, err := decodeRoutes(b, v6)
 		if err != nil {
 			return
 		}
@@ -355,7 +380,7 @@ func testGhostRoutes(t *testing.T) {
 	if s.RouteRecords != maxPendingRoutes || s.Overflow-before.Overflow != 10 {
 		t.Errorf("after %d ghosts: %d route records, %d overflow; want %d and 10", maxPendingRoutes+10, s.RouteRecords, s.Overflow-before.Overflow, maxPendingRoutes)
 	}
-	if recs, err := decodeRoutes(a.ls.Extensions()[1].LocalState()); err != nil || len(recs) != 0 {
+	if recs, err := decodeRoutes(a.ls.Extensions()[1].LocalState(), false); err != nil || len(recs) != 0 {
 		t.Errorf("push/pull state: %d route records (%v), want none", len(recs), err)
 	}
 	a.ls.gc(time.Now().Add(pendingTTL + time.Second))

@@ -43,13 +43,14 @@ type Status struct {
 	// FDB and Neigh count the entries by origin.
 	FDB   map[fdb.Origin]int `json:"fdb"`
 	Neigh map[fdb.Origin]int `json:"neigh"`
-	// Leases counts the live subnet leases; Subnet is this node's (routed
-	// mode, once held).
+	// Leases counts the live subnet leases; Subnet is this node's IPv4
+	// subnet and Subnet6 its IPv6 one (routed mode, once held).
 	Leases int `json:"leases"`
 	// Silent lists the static peers and members from which no VXLAN
 	// arrived since they were first watched (node's silent.go).
-	Silent []SilentVTEP `json:"silent_vteps"`
-	Subnet netip.Prefix `json:"subnet,omitzero"`
+	Silent  []SilentVTEP `json:"silent_vteps"`
+	Subnet  netip.Prefix `json:"subnet,omitzero"`
+	Subnet6 netip.Prefix `json:"subnet6,omitzero"`
 	// BGP sums up the EVPN speaker, when there is one.
 	BGP *BGPSummary `json:"bgp,omitempty"`
 	// BFD sums up the BFD sessions, with --bfd.

@@ -19,16 +19,19 @@
 //     cap, and is retried like any failure. A watch that brings nothing,
 //     not even a bookmark, for 2 minutes is opened again;
 //   - it waits, logging what it waits for, until its own Node exists and
-//     has a spec.podCIDR (spec.podCIDRs: the IPv4 one; routed mode is
-//     IPv4-only), which must lie inside --network;
+//     has a podCIDR (spec.podCIDRs, else spec.podCIDR) of each family it
+//     routes: an IPv4 one inside --network, an IPv6 one inside --network6
+//     (dual stack, or IPv6 only); the podCIDRs of a family it does not
+//     route are ignored;
 //   - it annotates its Node with its VTEP, gossip address, VNI and TAP MAC
 //     (uvxlan.io/*), and flannel's flannel.alpha.coreos.com/backend-type
-//     ("vxlan"), backend-data ({"VNI":..,"VtepMAC":..}), public-ip and
-//     kube-subnet-manager, whose meaning is the same; once the host
+//     ("vxlan"), backend-data ({"VNI":..,"VtepMAC":..}; backend-v6-data
+//     too with --network6), public-ip (public-ipv6 on an IPv6 underlay)
+//     and kube-subnet-manager, whose meaning is the same; once the host
 //     forwards (Subnets.Forwarding) it adds uvxlan.io/ready and sets the
 //     Node's NetworkUnavailable condition to False;
-//   - every other Node with a podCIDR and uvxlan's annotations is a live
-//     subnet (routed.Leases), unless its podCIDR overlaps this node's or
+//   - every podCIDR (of a family it routes) of every other Node with
+//     uvxlan's annotations is a live subnet (routed.Leases), unless its podCIDR overlaps this node's or
 //     that of a Node created earlier (refused, logged and counted:
 //     Stats.RefusedPodCIDRs); a Node deleted from the API is gone at once
 //     (its route and ARP answers are removed), and the agent whose own Node

@@ -29,10 +29,12 @@ const (
 	AnnotationVNI    = "uvxlan.io/vni"         // the routed segment's VNI
 	AnnotationReady  = "uvxlan.io/ready"       // "true" once the host forwards
 
-	FlannelBackendType = "flannel.alpha.coreos.com/backend-type" // "vxlan"
-	FlannelBackendData = "flannel.alpha.coreos.com/backend-data" // {"VNI":1,"VtepMAC":"02:..."}
-	FlannelPublicIP    = "flannel.alpha.coreos.com/public-ip"    // the VTEP's IP
-	FlannelSubnetMgr   = "flannel.alpha.coreos.com/kube-subnet-manager"
+	FlannelBackendType   = "flannel.alpha.coreos.com/backend-type"    // "vxlan"
+	FlannelBackendData   = "flannel.alpha.coreos.com/backend-data"    // {"VNI":1,"VtepMAC":"02:..."}
+	FlannelBackendV6Data = "flannel.alpha.coreos.com/backend-v6-data" // the same, with --network6
+	FlannelPublicIP      = "flannel.alpha.coreos.com/public-ip"       // the VTEP's IP, on an IPv4 underlay
+	FlannelPublicIPv6    = "flannel.alpha.coreos.com/public-ipv6"     // the VTEP's IP, on an IPv6 underlay
+	FlannelSubnetMgr     = "flannel.alpha.coreos.com/kube-subnet-manager"
 )
 
 // Timings.
@@ -55,10 +57,12 @@ type Config struct {
 	Kubeconfig string
 	// NodeName is this node's Node (--name, or NODE_NAME).
 	NodeName string
-	// Network is the cluster network (--network): every podCIDR lies
-	// inside it.
-	Network netip.Prefix
-	Logger  *slog.Logger
+	// Network is the IPv4 cluster network (--network) and Network6 the
+	// IPv6 one (--network6): one of them, or both (dual stack). Every
+	// podCIDR of a family lies inside its network; the podCIDRs of a
+	// family without a network are ignored.
+	Network, Network6 netip.Prefix
+	Logger            *slog.Logger
 }
 
 // Self is what the node publishes on its Node.
@@ -430,9 +434,21 @@ func (s *Subnets) annotations(self Self) map[string]string {
 		AnnotationMAC:      self.MAC.String(),
 		AnnotationVNI:      strconv.FormatUint(uint64(self.VNI), 10),
 		FlannelBackendType: "vxlan",
-		FlannelBackendData: string(data),
-		FlannelPublicIP:    self.VTEP.Addr().String(),
 		FlannelSubnetMgr:   "true",
+	}
+	// As flannel: backend-data for the IPv4 network, backend-v6-data for
+	// the IPv6 one (the same TAP serves both), and the VTEP's address as
+	// public-ip or public-ipv6, by the underlay's family.
+	if s.cfg.Network.IsValid() {
+		a[FlannelBackendData] = string(data)
+	}
+	if s.cfg.Network6.IsValid() {
+		a[FlannelBackendV6Data] = string(data)
+	}
+	if self.VTEP.Addr().Is4() {
+		a[FlannelPublicIP] = self.VTEP.Addr().String()
+	} else {
+		a[FlannelPublicIPv6] = self.VTEP.Addr().String()
 	}
 	if self.Gossip.IsValid() {
 		a[AnnotationGossip] = self.Gossip.String()
@@ -511,35 +527,41 @@ func (s *Subnets) seeds(self Self) []string {
 	return out
 }
 
-// podCIDR returns n's IPv4 pod CIDR (spec.podCIDRs, else spec.podCIDR),
-// invalid when it has none; an error when it has a bad one or one outside
-// network.
-func podCIDR(n *node, network netip.Prefix) (netip.Prefix, error) {
+// podCIDRs returns n's pod CIDRs (spec.podCIDRs, else spec.podCIDR): the
+// first IPv4 one inside network and the first IPv6 one inside network6,
+// each invalid when it has none (or when that network is not given); an
+// error when it has a bad one, or one outside its network.
+func podCIDRs(n *node, network, network6 netip.Prefix) (v4, v6 netip.Prefix, err error) {
 	cidrs := n.Spec.PodCIDRs
 	if len(cidrs) == 0 && n.Spec.PodCIDR != "" {
 		cidrs = []string{n.Spec.PodCIDR}
 	}
 	for _, c := range cidrs {
 		p, err := netip.ParsePrefix(c)
-		if err != nil {
-			return netip.Prefix{}, fmt.Errorf("Node %q has a bad podCIDR %q", n.Metadata.Name, c)
+		if err != nil || p.Addr().Zone() != "" || p.Addr().Is4In6() {
+			return v4, v6, fmt.Errorf("Node %q has a bad podCIDR %q", n.Metadata.Name, c)
 		}
-		if !p.Addr().Is4() {
-			continue // routed mode is IPv4-only
+		net, flag, maxLen, dst := network, "--network", lease.MaxSubnetLen4, &v4
+		if p.Addr().Is6() {
+			net, flag, maxLen, dst = network6, "--network6", lease.MaxSubnetLen6, &v6
 		}
-		if p != p.Masked() || p.Bits() > 30 || p.Bits() <= network.Bits() || !network.Contains(p.Addr()) {
-			return netip.Prefix{}, fmt.Errorf("Node %q's podCIDR %s is outside --network %s (or not a subnet of it of /30 or shorter)", n.Metadata.Name, p, network)
+		if !net.IsValid() || dst.IsValid() {
+			continue // a family not routed here, or its second podCIDR
 		}
-		return p, nil
+		if p != p.Masked() || p.Bits() > maxLen || p.Bits() <= net.Bits() || !net.Contains(p.Addr()) {
+			return v4, v6, fmt.Errorf("Node %q's podCIDR %s is outside %s %s (or not a subnet of it of /%d or shorter)", n.Metadata.Name, p, flag, net, maxLen)
+		}
+		*dst = p
 	}
-	return netip.Prefix{}, nil
+	return v4, v6, nil
 }
 
-// WaitLease blocks until this node's Node has a podCIDR, and returns it
-// as this node's lease. It logs, every half minute, what it waits for: the
-// API server, the Node, its podCIDR. A podCIDR outside --network is an
-// error.
-func (s *Subnets) WaitLease(ctx context.Context) (lease.Lease, error) {
+// WaitLease blocks until this node's Node has a podCIDR of each family
+// with a network (Config.Network, Network6), and returns them as this
+// node's leases, IPv4 first. It logs, every half minute, what it waits
+// for: the API server, the Node, its podCIDRs. A podCIDR outside its
+// network is an error.
+func (s *Subnets) WaitLeases(ctx context.Context) ([]lease.Lease, error) {
 	tick := time.NewTicker(waitLogEvery)
 	defer tick.Stop()
 	for {
@@ -549,52 +571,90 @@ func (s *Subnets) WaitLease(ctx context.Context) (lease.Lease, error) {
 			case n == nil:
 				s.logOnce(slog.LevelInfo, "lease", "waiting for this node's Node to be registered", "node", s.cfg.NodeName)
 			default:
-				p, err := podCIDR(n, s.cfg.Network)
+				v4, v6, err := podCIDRs(n, s.cfg.Network, s.cfg.Network6)
 				if err != nil {
-					return lease.Lease{}, fmt.Errorf("kube: %w", err)
+					return nil, fmt.Errorf("kube: %w", err)
 				}
-				if p.IsValid() {
-					s.log.Info("this node's subnet is its Node's podCIDR", "node", n.Metadata.Name, "subnet", p)
-					return lease.Lease{Subnet: p, Node: n.Metadata.Name, State: lease.Alive, Self: true}, nil
+				var out []lease.Lease
+				var missing []string
+				for _, f := range []struct {
+					network, cidr netip.Prefix
+					family        string
+				}{{s.cfg.Network, v4, "an IPv4"}, {s.cfg.Network6, v6, "an IPv6"}} {
+					switch {
+					case !f.network.IsValid():
+					case f.cidr.IsValid():
+						out = append(out, lease.Lease{Subnet: f.cidr, Node: n.Metadata.Name, State: lease.Alive, Self: true})
+					default:
+						missing = append(missing, f.family)
+					}
 				}
-				s.logOnce(slog.LevelInfo, "lease", "waiting for this node's Node to get a spec.podCIDR (kube-controller-manager --allocate-node-cidrs assigns them)", "node", s.cfg.NodeName)
+				if len(missing) == 0 {
+					for _, l := range out {
+						s.log.Info("this node's subnet is its Node's podCIDR", "node", n.Metadata.Name, "subnet", l.Subnet)
+					}
+					return out, nil
+				}
+				what := strings.Join(missing, " and ")
+				if len(out)+len(missing) == 1 { // one family routed
+					what = "a"
+				}
+				s.logOnce(slog.LevelInfo, "lease", "waiting for this node's Node to get "+what+
+					" spec.podCIDR (kube-controller-manager --allocate-node-cidrs assigns them)", "node", s.cfg.NodeName)
 			}
 		}
 		select {
 		case <-ctx.Done():
-			return lease.Lease{}, ctx.Err()
+			return nil, ctx.Err()
 		case <-woken:
 		case <-tick.C:
 		}
 	}
 }
 
-// Network is the cluster network (Config.Network).
-func (s *Subnets) Network() netip.Prefix { return s.cfg.Network }
+// WaitLease is WaitLeases' first lease (the IPv4 one unless the manager
+// routes IPv6 only).
+func (s *Subnets) WaitLease(ctx context.Context) (lease.Lease, error) {
+	ls, err := s.WaitLeases(ctx)
+	if err != nil {
+		return lease.Lease{}, err
+	}
+	return ls[0], nil
+}
+
+// Network is the IPv4 cluster network (Config.Network), Network6 the IPv6
+// one; either may be invalid.
+func (s *Subnets) Network() netip.Prefix  { return s.cfg.Network }
+func (s *Subnets) Network6() netip.Prefix { return s.cfg.Network6 }
 
 // Changes signals (coalesced) that the Nodes changed.
 func (s *Subnets) Changes() <-chan struct{} { return s.changes }
 
-// Leases returns a live lease for every Node with a podCIDR inside
-// --network and uvxlan's annotations (VTEP and MAC), ours included, but
-// those refused by withoutOverlaps. The Nodes refused, for a bad podCIDR or
-// an overlap, are logged and counted (Stats) when their refusal starts.
+// Leases returns a live lease for every podCIDR of every Node inside
+// --network or --network6 (one per family) with uvxlan's annotations (VTEP
+// and MAC), ours included, but those refused by withoutOverlaps. The Nodes
+// refused, for a bad podCIDR or an overlap, are logged and counted (Stats)
+// when their refusal starts.
 func (s *Subnets) Leases() []lease.Lease {
 	var out []lease.Lease
 	refused := map[string]string{} // by Node: why
 	for _, n := range s.all() {
-		p, err := podCIDR(n, s.cfg.Network)
+		v4, v6, err := podCIDRs(n, s.cfg.Network, s.cfg.Network6)
 		if err != nil {
 			refused[n.Metadata.Name] = err.Error()
 			continue
 		}
 		vtep, verr := netip.ParseAddrPort(n.Metadata.Annotations[AnnotationVTEP])
 		mac, merr := fdb.ParseMAC(n.Metadata.Annotations[AnnotationMAC])
-		if !p.IsValid() || verr != nil || merr != nil {
+		if verr != nil || merr != nil {
 			continue // not (yet) a uvxlan node
 		}
-		out = append(out, lease.Lease{Subnet: p, Node: n.Metadata.Name, VTEP: vtep, MAC: mac,
-			State: lease.Alive, Self: n.Metadata.Name == s.cfg.NodeName, Claimed: n.Metadata.CreationTimestamp})
+		for _, p := range []netip.Prefix{v4, v6} {
+			if p.IsValid() {
+				out = append(out, lease.Lease{Subnet: p, Node: n.Metadata.Name, VTEP: vtep, MAC: mac,
+					State: lease.Alive, Self: n.Metadata.Name == s.cfg.NodeName, Claimed: n.Metadata.CreationTimestamp})
+			}
+		}
 	}
 	out, overlaps := withoutOverlaps(out)
 	maps.Copy(refused, overlaps)

@@ -26,7 +26,10 @@ import (
 	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
-var network = netip.MustParsePrefix("10.244.0.0/16")
+var (
+	network  = netip.MustParsePrefix("10.244.0.0/16")
+	network6 = netip.MustParsePrefix("fd00:244::/48")
+)
 
 func TestPodCIDR(t *testing.T) {
 	for _, tc := range []struct {
@@ -36,8 +39,13 @@ func TestPodCIDR(t *testing.T) {
 	}{
 		{"none", nil, ""},
 		{"inside", []string{"10.244.7.0/24"}, "10.244.7.0/24"},
-		{"dual stack: the IPv4 one", []string{"fd00::/64", "10.244.7.0/24"}, "10.244.7.0/24"},
-		{"IPv6 only", []string{"fd00::/64"}, ""},
+		{"dual stack: both", []string{"fd00:244:0:7::/64", "10.244.7.0/24"}, "10.244.7.0/24 fd00:244:0:7::/64"},
+		{"IPv6 only", []string{"fd00:244:0:7::/64"}, "fd00:244:0:7::/64"},
+		{"IPv6 outside --network6", []string{"10.244.7.0/24", "fd00:245::/64"}, "error: outside --network6 fd00:244::/48"},
+		{"IPv6 /127", []string{"fd00:244::/127"}, "error: outside --network6"},
+		{"IPv6 host bits", []string{"fd00:244::1/64"}, "error: outside --network6"},
+		{"IPv4-mapped", []string{"::ffff:10.244.7.0/120"}, "error: bad podCIDR"},
+		{"two of a family: the first", []string{"10.244.7.0/24", "10.244.8.0/24"}, "10.244.7.0/24"},
 		{"outside", []string{"10.9.0.0/24"}, "error: outside --network 10.244.0.0/16"},
 		{"the network itself", []string{"10.244.0.0/16"}, "error: outside"},
 		{"host bits", []string{"10.244.7.1/24"}, "error: outside"},
@@ -45,12 +53,20 @@ func TestPodCIDR(t *testing.T) {
 	} {
 		n := &node{}
 		n.Metadata.Name, n.Spec.PodCIDRs = "n", tc.cidrs
-		p, err := podCIDR(n, network)
-		got := ""
+		v4, v6, err := podCIDRs(n, network, network6)
+		var ps []string
+		for _, p := range []netip.Prefix{v4, v6} {
+			if p.IsValid() {
+				ps = append(ps, p.String())
+			}
+		}
+		got := strings.Join(ps, " ")
 		if err != nil {
 			got = "error: " + err.Error()
-		} else if p.IsValid() {
-			got = p.String()
+		}
+		// Without --network6, IPv6 podCIDRs are ignored.
+		if v4only, v6only, err4 := podCIDRs(n, network, netip.Prefix{}); err == nil && (v4only != v4 || v6only.IsValid() || err4 != nil) {
+			t.Errorf("%s: without --network6: %s %s %v", tc.desc, v4only, v6only, err4)
 		}
 		if got != tc.want && !(strings.HasPrefix(tc.want, "error: ") && err != nil && strings.Contains(got, strings.TrimPrefix(tc.want, "error: "))) {
 			t.Errorf("%s: got %q, want %q", tc.desc, got, tc.want)
@@ -260,3 +276,32 @@ current-context: x
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
+
+// flannel's annotations by family: backend-data with --network,
+// backend-v6-data with --network6, public-ip or public-ipv6 by the
+// underlay's family.
+func TestAnnotationsDualStack(t *testing.T) {
+	mac := fdb.MAC{2, 0, 0, 0, 0, 1}
+	data := `{"VNI":7,"VtepMAC":"02:00:00:00:00:01"}`
+	for _, tc := range []struct {
+		desc              string
+		network, network6 netip.Prefix
+		vtep              string
+		want              map[string]string // "": absent
+	}{
+		{"IPv4", network, netip.Prefix{}, "198.18.0.1:4789",
+			map[string]string{FlannelBackendData: data, FlannelBackendV6Data: "", FlannelPublicIP: "198.18.0.1", FlannelPublicIPv6: ""}},
+		{"dual stack", network, network6, "198.18.0.1:4789",
+			map[string]string{FlannelBackendData: data, FlannelBackendV6Data: data, FlannelPublicIP: "198.18.0.1", FlannelPublicIPv6: ""}},
+		{"IPv6 only on an IPv6 underlay", netip.Prefix{}, network6, "[2001:db8::1]:4789",
+			map[string]string{FlannelBackendData: "", FlannelBackendV6Data: data, FlannelPublicIP: "", FlannelPublicIPv6: "2001:db8::1"}},
+	} {
+		s := &Subnets{cfg: Config{Network: tc.network, Network6: tc.network6}}
+		a := s.annotations(Self{VNI: 7, VTEP: netip.MustParseAddrPort(tc.vtep), MAC: mac})
+		for k, v := range tc.want {
+			if got, ok := a[k]; got != v || ok != (v != "") {
+				t.Errorf("%s: %s = %q (present %t), want %q", tc.desc, k, got, ok, v)
+			}
+		}
+	}
+}

@@ -129,9 +129,11 @@ type Config struct {
 	RekeyInterval time.Duration
 	KeyLog        string
 
-	// Routed overlay (flannel mode): on when Leases is not nil; it runs on
-	// the only segment.
+	// Routed overlay (flannel mode): on when Leases (IPv4, --network) or
+	// Leases6 (IPv6, --network6), or both, are not nil; it runs on the only
+	// segment.
 	Leases     *lease.Config // Prior is filled in by the node from StateDir
+	Leases6    *lease.Config // the same, for the IPv6 network
 	SubnetFile string
 	IPMasq     bool
 	// SubnetStats, when set, returns the counters of the subnets' source
@@ -197,8 +199,8 @@ func (c *Config) check() error {
 		return badConfig("segment", "", "no segment: give --vni or --segment")
 	case len(c.Segments) > maxSegments:
 		return badConfig("segment", fmt.Sprint(len(c.Segments)), "at most %d segments per agent", maxSegments)
-	case c.Leases != nil && len(c.Segments) != 1:
-		return badConfig("network", c.Leases.Network.String(), "the routed overlay runs on exactly one segment, and %d are given", len(c.Segments))
+	case c.Routed() && len(c.Segments) != 1:
+		return badConfig(c.routedFlag(), c.routedNetwork(), "the routed overlay runs on exactly one segment, and %d are given", len(c.Segments))
 	case c.Port == 0:
 		return badConfig("port", "0", "must be between 1 and 65535")
 	case !c.Local.IsValid():
@@ -273,7 +275,7 @@ func (c *Config) check() error {
 			}
 		}
 	}
-	if c.Leases != nil && len(c.Segments[0].Addresses) > 0 {
+	if c.Routed() && len(c.Segments[0].Addresses) > 0 {
 		return errors.New("--address and --network exclude each other: with --network the TAP gets its address from the subnet lease")
 	}
 	if err := c.checkMetaSize(); err != nil {
@@ -332,6 +334,26 @@ func (c *Config) checkBFD() error {
 	return nil
 }
 
+// Routed reports whether the node leases subnets through gossip (routed
+// mode with --network, --network6 or both).
+func (c *Config) Routed() bool { return c.Leases != nil || c.Leases6 != nil }
+
+// routedFlag and routedNetwork name the flag and value of the routed
+// overlay, for errors: --network, else --network6.
+func (c *Config) routedFlag() string {
+	if c.Leases == nil {
+		return "network6"
+	}
+	return "network"
+}
+
+func (c *Config) routedNetwork() string {
+	if c.Leases == nil {
+		return c.Leases6.Network.String()
+	}
+	return c.Leases.Network.String()
+}
+
 // VNIs returns the VNIs of the segments, in order.
 func (c *Config) VNIs() []fdb.VNI {
 	out := make([]fdb.VNI, len(c.Segments))
@@ -352,8 +374,8 @@ func (c *Config) checkGossip() error {
 		switch {
 		case len(c.Join) > 0:
 			return badConfig("join", c.Join[0], "--gossip=false runs no gossip, so there is no cluster to join: drop one or the other")
-		case c.Leases != nil:
-			return badConfig("network", c.Leases.Network.String(), "the routed overlay leases subnets through gossip: it cannot run with --gossip=false")
+		case c.Routed():
+			return badConfig(c.routedFlag(), c.routedNetwork(), "the routed overlay leases subnets through gossip: it cannot run with --gossip=false")
 		}
 		return nil
 	}

@@ -131,9 +131,10 @@ func (n *Node) SetL3Prefixes(ps []netip.Prefix) error {
 
 // advertiseLease keeps, in routed mode with an L3 VNI, the node's own
 // lease (its subnet and --route prefixes) advertised as type-5 routes,
-// looking at the lease every second.
+// looking at the lease every second (IPv4: IPv6 L3 routes are not
+// spoken, see evpn/l3.go).
 func (n *Node) advertiseLease(ctx context.Context) {
-	if n.l3 == nil || n.leases == nil {
+	if n.l3 == nil || n.lease4 == nil {
 		return
 	}
 	t := time.NewTicker(time.Second)
@@ -141,7 +142,7 @@ func (n *Node) advertiseLease(ctx context.Context) {
 	var cur []netip.Prefix
 	for {
 		var want []netip.Prefix
-		for _, l := range n.leases.Leases() {
+		for _, l := range n.lease4.leases.Leases() {
 			if l.Self && l.State == lease.Alive {
 				want = append(want, l.Subnet)
 				for _, r := range l.Routes {

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -47,8 +46,10 @@ type Node struct {
 	evpnVTEPs atomic.Pointer[map[netip.Addr]uint16]
 	staticMu  sync.Mutex     // serialises refreshStatic
 	quota     *endpointQuota // --max-endpoints, shared by the segments' trackers
-	leases    *lease.Leases  // nil outside routed mode
-	enc       *encryption    // nil without --encrypt
+	// lease4 and lease6 are the leases of each family (lease.go); nil
+	// when the node leases none of it.
+	lease4, lease6 *family
+	enc            *encryption // nil without --encrypt
 	// leaseEvents signals (coalesced) a change of the leases to
 	// LeaseWatch, once the node's own lease is saved.
 	leaseEvents chan struct{}
@@ -234,11 +235,15 @@ func (n *Node) openUnderlay() (queues int, rxs, srcs []udpSocket, err error) {
 // routed mode; ports are the source ports it announces.
 func (n *Node) startGossip(ports gossip.SourcePorts) (err error) {
 	var exts []gossip.Extension
-	if lc := n.leaseConfig(); lc != nil {
-		if n.leases, err = lease.New(*lc); err != nil {
-			return err
-		}
-		exts = append(exts, n.leases.Extensions()...)
+	dev := n.cfg.Segments[0].Dev
+	if n.lease4, err = n.newFamily(n.cfg.Leases, LeaseFile(dev)); err != nil {
+		return err
+	}
+	if n.lease6, err = n.newFamily(n.cfg.Leases6, LeaseFile6(dev)); err != nil {
+		return err
+	}
+	for _, f := range n.families() {
+		exts = append(exts, f.leases.Extensions()...)
 	}
 	if n.cfg.Encrypt {
 		if n.enc, err = n.newEncryption(); err != nil {
@@ -608,8 +613,10 @@ func (n *Node) Run(ctx context.Context) error {
 	if n.bfd != nil {
 		spawn(func() error { return n.bfd.run(ctx) })
 	}
-	if n.leases != nil {
-		spawn(func() error { return n.keepLease(ctx) })
+	for _, f := range n.families() {
+		spawn(func() error { return n.keepLease(ctx, f) })
+	}
+	if n.LeaseWatch() != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); n.pinLease(ctx) }()
 	}
@@ -646,10 +653,7 @@ func (n *Node) Run(ctx context.Context) error {
 	select {
 	case err := <-errs:
 		if errors.Is(err, lease.ErrLost) {
-			// The saved lease would be reclaimed, and lost, at every start.
-			if rerr := os.Remove(n.leaseFile()); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
-				n.log.Warn("could not remove the lost lease", "err", rerr)
-			}
+			n.removeLost()
 		}
 		return err
 	default:

@@ -158,3 +158,104 @@ func TestClusterHub(t *testing.T) {
 		startAll()
 	})
 }
+
+// Dual stack: three nodes with an IPv4 and an IPv6 network lease distinct
+// subnets of both, see all six leases (and Status names both of their own
+// subnets), pin the first two addresses of both subnets, save both leases;
+// every node restarted in turn reclaims both subnets.
+func TestClusterLeasesDualStack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
+		c := newCluster(t)
+		network, network6 := netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:244::/48")
+		routed := func(i int) func(*Config) {
+			return func(cfg *Config) {
+				cfg.Segments[0].Addresses = nil
+				cfg.Leases = &lease.Config{Network: network, SubnetLen: 24}
+				cfg.Leases6 = &lease.Config{Network: network6, SubnetLen: 64}
+				cfg.StateDir = dirs[i-1]
+			}
+		}
+		var agents []*testAgent
+		for i := 1; i <= 3; i++ {
+			agents = append(agents, c.start(i, routed(i)))
+		}
+		c.waitMembers(agents...)
+		own := map[string][]lease.Lease{}
+		seen := map[netip.Prefix]string{}
+		for _, a := range agents {
+			ls, err := a.LeaseWatch().WaitLeases(t.Context())
+			if err != nil {
+				t.Fatalf("%s: %v", a.name, err)
+			}
+			if len(ls) != 2 || !network.Contains(ls[0].Subnet.Addr()) || ls[0].Subnet.Bits() != 24 ||
+				!network6.Contains(ls[1].Subnet.Addr()) || ls[1].Subnet.Bits() != 64 {
+				t.Fatalf("%s leased %+v: want a /24 of %s and a /64 of %s", a.name, ls, network, network6)
+			}
+			for _, l := range ls {
+				if o, ok := seen[l.Subnet]; ok {
+					t.Fatalf("%s and %s both lease %s", a.name, o, l.Subnet)
+				}
+				seen[l.Subnet] = a.name
+			}
+			own[a.name] = ls
+		}
+		for _, a := range agents {
+			wait.For(t, 30*time.Second, a.name+" sees the 6 leases, and its own two in its status", func() bool {
+				st := a.Status()
+				return len(a.Leases()) == 6 && st.Subnet == own[a.name][0].Subnet && st.Subnet6 == own[a.name][1].Subnet
+			})
+		}
+		n3 := agents[2]
+		want := []netip.Addr{own["n2"][0].Subnet.Addr(), own["n2"][0].Subnet.Addr().Next(),
+			own["n2"][1].Subnet.Addr(), own["n2"][1].Subnet.Addr().Next()}
+		wait.For(t, 30*time.Second, "n3 lists n2 pinning the first two addresses of both its subnets", func() bool {
+			for _, m := range n3.Members() {
+				if m.Name != "n2" {
+					continue
+				}
+				k := 0
+				for _, p := range m.PinnedAddrs {
+					if slices.Contains(want, p.Addr) && p.VNI == 1 {
+						k++
+					}
+				}
+				return k == len(want)
+			}
+			return false
+		})
+		for i, a := range agents {
+			wait.For(t, 10*time.Second, a.name+" saves both leases", func() bool {
+				_, err4 := os.Stat(filepath.Join(dirs[i], "uvx0.lease.json"))
+				_, err6 := os.Stat(filepath.Join(dirs[i], "uvx0.lease6.json"))
+				return err4 == nil && err6 == nil
+			})
+		}
+		for i := range agents {
+			c.stopAgent(agents[i])
+			agents[i] = c.start(i+1, routed(i+1))
+			ls, err := agents[i].LeaseWatch().WaitLeases(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			name := agents[i].name
+			if len(ls) != 2 || ls[0].Subnet != own[name][0].Subnet || ls[1].Subnet != own[name][1].Subnet {
+				t.Errorf("%s restarted with %+v, want its previous %s and %s", name, ls, own[name][0].Subnet, own[name][1].Subnet)
+			}
+		}
+		for _, a := range agents {
+			wait.For(t, 30*time.Second, a.name+" sees the 6 leases after every node restarted", func() bool {
+				n := 0
+				for _, l := range a.Leases() {
+					if l.State == lease.Alive && seen[l.Subnet] == l.Node {
+						n++
+					}
+				}
+				return n == 6
+			})
+		}
+		for _, l := range agents[0].Leases() {
+			t.Logf("after every node restarted: %s %s %s", l.Subnet, l.Node, l.State)
+		}
+	})
+}

@@ -24,29 +24,37 @@ import (
 	"github.com/uvxlan/uvxlan/gossip"
 )
 
-// pinLease pins, in routed mode, the addresses of the node's lease once it
-// holds one: the TAP's /32 (the subnet's network address) and the gateway
-// (the bridge address, the subnet's first host address).
+// pinLease pins, in routed mode, the addresses of the node's leases once it
+// holds them: the TAP's address (the subnet's network address) and the
+// gateway (the bridge address, the subnet's first host address), of each
+// family.
 func (n *Node) pinLease(ctx context.Context) {
-	own, err := n.leases.WaitLease(ctx)
+	own, err := n.LeaseWatch().WaitLeases(ctx)
 	if err != nil {
 		return // routed.Run reports it
 	}
-	if err := n.PinSubnet(own.Subnet); err != nil && ctx.Err() == nil {
-		n.log.Warn("could not pin the lease's addresses", "subnet", own.Subnet, "err", err)
+	var subnets []netip.Prefix
+	for _, l := range own {
+		subnets = append(subnets, l.Subnet)
+	}
+	if err := n.PinSubnet(subnets...); err != nil && ctx.Err() == nil {
+		n.log.Warn("could not pin the lease's addresses", "subnets", subnets, "err", err)
 	}
 }
 
-// PinSubnet pins, in routed mode, the addresses of the node's subnet: the
-// TAP's /32 (the subnet's network address) and the gateway (the bridge
-// address, the subnet's first host address), in the only segment's VNI.
-// pinLease calls it for a gossip lease; the command line for a subnet from
-// elsewhere (--kube-subnet-mgr).
-func (n *Node) PinSubnet(subnet netip.Prefix) error {
+// PinSubnet pins, in routed mode, the addresses of the node's subnets (one
+// per family): the TAP's address (the subnet's network address) and the
+// gateway (the bridge address, the subnet's first host address), in the
+// only segment's VNI. pinLease calls it for gossip leases; the command
+// line for subnets from elsewhere (--kube-subnet-mgr).
+func (n *Node) PinSubnet(subnets ...netip.Prefix) error {
 	vni := n.segs[0].cfg.VNI
-	return n.gossip.SetPinnedAddrs(append(n.pinnedAddrs(),
-		gossip.PinnedAddr{VNI: vni, Addr: subnet.Addr()},
-		gossip.PinnedAddr{VNI: vni, Addr: subnet.Addr().Next()}))
+	pins := n.pinnedAddrs()
+	for _, subnet := range subnets {
+		pins = append(pins, gossip.PinnedAddr{VNI: vni, Addr: subnet.Addr()},
+			gossip.PinnedAddr{VNI: vni, Addr: subnet.Addr().Next()})
+	}
+	return n.gossip.SetPinnedAddrs(pins)
 }
 
 // maxAddressesPerSegment bounds each segment's TAP addresses: they are
@@ -124,6 +132,9 @@ func (c *Config) checkMetaSize() error {
 	if c.Leases != nil {
 		exts = 1
 		addrs = append(addrs, netip.IPv4Unspecified(), netip.IPv4Unspecified())
+	}
+	if c.Leases6 != nil { // no metadata section (see gossip/lease)
+		addrs = append(addrs, netip.IPv6Unspecified(), netip.IPv6Unspecified())
 	}
 	if size := gossip.MetaSize(c.Local, len(c.Segments), len(c.Segments), addrs, exts); size > gossip.MaxMetaSize {
 		return metaTooLarge(*c, fmt.Errorf("%w: %d bytes, more than %d", gossip.ErrMetaTooLarge, size, gossip.MaxMetaSize))

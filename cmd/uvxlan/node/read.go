@@ -114,7 +114,11 @@ func (n *Node) Status() Status {
 	for _, l := range n.Leases() {
 		st.Leases++
 		if l.Self && l.State == lease.Alive {
-			st.Subnet = l.Subnet
+			if l.Subnet.Addr().Is4() {
+				st.Subnet = l.Subnet
+			} else {
+				st.Subnet6 = l.Subnet
+			}
 		}
 	}
 	return st
@@ -151,10 +155,7 @@ func (n *Node) PathMTU(vtep netip.Addr) int { return n.pmtu.get(vtep) }
 // Leases returns the subnet leases of the cluster; empty outside routed
 // mode.
 func (n *Node) Leases() []lease.Lease {
-	var ls []lease.Lease
-	if n.leases != nil {
-		ls = n.leases.Leases()
-	}
+	ls := n.leasesOf()
 	if ls == nil {
 		ls = []lease.Lease{}
 	}
@@ -170,7 +171,7 @@ type Stats struct {
 	Total    encap.Stats
 	Segments []SegmentStats
 	Gossip   gossip.Stats
-	Leases   *lease.Stats // nil outside routed mode
+	Leases   *lease.Stats // nil outside routed mode; both families' counters
 	Subnets  any          // Config.SubnetStats's; nil without
 	Node     Counters     // the node's own (quota.go)
 	// BFD holds the BFD sessions' counters (BFD's Counters); nil
@@ -214,8 +215,11 @@ func (n *Node) Stats() Stats {
 	if n.bfd != nil {
 		st.BFD = n.bfd.counters()
 	}
-	if n.leases != nil {
-		ls := n.leases.Stats()
+	for _, f := range n.families() { // both families' counters, summed
+		ls := f.leases.Stats()
+		if st.Leases != nil {
+			ls = ls.Add(*st.Leases)
+		}
 		st.Leases = &ls
 	}
 	if n.cfg.SubnetStats != nil {

@@ -205,7 +205,7 @@ func (n *Node) saveState(path, what string, data []byte) {
 }
 
 // The files of the state directory (--state-dir): the node's name, and for
-// each TAP its MAC and (routed mode, the first TAP) its subnet lease.
+// each TAP its MAC and (routed mode, the first TAP) its subnet leases.
 // MembersFile is below.
 const NameFile = "name"
 
@@ -213,9 +213,11 @@ const NameFile = "name"
 // knew (members.go).
 const MembersFile = "members"
 
-// MACFile and LeaseFile are the names of the state files of the TAP dev.
-func MACFile(dev string) string   { return dev + ".mac" }
-func LeaseFile(dev string) string { return dev + ".lease.json" }
+// MACFile, LeaseFile and LeaseFile6 (the IPv6 lease) are the names of the
+// state files of the TAP dev.
+func MACFile(dev string) string    { return dev + ".mac" }
+func LeaseFile(dev string) string  { return dev + ".lease.json" }
+func LeaseFile6(dev string) string { return dev + ".lease6.json" }
 
 // saveName keeps the node's name in the state directory.
 func (n *Node) saveName() {

@@ -40,7 +40,7 @@ func TestStatePlantedSymlink(t *testing.T) {
 	mac := fdb.MAC{2, 0, 0, 0, 0, 1}
 	n.saveName()
 	n.saveMAC("uvx0", mac)
-	n.saveLease(lease.Lease{Subnet: netip.MustParsePrefix("10.244.5.0/24")})
+	n.saveLease(&family{cfg: n.cfg.Leases, file: n.stateFile(LeaseFile("uvx0"))}, lease.Lease{Subnet: netip.MustParsePrefix("10.244.5.0/24")})
 	if b, _ := os.ReadFile(victim); string(b) != "precious\n" {
 		t.Errorf("the file behind the planted symlink now holds %q", b)
 	}
@@ -67,7 +67,7 @@ func TestStateTornFiles(t *testing.T) {
 		if want := derivedMAC("n1", n.cfg.Local, "uvx0"); mac != want {
 			t.Errorf("MAC file %q: %v; want the derived %v", content, mac, want)
 		}
-		if l := n.loadLease(n.cfg.Leases); l != nil {
+		if l := n.loadLease(n.stateFile(LeaseFile("uvx0")), n.cfg.Leases); l != nil {
 			t.Errorf("lease file %q: loaded %+v", content, l)
 		}
 		for _, f := range []string{"uvx0.mac", "uvx0.lease.json"} {

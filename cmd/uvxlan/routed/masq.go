@@ -2,15 +2,16 @@ package routed
 
 // IP masquerade for the routed overlay (--ip-masq), with flannel's semantics.
 //
-// In routed mode a cluster network (say 10.244.0.0/16) is cut into per-node
-// subnets, and the overlay carries traffic between them with the endpoints'
-// own addresses. Those addresses mean nothing outside the cluster, so traffic
-// that leaves it must leave with the node's address instead:
+// In routed mode a cluster network (say 10.244.0.0/16, and fd00:244::/48 in
+// dual stack) is cut into per-node subnets, and the overlay carries traffic
+// between them with the endpoints' own addresses. Those addresses mean
+// nothing outside the cluster, so traffic that leaves it must leave with the
+// node's address instead, for each family with a cluster network:
 //
 //   - source in the cluster network, destination in it: never NATed
 //     (overlay traffic keeps its addresses end to end);
-//   - source in the cluster network, destination multicast (224.0.0.0/4):
-//     never NATed, as flannel does;
+//   - source in the cluster network, destination multicast (224.0.0.0/4,
+//     ff00::/8): never NATed, as flannel does;
 //   - source in the cluster network, any other destination: MASQUERADE, that
 //     is source NAT to the address of the interface the packet leaves by;
 //   - anything else: not ours, untouched.
@@ -19,13 +20,16 @@ package routed
 // TAP name), so two agents on one host do not collide and nobody else's rules
 // are touched:
 //
-//   - nftables: table ip uvxlan-<tag> with one chain, postrouting, of
-//     type nat at hook postrouting, priority srcnat. Install replaces the
-//     whole table in one transaction (`nft -f -`: add table; delete table;
-//     table {...}), so a crashed agent's table is replaced, not doubled, and
-//     there is no moment without rules. nftables 1.0.6 (Debian 12) has no
-//     `destroy table`, hence the add-then-delete idiom.
-//   - iptables: chain UVXLAN-MASQ-<tag> in table nat,
+//   - nftables: table ip uvxlan-<tag> (IPv4 only), or inet uvxlan-<tag>
+//     (an IPv6 network, with or without an IPv4 one), with one chain,
+//     postrouting, of type nat at hook postrouting, priority srcnat.
+//     Install replaces the whole table in one transaction (`nft -f -`: add
+//     table; delete table, of both families; table {...}), so a crashed
+//     agent's table is replaced, not doubled, also when it ran with the
+//     other family, and there is no moment without rules. nftables 1.0.6
+//     (Debian 12) has no `destroy table`, hence the add-then-delete idiom.
+//   - iptables: chain UVXLAN-MASQ-<tag> in table nat of iptables (IPv4)
+//     and of ip6tables (IPv6),
 //     filled atomically with `iptables-restore --noflush` (declaring the
 //     chain flushes it), and one jump to it appended to POSTROUTING after an
 //     `-C` check. The jump matches everything, and the chain matches the
@@ -43,6 +47,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os/exec"
+	"slices"
 	"strings"
 )
 
@@ -61,29 +66,42 @@ const maxMasqTag = 15
 // are safe to call more than once but not concurrently with each other or
 // with an installMasq for the same tag.
 type masqRules struct {
-	backend string       // masqNftables or masqIptables
-	network netip.Prefix // masked
-	tag     string
+	backend  string         // masqNftables or masqIptables
+	networks []netip.Prefix // masked; one IPv4, one IPv6 or one of each, IPv4 first
+	tag      string
 }
 
-// installMasq installs the masquerade rules for the cluster network (an IPv4
-// prefix: the routed overlay is IPv4 only), tagging them with tag (the agent's TAP name: letters,
+// installMasq installs the masquerade rules for the cluster networks (an
+// IPv4 prefix, an IPv6 prefix, or one of each), tagging them with tag (the agent's TAP name: letters,
 // digits, '.', '_' and '-', at most 15 characters). backend "" picks nftables
-// when the nft binary is on PATH and works, else iptables when it is on PATH, else it fails saying neither was found; "nftables"
+// when the nft binary is on PATH and works, else iptables when it is on PATH (and ip6tables, for an IPv6 network), else it fails saying neither was found; "nftables"
 // or "iptables" forces one. Installing again with the same tag replaces what was there, also when it was left behind by an agent
 // that crashed, so there is always exactly one copy. It blocks while the
 // commands run; ctx bounds them.
-func installMasq(ctx context.Context, network netip.Prefix, tag, backend string) (*masqRules, error) {
-	if !network.IsValid() || !network.Addr().Is4() {
-		return nil, fmt.Errorf("ip-masq: invalid cluster network %s: need an IPv4 prefix", network)
+func installMasq(ctx context.Context, networks []netip.Prefix, tag, backend string) (*masqRules, error) {
+	m := &masqRules{tag: tag}
+	var v4, v6 int
+	for _, n := range networks {
+		switch {
+		case !n.IsValid() || n.Addr().Is4In6() || n.Addr().Zone() != "":
+			return nil, fmt.Errorf("ip-masq: invalid cluster network %s: need an IPv4 or IPv6 prefix", n)
+		case n.Addr().Is4():
+			v4++
+		default:
+			v6++
+		}
+		m.networks = append(m.networks, n.Masked())
 	}
+	if len(networks) == 0 || v4 > 1 || v6 > 1 {
+		return nil, fmt.Errorf("ip-masq: cluster networks %v: need one IPv4 prefix, one IPv6 prefix or one of each", networks)
+	}
+	slices.SortFunc(m.networks, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
 	if err := checkMasqTag(tag); err != nil {
 		return nil, err
 	}
-	m := &masqRules{network: network.Masked(), tag: tag}
 	switch backend {
 	case "":
-		b, err := pickMasqBackend(ctx, iptables)
+		b, err := pickMasqBackend(ctx, m.iptBinaries())
 		if err != nil {
 			return nil, err
 		}
@@ -100,7 +118,7 @@ func installMasq(ctx context.Context, network netip.Prefix, tag, backend string)
 		err = m.installIptables(ctx)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("ip-masq: install %s rules for %s: %w", m.backend, m.network, err)
+		return nil, fmt.Errorf("ip-masq: install %s rules for %v: %w", m.backend, m.networks, err)
 	}
 	return m, nil
 }
@@ -120,7 +138,7 @@ func (m *masqRules) Remove(ctx context.Context) error {
 		err = m.removeIptables(ctx)
 	}
 	if err != nil {
-		return fmt.Errorf("ip-masq: remove %s rules for %s: %w", m.backend, m.network, err)
+		return fmt.Errorf("ip-masq: remove %s rules for %v: %w", m.backend, m.networks, err)
 	}
 	return nil
 }
@@ -145,70 +163,137 @@ func checkMasqTag(tag string) error {
 }
 
 // pickMasqBackend returns nftables when nft is on PATH and can list the
-// tables (the kernel has nf_tables and we may use it), else iptables when ipt
-// (and its -restore) is on PATH.
-func pickMasqBackend(ctx context.Context, ipt string) (string, error) {
+// tables (the kernel has nf_tables and we may use it), else iptables when
+// each of ipts (and its -restore) is on PATH.
+func pickMasqBackend(ctx context.Context, ipts []string) (string, error) {
 	_, nftErr := exec.LookPath("nft")
 	if nftErr == nil {
 		if _, nftErr = runMasqCmd(ctx, "", "nft", "list", "tables"); nftErr == nil {
 			return masqNftables, nil
 		}
 	}
-	_, iptErr := exec.LookPath(ipt)
-	if iptErr == nil {
-		_, iptErr = exec.LookPath(ipt + "-restore")
+	var iptErr error
+	for _, ipt := range ipts {
+		if _, iptErr = exec.LookPath(ipt); iptErr == nil {
+			_, iptErr = exec.LookPath(ipt + "-restore")
+		}
+		if iptErr != nil {
+			break
+		}
 	}
 	if iptErr == nil {
 		return masqIptables, nil
 	}
-	return "", fmt.Errorf("ip-masq: neither nftables nor %s was found (nft: %v; %v); install the nftables or iptables package", ipt, nftErr, iptErr)
+	return "", fmt.Errorf("ip-masq: neither nftables nor %s was found (nft: %v; %v); install the nftables or iptables package",
+		strings.Join(ipts, " and "), nftErr, iptErr)
 }
 
-// multicast is the destination range that is never NATed.
-var multicast = netip.MustParsePrefix("224.0.0.0/4")
+// multicast and multicast6 are the destination ranges that are never NATed.
+var (
+	multicast  = netip.MustParsePrefix("224.0.0.0/4")
+	multicast6 = netip.MustParsePrefix("ff00::/8")
+)
+
+// multicastOf is the multicast range of n's family.
+func multicastOf(n netip.Prefix) netip.Prefix {
+	if n.Addr().Is4() {
+		return multicast
+	}
+	return multicast6
+}
 
 // nftables
 
-// nftFamily is both the table family and the match keyword.
-const nftFamily = "ip"
+// nftFamily is the table family with IPv4 only, nftFamilyInet with IPv6.
+const (
+	nftFamily     = "ip"
+	nftFamilyInet = "inet"
+)
 
 func (m *masqRules) nftTable() string { return "uvxlan-" + m.tag }
 
-// nftRemoveScript deletes the table, whether or not it exists.
-func (m *masqRules) nftRemoveScript() string {
-	return fmt.Sprintf("add table %[1]s %[2]s\ndelete table %[1]s %[2]s\n", nftFamily, m.nftTable())
+// nftTableFamily is the family of our table: ip with IPv4 only, else inet.
+func (m *masqRules) nftTableFamily() string {
+	for _, n := range m.networks {
+		if n.Addr().Is6() {
+			return nftFamilyInet
+		}
+	}
+	return nftFamily
 }
 
-// nftInstallScript replaces the table in one transaction:
+// nftRemoveScript deletes the table of both families, whether or not they
+// exist.
+func (m *masqRules) nftRemoveScript() string {
+	var b strings.Builder
+	for _, f := range []string{nftFamily, nftFamilyInet} {
+		fmt.Fprintf(&b, "add table %[1]s %[2]s\ndelete table %[1]s %[2]s\n", f, m.nftTable())
+	}
+	return b.String()
+}
+
+// nftInstallScript replaces the table in one transaction (dual stack here;
+// with IPv4 only the table is "ip uvxlan-uvx0", without the ip6 lines):
 //
 //	add table ip uvxlan-uvx0
 //	delete table ip uvxlan-uvx0
-//	table ip uvxlan-uvx0 {
+//	add table inet uvxlan-uvx0
+//	delete table inet uvxlan-uvx0
+//	table inet uvxlan-uvx0 {
 //		chain postrouting {
 //			type nat hook postrouting priority srcnat; policy accept;
 //			ip saddr 10.244.0.0/16 ip daddr 10.244.0.0/16 return
 //			ip saddr 10.244.0.0/16 ip daddr 224.0.0.0/4 return
 //			ip saddr 10.244.0.0/16 masquerade
+//			ip6 saddr fd00:244::/48 ip6 daddr fd00:244::/48 return
+//			ip6 saddr fd00:244::/48 ip6 daddr ff00::/8 return
+//			ip6 saddr fd00:244::/48 masquerade
 //		}
 //	}
 func (m *masqRules) nftInstallScript() string {
-	f, n := nftFamily, m.network
 	var b strings.Builder
 	b.WriteString(m.nftRemoveScript())
-	fmt.Fprintf(&b, "table %s %s {\n", f, m.nftTable())
+	fmt.Fprintf(&b, "table %s %s {\n", m.nftTableFamily(), m.nftTable())
 	b.WriteString("\tchain postrouting {\n")
 	b.WriteString("\t\ttype nat hook postrouting priority srcnat; policy accept;\n")
-	fmt.Fprintf(&b, "\t\t%s saddr %s %s daddr %s return\n", f, n, f, n)
-	fmt.Fprintf(&b, "\t\t%s saddr %s %s daddr %s return\n", f, n, f, multicast)
-	fmt.Fprintf(&b, "\t\t%s saddr %s masquerade\n", f, n)
+	for _, n := range m.networks {
+		f := "ip"
+		if n.Addr().Is6() {
+			f = "ip6"
+		}
+		fmt.Fprintf(&b, "\t\t%s saddr %s %s daddr %s return\n", f, n, f, n)
+		fmt.Fprintf(&b, "\t\t%s saddr %s %s daddr %s return\n", f, n, f, multicastOf(n))
+		fmt.Fprintf(&b, "\t\t%s saddr %s masquerade\n", f, n)
+	}
 	b.WriteString("\t}\n}\n")
 	return b.String()
 }
 
 // iptables
 
-// iptables is the binary that edits the IPv4 tables.
-const iptables = "iptables"
+// iptables and ip6tables are the binaries that edit the IPv4 and the IPv6
+// tables.
+const (
+	iptables  = "iptables"
+	ip6tables = "ip6tables"
+)
+
+// iptBinary is the binary of n's family.
+func iptBinary(n netip.Prefix) string {
+	if n.Addr().Is4() {
+		return iptables
+	}
+	return ip6tables
+}
+
+// iptBinaries are the binaries of m's networks.
+func (m *masqRules) iptBinaries() []string {
+	var out []string
+	for _, n := range m.networks {
+		out = append(out, iptBinary(n))
+	}
+	return out
+}
 
 func (m *masqRules) iptChain() string { return "UVXLAN-MASQ-" + m.tag }
 
@@ -218,7 +303,8 @@ func (m *masqRules) iptJump() []string {
 }
 
 // iptRestoreInput declares (and so creates or flushes) the chain and fills
-// it, for iptables-restore --noflush:
+// it with the rules of network n, for iptables-restore --noflush (or
+// ip6tables-restore, for an IPv6 n):
 //
 //	*nat
 //	:UVXLAN-MASQ-uvx0 - [0:0]
@@ -226,35 +312,44 @@ func (m *masqRules) iptJump() []string {
 //	-A UVXLAN-MASQ-uvx0 -s 10.244.0.0/16 -d 224.0.0.0/4 -j RETURN
 //	-A UVXLAN-MASQ-uvx0 -s 10.244.0.0/16 -j MASQUERADE
 //	COMMIT
-func (m *masqRules) iptRestoreInput() string {
-	c, n := m.iptChain(), m.network
+func (m *masqRules) iptRestoreInput(n netip.Prefix) string {
+	c := m.iptChain()
 	var b strings.Builder
 	b.WriteString("*nat\n")
 	fmt.Fprintf(&b, ":%s - [0:0]\n", c)
 	fmt.Fprintf(&b, "-A %s -s %s -d %s -j RETURN\n", c, n, n)
-	fmt.Fprintf(&b, "-A %s -s %s -d %s -j RETURN\n", c, n, multicast)
+	fmt.Fprintf(&b, "-A %s -s %s -d %s -j RETURN\n", c, n, multicastOf(n))
 	fmt.Fprintf(&b, "-A %s -s %s -j MASQUERADE\n", c, n)
 	b.WriteString("COMMIT\n")
 	return b.String()
 }
 
+// installIptables installs the chain and the jump of each network, with
+// the binary of its family.
 func (m *masqRules) installIptables(ctx context.Context) error {
-	ipt := iptables
-	if _, err := runMasqCmd(ctx, m.iptRestoreInput(), ipt+"-restore", "-w", "--noflush"); err != nil {
-		return err
+	for _, n := range m.networks {
+		ipt := iptBinary(n)
+		if _, err := runMasqCmd(ctx, m.iptRestoreInput(n), ipt+"-restore", "-w", "--noflush"); err != nil {
+			return err
+		}
+		present, err := m.iptJumpPresent(ctx, ipt)
+		if err != nil {
+			return err
+		}
+		if present {
+			continue
+		}
+		if _, err = runMasqCmd(ctx, "", ipt, append([]string{"-w", "-t", "nat", "-A"}, m.iptJump()...)...); err != nil {
+			return err
+		}
 	}
-	present, err := m.iptJumpPresent(ctx)
-	if err != nil || present {
-		return err
-	}
-	_, err = runMasqCmd(ctx, "", ipt, append([]string{"-w", "-t", "nat", "-A"}, m.iptJump()...)...)
-	return err
+	return nil
 }
 
 // iptJumpPresent checks for the jump with -C: exit status 1 is "no such
 // rule", 2 is "no such target chain" (both iptables-nft and -legacy).
-func (m *masqRules) iptJumpPresent(ctx context.Context) (bool, error) {
-	_, err := runMasqCmd(ctx, "", iptables, append([]string{"-w", "-t", "nat", "-C"}, m.iptJump()...)...)
+func (m *masqRules) iptJumpPresent(ctx context.Context, ipt string) (bool, error) {
+	_, err := runMasqCmd(ctx, "", ipt, append([]string{"-w", "-t", "nat", "-C"}, m.iptJump()...)...)
 	switch masqExitCode(err) {
 	case 0:
 		return true, nil
@@ -264,12 +359,23 @@ func (m *masqRules) iptJumpPresent(ctx context.Context) (bool, error) {
 	return false, err
 }
 
-// removeIptables deletes every copy of the jump, then flushes and deletes
-// the chain if it exists (`-S chain` exits with status 1 when it does not).
+// removeIptables deletes, with the binary of each network's family, every
+// copy of the jump, then flushes and deletes the chain if it exists.
 func (m *masqRules) removeIptables(ctx context.Context) error {
-	ipt, chain := iptables, m.iptChain()
+	for _, ipt := range m.iptBinaries() {
+		if err := m.removeIptablesOf(ctx, ipt); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// removeIptablesOf removes the jump and the chain of one binary (`-S chain`
+// exits with status 1 when there is no chain).
+func (m *masqRules) removeIptablesOf(ctx context.Context, ipt string) error {
+	chain := m.iptChain()
 	for range 16 {
-		present, err := m.iptJumpPresent(ctx)
+		present, err := m.iptJumpPresent(ctx, ipt)
 		if err != nil {
 			return err
 		}
