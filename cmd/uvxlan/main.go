@@ -67,8 +67,9 @@ type usageError struct{ error }
 
 func newApp() *cli.App {
 	app := &cli.App{
-		Name:  "uvxlan",
-		Usage: "a userspace VXLAN overlay: TAP in, RFC 7348 VXLAN over batched UDP out",
+		Name:    "uvxlan",
+		Version: versionString(),
+		Usage:   "a userspace VXLAN overlay: TAP in, RFC 7348 VXLAN over batched UDP out",
 		Description: `uvxlan runs one agent per host. The agent owns a TAP device, encapsulates and
 decapsulates standard VXLAN (RFC 7348, UDP 4789) itself, and interoperates with
 kernel VXLAN devices and switches. It needs /dev/net/tun and CAP_NET_ADMIN, no
