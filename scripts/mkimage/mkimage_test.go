@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/uvxlan/uvxlan/testenv"
+	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
 // readArchive returns the files of a tarball by name.
@@ -232,6 +233,61 @@ func TestMakeImage(t *testing.T) {
 		out, err = c.Ctr(ctx, ns, "run", "--rm", tag, "shell", "/bin/sh", "-c", "true")
 		if err == nil || !strings.Contains(out, `"/bin/sh": stat /bin/sh: no such file or directory`) {
 			t.Errorf("/bin/sh in the image: %v\n%s", err, out)
+		}
+
+		// The agent as the DaemonSet runs it: host network (h1's), root
+		// with NET_ADMIN alone, /dev/net/tun bound in, /proc/sys read-only
+		// (containerd's default spec, as for a pod): it makes its TAP and
+		// the readiness probe says so.
+		h1 := tb.Host(1)
+		run := filepath.Join(t.TempDir(), "run")
+		os.Mkdir(run, 0o755)
+		args := []string{"run", "-d", "--net-host", "--cap-add", "CAP_NET_ADMIN",
+			"--mount", "type=bind,src=/dev/net/tun,dst=/dev/net/tun,options=rbind:rw",
+			"--mount", "type=bind,src=" + run + ",dst=/run/uvxlan,options=rbind:rw"}
+		for _, c := range []string{"CHOWN", "DAC_OVERRIDE", "FSETID", "FOWNER", "MKNOD", "NET_RAW", "SETGID", "SETUID",
+			"SETFCAP", "SETPCAP", "NET_BIND_SERVICE", "SYS_CHROOT", "KILL", "AUDIT_WRITE"} {
+			args = append(args, "--cap-drop", "CAP_"+c)
+		}
+		args = append(args, tag, "agent", "/usr/local/bin/uvxlan", "run", "--gossip=false", "--local", h1.Underlay.String(),
+			"--address", "10.42.0.1/24", "--control", "/run/uvxlan/uvx0.sock", "--state-dir", "/run/uvxlan/state")
+		if out, err := c.Ctr(ctx, ns, args...); err != nil {
+			t.Fatalf("ctr run the agent: %v\n%s", err, out)
+		}
+		t.Cleanup(func() {
+			c.Ctr(ctx, ns, "tasks", "kill", "-a", "-s", "SIGKILL", "agent")
+			wait.Until(ctx, 30*time.Second, func() bool {
+				_, err := c.Ctr(ctx, ns, "tasks", "delete", "agent")
+				return err == nil
+			})
+			c.Ctr(ctx, ns, "containers", "delete", "agent")
+		})
+		probe := []string{"health", "--ready", "--control", filepath.Join(run, "uvx0.sock")}
+		var health string
+		if err := wait.Until(ctx, 60*time.Second, func() bool {
+			health, err = h1.Run(ctx, filepath.Join(dir, "bin", "uvxlan"), probe...)
+			return err == nil
+		}); err != nil {
+			tasks, _ := c.Ctr(ctx, ns, "tasks", "ls")
+			t.Fatalf("the agent in the container never got ready: %s\n%s", health, tasks)
+		}
+		t.Logf("%s", strings.TrimSpace(health))
+		tasks, _ := c.Ctr(ctx, ns, "tasks", "ls")
+		var pid string
+		for _, l := range strings.Split(tasks, "\n") {
+			if f := strings.Fields(l); len(f) >= 3 && f[0] == "agent" {
+				pid = f[1]
+			}
+		}
+		status, err := os.ReadFile("/proc/" + pid + "/status")
+		if err != nil {
+			t.Fatalf("the agent's status (pid %q): %v\n%s", pid, err, tasks)
+		}
+		if m := regexp.MustCompile(`(?m)^CapEff:\s*(\S+)$`).FindSubmatch(status); m == nil || string(m[1]) != "0000000000001000" {
+			t.Errorf("the agent's effective capabilities %q, want CAP_NET_ADMIN alone (0000000000001000)", m)
+		}
+		if out, err := h1.Run(ctx, "ip", "-br", "link", "show", "uvx0"); err != nil || !strings.Contains(out, "UP") {
+			t.Errorf("the agent's TAP in h1: %v\n%s", err, out)
 		}
 	})
 
