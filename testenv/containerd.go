@@ -55,6 +55,10 @@ type Mountns struct {
 	Host   *Host
 	holder *Proc
 
+	// enter are cgroup.procs files a process Start starts writes its pid
+	// to before it execs (a node's cgroups); set before any Start.
+	enter []string
+
 	mu   sync.Mutex
 	made []string // directories Bind made on the host, to remove at Close
 }
@@ -145,6 +149,13 @@ func (m *Mountns) Start(ctx context.Context, logPath, name string, args ...strin
 		if logPath, err = m.Host.tb.newLogPath(m.Host, name); err != nil {
 			return nil, fmt.Errorf("testenv: %s: start %s: %w", m.Host.Name, name, err)
 		}
+	}
+	if len(m.enter) > 0 {
+		// sh -c 'for f; do echo $$ >"$f"; done; exec ...': the shell's pid is
+		// the program's.
+		script := `for f in ` + strings.Join(m.enter, " ") + `; do echo $$ >"$f" || exit 1; done; exec "$@"`
+		args = append([]string{"-c", script, "sh", name}, args...)
+		name = "sh"
 	}
 	p, err := m.Host.startCmd(m.Exec(context.WithoutCancel(ctx), name, args...), logPath)
 	if err != nil {
@@ -287,7 +298,12 @@ func (m *Mountns) StartContainerd(ctx context.Context, cfg ContainerdConfig) (*C
 		cfg.Dir = filepath.Join(run, m.Host.Name+"-containerd")
 	}
 	c := &Containerd{Mountns: m, Dir: cfg.Dir, Socket: filepath.Join(cfg.Dir, "containerd.sock")}
-	if err := os.MkdirAll(cfg.Dir, 0o711); err != nil {
+	if err := os.MkdirAll(filepath.Join(cfg.Dir, "run"), 0o711); err != nil {
+		return fail(err)
+	}
+	// The shims keep their sockets and fifos in /run/containerd whatever
+	// the configuration says: a directory of this containerd's there.
+	if err := m.Bind(ctx, filepath.Join(cfg.Dir, "run"), "/run/containerd"); err != nil {
 		return fail(err)
 	}
 	var b strings.Builder
