@@ -39,14 +39,25 @@ func RequireKubeNodes(t T) string {
 			missing = append(missing, b)
 		}
 	}
+	var msgs []string
+	if len(missing) > 0 {
+		msgs = append(msgs, fmt.Sprintf("no %s in $%s=%q (scripts/kube-bins.sh builds them and prints the directory)",
+			strings.Join(missing, ", "), KubeBinEnv, dir))
+	}
+	missing = nil
 	for _, b := range []string{"gcc", "iptables", "iperf3"} { // the pause image, the Service's DNAT, the pods' image
 		if _, err := exec.LookPath(b); err != nil {
 			missing = append(missing, b)
 		}
 	}
+	if _, err := os.Stat("/bin/busybox"); err != nil { // the pods' image
+		missing = append(missing, "/bin/busybox (Debian: busybox-static)")
+	}
 	if len(missing) > 0 {
-		msg := fmt.Sprintf("no %s in $%s=%q (scripts/kube-bins.sh builds them and prints the directory)",
-			strings.Join(missing, ", "), KubeBinEnv, dir)
+		msgs = append(msgs, "no "+strings.Join(missing, ", ")+" on this machine")
+	}
+	if len(msgs) > 0 {
+		msg := strings.Join(msgs, "; ")
 		if os.Getenv(RequireEnv) == "1" {
 			t.Fatalf("%s", msg)
 		}
