@@ -410,7 +410,16 @@ func (n *KubeNode) Stop() error {
 			}
 			killAll(pids)
 		}
-		errs = append(errs, RemoveCgroups(n.Cgroup))
+		// A killed task leaves its cgroup a moment after it is gone from
+		// cgroup.procs (rmdir: busy): try again for a while.
+		var err error
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			if err = RemoveCgroups(n.Cgroup); err == nil || time.Now().After(deadline) {
+				break
+			}
+			killAll(cgroupPids(n.Cgroup))
+		}
+		errs = append(errs, err)
 	}
 	// The parents made for it, when nothing else uses them.
 	for _, d := range n.cgroupsMade {
