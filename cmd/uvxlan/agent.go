@@ -78,7 +78,12 @@ func runAgent(ctx context.Context, cfg runConfig) error {
 		successor.Close()
 	}
 	<-a.ctx.Done()
-	return a.stop()
+	err = a.stop()
+	if err == nil && a.handingOver.Load() && cfg.Linger {
+		cfg.Logger.Info("lingering until SIGINT or SIGTERM (--linger)")
+		<-ctx.Done()
+	}
+	return err
 }
 
 // agentRun is a running agent: its node and the adapters that serve it,

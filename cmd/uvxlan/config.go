@@ -35,6 +35,9 @@ type runConfig struct {
 	// Takeover takes the TAPs, sockets and tables over from the agent
 	// serving Control (--takeover).
 	Takeover bool
+	// Linger keeps the process up after a hand-over, until a signal
+	// (--linger).
+	Linger bool
 	// Kube takes routed mode's subnets from the API server
 	// (--kube-subnet-mgr; Leases is nil then); nil otherwise.
 	Kube *kube.Subnets

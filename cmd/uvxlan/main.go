@@ -67,8 +67,9 @@ type usageError struct{ error }
 
 func newApp() *cli.App {
 	app := &cli.App{
-		Name:  "uvxlan",
-		Usage: "a userspace VXLAN overlay: TAP in, RFC 7348 VXLAN over batched UDP out",
+		Name:    "uvxlan",
+		Version: versionString(),
+		Usage:   "a userspace VXLAN overlay: TAP in, RFC 7348 VXLAN over batched UDP out",
 		Description: `uvxlan runs one agent per host. The agent owns a TAP device, encapsulates and
 decapsulates standard VXLAN (RFC 7348, UDP 4789) itself, and interoperates with
 kernel VXLAN devices and switches. It needs /dev/net/tun and CAP_NET_ADMIN, no
@@ -90,6 +91,7 @@ vxlan kernel module.
 			runCommand(),
 			keygenCommand(),
 			statusCommand(),
+			healthCommand(),
 			fdbCommand(),
 			neighCommand(),
 			membersCommand(),
@@ -100,6 +102,7 @@ vxlan kernel module.
 			testbedCommand(),
 			demoCommand(),
 			benchCommand(),
+			installCNICommand(),
 		},
 	}
 	setUsageErrors(app.Commands, app.OnUsageError)
@@ -203,6 +206,8 @@ func baseRunFlags() []cli.Flag {
 		&cli.IntFlag{Name: "underlay-mtu", Usage: "MTU of the underlay path (default: the MTU of the --local interface): a frame whose VXLAN datagram would not fit is dropped and, IPv4 with DF or IPv6, answered with ICMP fragmentation needed / packet too big so the sender lowers its path MTU (counted as too_big)", EnvVars: env("underlay-mtu")},
 		&cli.StringSliceFlag{Name: "peer", Usage: "static VTEP `IP[:PORT]` to flood to, repeatable (kernel VXLAN devices, switches, other agents)", EnvVars: env("peer")},
 		&cli.BoolFlag{Name: "takeover", Usage: "take over from the agent serving --control (the same flags otherwise): its TAP queues, sockets and tables pass to this process, which forwards at once; it exits 0 without leaving the cluster. How a binary is upgraded without a lost packet", EnvVars: env("takeover")},
+		&cli.BoolFlag{Name: "takeover-if-running", Usage: "--takeover when an agent answers on --control, else start afresh (a DaemonSet's pod: the first on its node, or the new one of a rolling update)", EnvVars: env("takeover-if-running")},
+		&cli.BoolFlag{Name: "linger", Usage: "after handing over to a successor, stay up, forwarding nothing, until SIGINT or SIGTERM instead of exiting 0 (a container that exits is started again, and would take the agent back)", EnvVars: env("linger")},
 		&cli.BoolFlag{Name: "keep-tap", Usage: "leave the TAPs this agent created in place at a clean stop, with their addresses, routes and bridge membership (without it they are removed; after a crash they always stay, and the next start attaches)", EnvVars: env("keep-tap")},
 		&cli.StringSliceFlag{Name: "allow-vtep", Usage: "also accept VXLAN from the VTEPs in `CIDR`, repeatable (hardware VTEPs that are no member); by default only alive members serving the VNI and --peer may send; 0.0.0.0/0 (and ::/0) accepts anyone's, as the kernel does", EnvVars: env("allow-vtep")},
 		&cli.IntFlag{Name: "bum-rate", Value: defaultBUMRate, Usage: "storm control: most broadcast, multicast and unknown unicast frames each segment floods per second (burst: one second's worth); the excess is dropped and counted (bum_rate_limited); 0: no limit", EnvVars: env("bum-rate")},
@@ -268,6 +273,11 @@ func runAction(c *cli.Context) error {
 		return err
 	}
 	cfg.Logger = log
+	cfg.Linger = c.Bool("linger")
+	if c.Bool("takeover-if-running") && !cfg.Takeover {
+		cfg.Takeover = agentAnswers(c.Context, cfg.Control)
+		log.Info("--takeover-if-running", "control", cfg.Control, "takeover", cfg.Takeover)
+	}
 	if path := c.String("cpu-profile"); path != "" {
 		f, err := os.Create(path)
 		if err != nil {
