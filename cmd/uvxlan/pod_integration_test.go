@@ -69,7 +69,7 @@ func TestPodTakeoverProbes(t *testing.T) {
 		"--address", netip.PrefixFrom(overlayAddr(1), 24).String(), "--mac", hostMAC(1).String(),
 		"--control", control, "--gossip-key", testKey, "--keep-tap", "--takeover-if-running", "--linger"}
 	old := startPod(t, h1, args...)
-	if err := waitForSocket(context.Background(), control, 30*time.Second); err != nil {
+	if err := waitForSocket(context.Background(), control); err != nil {
 		t.Fatalf("%v\n%s", err, old.proc.Log())
 	}
 	if !strings.Contains(old.proc.Log(), "takeover=false") {
