@@ -92,17 +92,32 @@ func (h *Host) StartKubeAPI(ctx context.Context, bin string, users ...KubeUser) 
 	fail := func(err error) (*KubeAPI, error) {
 		return nil, fmt.Errorf("testenv: %s: kube-apiserver: %w", h.Name, err)
 	}
-	run, err := h.tb.RunDir()
+	k, err := h.startEtcd(ctx, bin, users)
 	if err != nil {
 		return fail(err)
+	}
+	if err := k.StartAPIServer(ctx); err != nil {
+		k.Etcd.Stop()
+		return fail(err)
+	}
+	return k, nil
+}
+
+// startEtcd makes the state directory of a KubeAPI in h (service account
+// keys, a token for admin and each of users, admin's kubeconfig) and
+// starts its etcd; the API server is the caller's to start.
+func (h *Host) startEtcd(ctx context.Context, bin string, users []KubeUser) (*KubeAPI, error) {
+	run, err := h.tb.RunDir()
+	if err != nil {
+		return nil, err
 	}
 	k := &KubeAPI{Host: h, Dir: filepath.Join(run, h.Name+"-kube"), bin: bin, tokens: map[string]string{},
 		URL: fmt.Sprintf("https://%s:%d", h.Underlay, KubeAPIPort)}
 	if err := os.MkdirAll(k.Dir, 0o700); err != nil {
-		return fail(err)
+		return nil, err
 	}
 	if err := writeServiceAccountKeys(k.Dir); err != nil {
-		return fail(err)
+		return nil, err
 	}
 	var csv strings.Builder
 	for i, u := range append([]KubeUser{{Name: "admin", Groups: []string{"system:masters"}}}, users...) {
@@ -112,10 +127,10 @@ func (h *Host) StartKubeAPI(ctx context.Context, bin string, users ...KubeUser) 
 		fmt.Fprintf(&csv, "%s,%s,uid%d,%q\n", k.tokens[u.Name], u.Name, i, strings.Join(u.Groups, ","))
 	}
 	if err := os.WriteFile(filepath.Join(k.Dir, "tokens.csv"), []byte(csv.String()), 0o600); err != nil {
-		return fail(err)
+		return nil, err
 	}
 	if k.Admin, err = k.Kubeconfig("admin"); err != nil {
-		return fail(err)
+		return nil, err
 	}
 	a := h.Underlay.String()
 	k.Etcd, err = h.Start(context.WithoutCancel(ctx), "", filepath.Join(bin, "etcd"),
@@ -124,11 +139,7 @@ func (h *Host) StartKubeAPI(ctx context.Context, bin string, users ...KubeUser) 
 		"--listen-peer-urls", "http://"+a+":12380", "--initial-advertise-peer-urls", "http://"+a+":12380",
 		"--initial-cluster", "default=http://"+a+":12380")
 	if err != nil {
-		return fail(err)
-	}
-	if err := k.StartAPIServer(ctx); err != nil {
-		k.Etcd.Stop()
-		return fail(err)
+		return nil, err
 	}
 	return k, nil
 }

@@ -8,8 +8,6 @@ package testenv
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -92,44 +90,15 @@ func (h *Host) StartKubeCluster(ctx context.Context, bin string, images []string
 	fail := func(err error) (*KubeCluster, error) {
 		return nil, fmt.Errorf("testenv: %s: kube cluster: %w", h.Name, err)
 	}
-	run, err := h.tb.RunDir()
-	if err != nil {
-		return fail(err)
-	}
-	k := &KubeAPI{Host: h, Dir: filepath.Join(run, h.Name+"-kube"), bin: bin, tokens: map[string]string{},
-		URL: fmt.Sprintf("https://%s:%d", h.Underlay, KubeAPIPort)}
-	if err := os.MkdirAll(k.Dir, 0o700); err != nil {
-		return fail(err)
-	}
-	if err := writeServiceAccountKeys(k.Dir); err != nil {
-		return fail(err)
-	}
-	users := []KubeUser{{Name: "admin", Groups: []string{"system:masters"}}}
+	var users []KubeUser
 	for _, o := range h.tb.Hosts() {
 		users = append(users, KubeUser{Name: "system:node:" + o.Name, Groups: []string{"system:nodes"}})
 	}
-	var csv strings.Builder
-	for i, u := range users {
-		tok := make([]byte, 16)
-		rand.Read(tok)
-		k.tokens[u.Name] = hex.EncodeToString(tok)
-		fmt.Fprintf(&csv, "%s,%s,uid%d,%q\n", k.tokens[u.Name], u.Name, i, strings.Join(u.Groups, ","))
-	}
-	if err := os.WriteFile(filepath.Join(k.Dir, "tokens.csv"), []byte(csv.String()), 0o600); err != nil {
-		return fail(err)
-	}
-	if k.Admin, err = k.Kubeconfig("admin"); err != nil {
-		return fail(err)
-	}
-	a := h.Underlay.String()
-	k.Etcd, err = h.Start(context.WithoutCancel(ctx), "", filepath.Join(bin, "etcd"),
-		"--data-dir", filepath.Join(k.Dir, "etcd"), "--unsafe-no-fsync",
-		"--listen-client-urls", "http://"+a+":12379", "--advertise-client-urls", "http://"+a+":12379",
-		"--listen-peer-urls", "http://"+a+":12380", "--initial-advertise-peer-urls", "http://"+a+":12380",
-		"--initial-cluster", "default=http://"+a+":12380")
+	k, err := h.startEtcd(ctx, bin, users)
 	if err != nil {
 		return fail(err)
 	}
+	a := h.Underlay.String()
 	c := &KubeCluster{API: k, Images: images, ClusterCIDR: "10.244.0.0/16"}
 	p, err := h.Start(context.WithoutCancel(ctx), "", filepath.Join(bin, "kube-apiserver"),
 		"--etcd-servers=http://"+a+":12379", "--bind-address="+a, "--advertise-address="+a,
