@@ -48,8 +48,11 @@ func forgeDead(node, from string, inc uint32) []byte {
 // h2 not alive, how many entries h1 withdrew meanwhile, how many deaths of
 // h2 it took and saw refuted within the grace (gossip.deaths_refuted: h2
 // refutes each forged claim, which the grace before a withdrawal outlasts),
-// and the loss of a ping h1 → h2 during the attack.
-func forgedDeadAttack(t *testing.T, tb *testenv.Testbed, agents []*agent, d time.Duration) (notAlive int, withdrawn, refuted uint64, loss float64) {
+// how many forged claims h2 refuted itself (its log's "Refuting a dead
+// message (from: h4)": a member took the claim and gossiped it on; under
+// load h2's refutations can beat every one of h1's polls), and the loss of
+// a ping h1 → h2 during the attack.
+func forgedDeadAttack(t *testing.T, tb *testenv.Testbed, agents []*agent, d time.Duration) (notAlive int, withdrawn, refuted uint64, selfRefuted int, loss float64) {
 	t.Helper()
 	a1, a2 := agents[0], agents[1]
 	_, g0 := counters(t, a1)
@@ -112,12 +115,13 @@ func forgedDeadAttack(t *testing.T, tb *testenv.Testbed, agents []*agent, d time
 	_, g1 := counters(t, a1)
 	withdrawn = g1["withdrawn"] - g0["withdrawn"]
 	refuted = g1["deaths_refuted"] - g0["deaths_refuted"]
-	t.Logf("%d forged dead messages in %v: h1 saw h2 not alive in %d of %d polls, withdrew %d entries, took %d deaths refuted within the grace; ping h1 → h2 loss %.0f%%",
-		sent.Load(), d, notAlive, polls, withdrawn, refuted, loss)
+	selfRefuted = strings.Count(a2.proc.Log(), "Refuting a dead message (from: h4)")
+	t.Logf("%d forged dead messages in %v: h1 saw h2 not alive in %d of %d polls, withdrew %d entries, took %d deaths refuted within the grace; h2 refuted %d forged claims; ping h1 → h2 loss %.0f%%",
+		sent.Load(), d, notAlive, polls, withdrawn, refuted, selfRefuted, loss)
 	if sent.Load() == 0 {
 		t.Fatal("the attacker sent nothing")
 	}
-	return notAlive, withdrawn, refuted, loss
+	return notAlive, withdrawn, refuted, selfRefuted, loss
 }
 
 // A cluster gossiping without a key (--insecure-gossip) is at the mercy of
@@ -158,18 +162,18 @@ func TestForgedDeadMessages(t *testing.T) {
 			if rows := agents[0].members(t); len(rows) == 0 || rows[0].Encrypted != (tc.name == "keyed") {
 				t.Errorf("members: %+v, want encrypted %v", rows, tc.name == "keyed")
 			}
-			notAlive, withdrawn, refuted, loss := forgedDeadAttack(t, tb, agents, 6*time.Second)
+			notAlive, withdrawn, refuted, selfRefuted, loss := forgedDeadAttack(t, tb, agents, 6*time.Second)
 			switch tc.name {
 			case "insecure":
-				if notAlive == 0 && withdrawn == 0 && refuted == 0 {
+				if notAlive == 0 && withdrawn == 0 && refuted == 0 && selfRefuted == 0 {
 					t.Errorf("without a key the forged messages did nothing: the attack is not reproduced")
 				}
 				if log := agents[0].proc.Log(); !strings.Contains(log, "level=WARN") || !strings.Contains(log, "not encrypted") {
 					t.Errorf("an insecure agent did not warn at start:\n%s", log)
 				}
 			case "keyed":
-				if notAlive != 0 || withdrawn != 0 || refuted != 0 || loss != 0 {
-					t.Errorf("keyed cluster: h2 not alive in %d polls, %d entries withdrawn, %d deaths refuted, %.0f%% loss; want none", notAlive, withdrawn, refuted, loss)
+				if notAlive != 0 || withdrawn != 0 || refuted != 0 || selfRefuted != 0 || loss != 0 {
+					t.Errorf("keyed cluster: h2 not alive in %d polls, %d entries withdrawn, %d deaths refuted, %d forged claims refuted by h2, %.0f%% loss; want none", notAlive, withdrawn, refuted, selfRefuted, loss)
 				}
 			}
 		})
