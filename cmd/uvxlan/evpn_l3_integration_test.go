@@ -333,6 +333,10 @@ func TestEVPNL3Gateway(t *testing.T) {
 // Bad L3 flags are an error naming the flag, exit 2.
 func TestL3BadFlags(t *testing.T) {
 	bgp := []string{"--bgp-peer", "198.18.0.1", "--bgp-asn", "65000"}
+	// A control socket of the test's own: the default one, in /run/uvxlan,
+	// is another suite's too (two suites side by side: "another agent is
+	// already listening there").
+	control := []string{"--control", t.TempDir() + "/c.sock"}
 	for _, c := range []struct {
 		args []string
 		flag string
@@ -345,13 +349,13 @@ func TestL3BadFlags(t *testing.T) {
 		{append([]string{"--l3-default"}, bgp...), "l3-default"},
 		{[]string{"--l3-default"}, "l3-default"},
 	} {
-		code, stderr := runBinary(t, nil, append([]string{"run", "--local", "127.0.0.1", "--mtu", "1400", "--gossip=false"}, c.args...)...)
+		code, stderr := runBinary(t, nil, append(append([]string{"run", "--local", "127.0.0.1", "--mtu", "1400", "--gossip=false"}, control...), c.args...)...)
 		if code != exitUsage || !strings.Contains(stderr, c.flag) {
 			t.Errorf("%v: exit %d, stderr %q; want 2 naming %s", c.args, code, stderr, c.flag)
 		}
 	}
 	// The TAP of the L3 VNI is a segment's.
-	code, stderr := runBinary(t, nil, append([]string{"run", "--local", "127.0.0.1", "--mtu", "1400", "--gossip=false", "--dev", "uvx5000", "--l3vni", "5000"}, bgp...)...)
+	code, stderr := runBinary(t, nil, append(append([]string{"run", "--local", "127.0.0.1", "--mtu", "1400", "--gossip=false", "--dev", "uvx5000", "--l3vni", "5000"}, control...), bgp...)...)
 	if code != exitUsage || !strings.Contains(stderr, "l3vni") {
 		t.Errorf("--l3vni 5000 beside --dev uvx5000: exit %d, stderr %q; want 2 naming l3vni", code, stderr)
 	}
