@@ -12,8 +12,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"os/user"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -27,87 +25,15 @@ import (
 	"github.com/uvxlan/uvxlan/testenv/wait"
 )
 
-// bfdPeerd is FRR's bfdd in an endpoint's namespace, with single-hop
-// peers to the agent's BFD source at 300 ms × 3: one from each of the
-// endpoint's addresses given (by default its address).
-type bfdPeerd struct {
-	t    *testing.T
-	h    *testenv.Host
-	dir  string
-	proc *testenv.Proc
-}
-
-// newBFDPeerd writes bfdd.conf into a directory of the testbed (removed
-// by its teardown, which also kills bfdd) and starts bfdd.
-func newBFDPeerd(t *testing.T, tb *testenv.Testbed, ep *testenv.Host, peer netip.Addr, locals ...netip.Addr) *bfdPeerd {
+// startBFDD starts FRR's bfdd in the endpoint ep with a single-hop peer to
+// the agent's BFD source peer at 300 ms × 3, from ep's address.
+func startBFDD(t *testing.T, ep *testenv.Host, peer netip.Addr) *testenv.BFDD {
 	t.Helper()
-	if len(locals) == 0 {
-		locals = []netip.Addr{ep.Underlay}
-	}
-	if _, err := os.Stat(testenv.FRRDir + "/bfdd"); err != nil {
-		t.Fatalf("FRR's bfdd is not installed: %v", err)
-	}
-	run, err := tb.RunDir()
+	b, err := ep.StartBFDD(t.Context(), peer)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := filepath.Join(run, ep.Name+"-bfdd")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	u, err := user.Lookup("frr")
-	if err != nil {
-		t.Fatalf("no user frr: %v", err)
-	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
-	if err := os.Chown(dir, uid, gid); err != nil {
-		t.Fatal(err)
-	}
-	conf := fmt.Sprintf("log immediate-mode\nhostname %s-bfdd\nbfd\n", ep.Name)
-	for _, l := range locals {
-		conf += fmt.Sprintf(" peer %s local-address %s\n  receive-interval 300\n  transmit-interval 300\n  detect-multiplier 3\n exit\n", peer, l)
-	}
-	conf += "exit\n"
-	if err := os.WriteFile(filepath.Join(dir, "bfdd.conf"), []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	b := &bfdPeerd{t: t, h: ep, dir: dir}
-	b.start()
 	return b
-}
-
-// start starts bfdd in the foreground and waits until it answers vtysh.
-func (b *bfdPeerd) start() {
-	b.t.Helper()
-	p, err := b.h.Start(context.Background(), "", filepath.Join(testenv.FRRDir, "bfdd"),
-		"-f", filepath.Join(b.dir, "bfdd.conf"), "-i", filepath.Join(b.dir, "bfdd.pid"),
-		"-z", filepath.Join(b.dir, "zserv.api"), "--vty_socket", b.dir, "--bfdctl", filepath.Join(b.dir, "bfdd.sock"),
-		"-P", "0", "-u", "frr", "-g", "frr", "--log", "stdout")
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	b.proc = p
-	wait.For(b.t, 30*time.Second, "bfdd answers", func() error {
-		if p.Exited() {
-			b.t.Fatalf("bfdd exited: %v\n%s", p.Wait(), p.Log())
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		out, err := exec.CommandContext(ctx, "vtysh", "--vty_socket", b.dir, "-d", "bfdd", "-c", "show bfd peers brief").CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("vtysh: %v: %s", err, out)
-		}
-		return nil
-	})
-}
-
-// kill sends bfdd SIGKILL (no AdminDown leaves it) and returns when.
-func (b *bfdPeerd) kill() time.Time {
-	at := time.Now()
-	b.proc.Kill()
-	b.proc.Wait()
-	return at
 }
 
 // bfdOf returns a's `uvxlan bfd --json`.
@@ -220,7 +146,7 @@ func TestBFDWithdrawsDeadEndpoint(t *testing.T) {
 	ip1, ip2 := overlayAddr(11), overlayAddr(12)
 	ep1, mac1 := bfdEndpoint(t, h1, "bfd", ip1, a2.overlay)
 	_, mac2 := bfdEndpoint(t, h1, "plain", ip2, a2.overlay)
-	peerd := newBFDPeerd(t, tb, ep1, a1.overlay)
+	peerd := startBFDD(t, ep1, a1.overlay)
 
 	upAndAnnounced := func(what string, since time.Time) {
 		t.Helper()
@@ -228,7 +154,7 @@ func TestBFDWithdrawsDeadEndpoint(t *testing.T) {
 			if t.Failed() {
 				_, raw, _ := newControlClient(a1.control).stats()
 				out, _ := ep1.Run(context.Background(), "sh", "-c", "ip neigh; ip -s link")
-				peers, _ := exec.Command("vtysh", "--vty_socket", peerd.dir, "-d", "bfdd", "-c", "show bfd peers json").CombinedOutput()
+				peers, _ := peerd.Vtysh(context.Background(), "show bfd peers json")
 				t.Logf("h1's stats:\n%s\nthe endpoint:\n%s\nbfdd: %s", raw, out, peers)
 			}
 		}()
@@ -264,7 +190,7 @@ func TestBFDWithdrawsDeadEndpoint(t *testing.T) {
 
 	var toDown, toGone2, toGone3 []time.Duration
 	for run := 1; run <= bfdKills(t); run++ {
-		killed := peerd.kill()
+		killed := peerd.Kill()
 		var downAt time.Time
 		if _, err := pollUntil(30*time.Second, func() (bool, error) {
 			st, err := bfdOf(a1)
@@ -324,7 +250,9 @@ func TestBFDWithdrawsDeadEndpoint(t *testing.T) {
 		}
 
 		restarted := time.Now()
-		peerd.start()
+		if err := peerd.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
 		upAndAnnounced(fmt.Sprintf("run %d: bfdd restarted", run), restarted)
 	}
 	t.Logf("bfdd killed → h1's session down: %v (median %v); down → withdrawn on h2: %v (median %v, max %v), on h3: %v (median %v, max %v)",
@@ -359,7 +287,7 @@ func TestBFDWithdrawsFromEVPN(t *testing.T) {
 	a := startEVPNAgent(t, f, h2, []uint32{100}, "--bfd", "10.42.0.0/24")
 	addr := netip.MustParseAddr("10.42.0.21")
 	ep, mac := bfdEndpoint(t, h2, "bfd", addr, overlayNet(100, 11).Addr())
-	peerd := newBFDPeerd(t, f.tb, ep, a.overlay)
+	peerd := startBFDD(t, ep, a.overlay)
 	wait.For(t, 60*time.Second, "the session up and FRR holds the endpoint's MAC/IP route", func() error {
 		if s, ok := bfdSession(t, a, addr); !ok || s.State != "up" {
 			return fmt.Errorf("session %+v", s)
@@ -371,7 +299,7 @@ func TestBFDWithdrawsFromEVPN(t *testing.T) {
 	})
 	var toDown, toGone []time.Duration
 	for run := 1; run <= bfdKills(t); run++ {
-		killed := peerd.kill()
+		killed := peerd.Kill()
 		var downAt time.Time
 		if _, err := pollUntil(30*time.Second, func() (bool, error) {
 			s, _ := bfdSession(t, a, addr)
@@ -389,7 +317,9 @@ func TestBFDWithdrawsFromEVPN(t *testing.T) {
 		toDown, toGone = append(toDown, downAt.Sub(killed)), append(toGone, gone.Sub(downAt))
 		t.Logf("run %d: bfdd killed → session down %v; down → route gone from FRR %v", run, downAt.Sub(killed).Round(time.Millisecond), gone.Sub(downAt).Round(time.Millisecond))
 		restarted := time.Now()
-		peerd.start()
+		if err := peerd.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
 		wait.For(t, 60*time.Second, "the route back", func() bool { return hasRoute(frrRoutesOf(t, f, h2.Underlay), 2, 100, mac, addr) })
 		t.Logf("run %d: bfdd restarted → route back in FRR %v", run, time.Since(restarted).Round(time.Millisecond))
 	}
@@ -415,8 +345,8 @@ func TestBFDMoveAndVanish(t *testing.T) {
 	ipm, ipv := overlayAddr(31), overlayAddr(32)
 	epm, macm := bfdEndpoint(t, h1, "mover", ipm, a3.overlay)
 	epv, macv := bfdEndpoint(t, h1, "vanish", ipv, a3.overlay)
-	newBFDPeerd(t, tb, epm, a1.overlay)
-	newBFDPeerd(t, tb, epv, a1.overlay)
+	startBFDD(t, epm, a1.overlay)
+	startBFDD(t, epv, a1.overlay)
 	for _, ip := range []netip.Addr{ipm, ipv} {
 		wait.For(t, 60*time.Second, "h1's session to "+ip.String()+" up", func() error {
 			if s, ok := bfdSession(t, a1, ip); !ok || s.State != "up" {
@@ -515,7 +445,7 @@ func TestBFDSpoofedPackets(t *testing.T) {
 	bfdBridge(t, h1)
 	ip := overlayAddr(41)
 	ep, _ := bfdEndpoint(t, h1, "bfd", ip, agents[1].overlay)
-	newBFDPeerd(t, tb, ep, a1.overlay)
+	startBFDD(t, ep, a1.overlay)
 	var s controlapi.BFDSession
 	wait.For(t, 60*time.Second, "the session up", func() error {
 		var ok bool
@@ -640,7 +570,7 @@ func TestBFDManySessions(t *testing.T) {
 	idle := procCPU(t, pid) - cpu0
 
 	start := time.Now()
-	var peerds []*bfdPeerd
+	var peerds []*testenv.BFDD
 	for i := range n {
 		ip := netip.AddrFrom4([4]byte{10, 42, 0, byte(100 + i)})
 		ep, err := h1.AddEndpoint(t.Context(), fmt.Sprintf("m%d", i), "brx", netip.PrefixFrom(ip, 24))
@@ -654,7 +584,7 @@ func TestBFDManySessions(t *testing.T) {
 		if err := testenv.GratuitousARP(ep.Netns, ep.Iface, 1, ip, hw); err != nil {
 			t.Fatal(err)
 		}
-		peerds = append(peerds, newBFDPeerd(t, tb, ep, a.overlay))
+		peerds = append(peerds, startBFDD(t, ep, a.overlay))
 	}
 	t.Logf("%d endpoints with bfdd made in %v", n, time.Since(start).Round(time.Millisecond))
 	wait.For(t, 120*time.Second, "every session up", func() error {
@@ -681,7 +611,7 @@ func TestBFDManySessions(t *testing.T) {
 	}
 	bfddCPU := func() (d time.Duration) {
 		for _, p := range peerds {
-			d += procCPU(t, p.proc.Pid())
+			d += procCPU(t, p.Proc.Pid())
 		}
 		return d
 	}

@@ -7,16 +7,11 @@ package bfd
 import (
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
-	"os/user"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -35,19 +30,11 @@ import (
 // logged); bfdd restarted, both are Up again; three times. Then h2's
 // session is removed and bfdd sees it down by detection time.
 func TestFRRInterop(t *testing.T) {
-	testenv.RequireFRR(t)
-	if _, err := os.Stat(testenv.FRRDir + "/bfdd"); err != nil {
-		if os.Getenv(testenv.RequireEnv) == "1" {
-			t.Fatalf("FRR's bfdd is not installed: %v", err)
-		}
-		t.Skipf("skipping: FRR's bfdd is not installed: %v", err)
-	}
+	testenv.RequireBFDD(t)
 	tb := testenv.NewForTest(t, testenv.Config{Hosts: 2})
 	h1, h2 := tb.Host(1), tb.Host(2)
 	t.Logf("testbed %s: bfdd in %s (%v), the Manager in %s (%v)", tb.Prefix(), h1.Netns, h1.Underlay, h2.Netns, h2.Underlay)
 	ctx := t.Context()
-
-	bfdd := newBFDD(t, tb, h1, h2.Underlay)
 
 	var (
 		evMu   sync.Mutex
@@ -89,14 +76,17 @@ func TestFRRInterop(t *testing.T) {
 	go m.Run(runCtx)
 
 	start := time.Now()
-	bfdd.start()
+	bfdd, err := h1.StartBFDD(ctx, h2.Underlay)
+	if err != nil {
+		t.Fatal(err)
+	}
 	upBoth := func(what string) {
 		t.Helper()
 		wait.For(t, 60*time.Second, what+": both sides Up", func() error {
 			if s := state(); s != Up {
 				return fmt.Errorf("h2's session is %v", s)
 			}
-			p, err := bfdd.peer(ctx)
+			p, err := bfdd.Peer(ctx)
 			if err != nil {
 				return err
 			}
@@ -131,7 +121,7 @@ func TestFRRInterop(t *testing.T) {
 	}
 
 	for run := 1; run <= 3; run++ {
-		killed := bfdd.kill()
+		killed := bfdd.Kill()
 		wait.For(t, 30*time.Second, "h2's session Down after SIGKILL", func() bool { return state() == Down })
 		ev, _ := lastEvent()
 		if ev.From != Up || ev.To != Down || ev.Diag != DiagDetectExpired {
@@ -146,7 +136,9 @@ func TestFRRInterop(t *testing.T) {
 			t.Errorf("run %d: SIGKILL to Down took %v, want about 900ms", run, took)
 		}
 		restarted := time.Now()
-		bfdd.start()
+		if err := bfdd.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
 		upBoth(fmt.Sprintf("run %d: bfdd restarted", run))
 		ev, _ = lastEvent()
 		t.Logf("run %d: bfdd restarted to Up on h2: %v; both at 300 ms: %v", run, ev.At.Sub(restarted).Round(time.Millisecond), time.Since(restarted).Round(time.Millisecond))
@@ -155,10 +147,10 @@ func TestFRRInterop(t *testing.T) {
 	// Our side silent: bfdd sees the detection time expire.
 	removed := time.Now()
 	io.remove(h1.Underlay)
-	var p bfddPeer
+	var p testenv.BFDPeer
 	wait.For(t, 30*time.Second, "bfdd's peer down after our session is removed", func() error {
 		var err error
-		if p, err = bfdd.peer(ctx); err != nil {
+		if p, err = bfdd.Peer(ctx); err != nil {
 			return err
 		}
 		if p.Status != "down" {
@@ -179,114 +171,6 @@ func loadavg() string {
 		return "?"
 	}
 	return strings.Join(f[:3], " ")
-}
-
-// bfdd is FRR's bfdd in a host of the testbed, with one peer.
-type bfdd struct {
-	t        *testing.T
-	h        *testenv.Host
-	dir      string
-	proc     *testenv.Proc
-	peerAddr netip.Addr
-}
-
-// newBFDD writes bfdd.conf for a single-hop peer at 300 ms × 3 into a
-// directory of the testbed (removed by its teardown, which also kills
-// bfdd).
-func newBFDD(t *testing.T, tb *testenv.Testbed, h *testenv.Host, peer netip.Addr) *bfdd {
-	run, err := tb.RunDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := filepath.Join(run, h.Name+"-bfdd")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	u, err := user.Lookup("frr")
-	if err != nil {
-		t.Fatalf("no user frr: %v", err)
-	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
-	if err := os.Chown(dir, uid, gid); err != nil {
-		t.Fatal(err)
-	}
-	conf := fmt.Sprintf(`log immediate-mode
-hostname %s-bfdd
-bfd
- peer %s local-address %s
-  receive-interval 300
-  transmit-interval 300
-  detect-multiplier 3
- exit
-exit
-`, h.Name, peer, h.Underlay)
-	if err := os.WriteFile(filepath.Join(dir, "bfdd.conf"), []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return &bfdd{t: t, h: h, dir: dir, peerAddr: peer}
-}
-
-// start starts bfdd in the foreground and waits until it answers.
-func (b *bfdd) start() {
-	b.t.Helper()
-	p, err := b.h.Start(context.Background(), "", filepath.Join(testenv.FRRDir, "bfdd"),
-		"-f", filepath.Join(b.dir, "bfdd.conf"),
-		"-i", filepath.Join(b.dir, "bfdd.pid"),
-		"-z", filepath.Join(b.dir, "zserv.api"),
-		"--vty_socket", b.dir,
-		"--bfdctl", filepath.Join(b.dir, "bfdd.sock"),
-		"-P", "0", "-u", "frr", "-g", "frr", "--log", "stdout")
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	b.proc = p
-	wait.For(b.t, 30*time.Second, "bfdd answers", func() error {
-		if p.Exited() {
-			b.t.Fatalf("bfdd exited: %v\n%s", p.Wait(), p.Log())
-		}
-		_, err := b.peer(context.Background())
-		return err
-	})
-}
-
-// kill sends bfdd SIGKILL and returns when.
-func (b *bfdd) kill() time.Time {
-	at := time.Now()
-	b.proc.Kill()
-	return at
-}
-
-// bfddPeer is what this test reads of `show bfd peers json`.
-type bfddPeer struct {
-	Peer                   string `json:"peer"`
-	Status                 string `json:"status"`
-	Diagnostic             string `json:"diagnostic"`
-	RemoteDiagnostic       string `json:"remote-diagnostic"`
-	ID                     uint32 `json:"id"`
-	RemoteID               uint32 `json:"remote-id"`
-	RemoteTransmitInterval int    `json:"remote-transmit-interval"`
-	RemoteReceiveInterval  int    `json:"remote-receive-interval"`
-}
-
-// peer returns bfdd's view of its one peer.
-func (b *bfdd) peer(ctx context.Context) (bfddPeer, error) {
-	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, "vtysh", "--vty_socket", b.dir, "-d", "bfdd", "-c", "show bfd peers json").CombinedOutput()
-	if err != nil {
-		return bfddPeer{}, fmt.Errorf("vtysh: %v: %s", err, out)
-	}
-	var peers []bfddPeer
-	if err := json.Unmarshal(out, &peers); err != nil {
-		return bfddPeer{}, fmt.Errorf("show bfd peers json: %v: %s", err, out)
-	}
-	for _, p := range peers {
-		if p.Peer == b.peerAddr.String() {
-			return p, nil
-		}
-	}
-	return bfddPeer{}, fmt.Errorf("bfdd has no peer %s: %s", b.peerAddr, out)
 }
 
 // udpAdapter carries a Manager's packets over real UDP in a host's
