@@ -14,7 +14,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/uvxlan/uvxlan/testenv/wait"
@@ -58,9 +57,6 @@ type Mountns struct {
 	// enter are cgroup.procs files a process Start starts writes its pid
 	// to before it execs (a node's cgroups); set before any Start.
 	enter []string
-
-	mu   sync.Mutex
-	made []string // directories Bind made on the host, to remove at Close
 }
 
 // NewMountns makes the mount namespace. It lasts until Close, or Down.
@@ -166,21 +162,21 @@ func (m *Mountns) Start(ctx context.Context, logPath, name string, args ...strin
 
 // Bind mounts src (a directory or file on the host) over dst inside the
 // namespace only. dst is made on the host when missing (a directory, or
-// an empty file when src is a file): a mount needs its target, and Close
-// removes what Bind made.
+// an empty file when src is a file), and left there: a mount needs its
+// target, and another namespace may have mounted over the same target
+// since (two nodes, or two suites' nodes, each bind their own
+// /opt/cni/bin). Removing it would detach their mounts too: a directory
+// removed while it is a mount point in another mount namespace takes
+// those mounts with it (Linux ≥ 3.18). That happened to a second suite's
+// node, whose containerd then found no loopback plugin in /opt/cni/bin and
+// could not end a pod (TestDaemonSetOnRealNodes, a drain beside another
+// make test).
 func (m *Mountns) Bind(ctx context.Context, src, dst string) error {
 	fi, err := os.Stat(src)
 	if err != nil {
 		return fmt.Errorf("testenv: %s: bind: %w", m.Host.Name, err)
 	}
 	if _, err := os.Lstat(dst); errors.Is(err, os.ErrNotExist) {
-		var made []string
-		for d := filepath.Dir(dst); ; d = filepath.Dir(d) {
-			if _, err := os.Lstat(d); err == nil {
-				break
-			}
-			made = append(made, d)
-		}
 		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 			return fmt.Errorf("testenv: %s: bind: %w", m.Host.Name, err)
 		}
@@ -189,13 +185,9 @@ func (m *Mountns) Bind(ctx context.Context, src, dst string) error {
 		} else {
 			err = os.WriteFile(dst, nil, 0o644)
 		}
-		if err != nil {
+		if err != nil && !errors.Is(err, os.ErrExist) { // another node's Bind, at the same time
 			return fmt.Errorf("testenv: %s: bind: %w", m.Host.Name, err)
 		}
-		m.mu.Lock()
-		m.made = append(m.made, dst)
-		m.made = append(m.made, made...) // parents after their children
-		m.mu.Unlock()
 	}
 	if _, err := m.Run(ctx, "mount", "--bind", src, dst); err != nil {
 		return err
@@ -204,8 +196,7 @@ func (m *Mountns) Bind(ctx context.Context, src, dst string) error {
 }
 
 // Close kills every process of the namespace (the holder last), which
-// takes its mounts with it, and removes the mount targets Bind made on
-// the host (when empty: they are the host's again).
+// takes its mounts with it; the mount targets Bind made stay (see Bind).
 func (m *Mountns) Close() error {
 	var errs []error
 	// The processes that entered the namespace are found by it.
@@ -216,15 +207,6 @@ func (m *Mountns) Close() error {
 	}
 	if err := m.holder.Kill(); err != nil {
 		errs = append(errs, err)
-	}
-	m.mu.Lock()
-	made := m.made
-	m.made = nil
-	m.mu.Unlock()
-	for _, p := range made {
-		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, fmt.Errorf("testenv: %s: remove mount target: %w", m.Host.Name, err))
-		}
 	}
 	return errors.Join(errs...)
 }
