@@ -99,6 +99,22 @@ func (f *fakeAPI) event(typ string, n *node) {
 	f.events <- string(b)
 }
 
+// node returns the Node named name, read under the lock: the handler of a
+// patch writes the map from its own goroutine (TestSubnets failed the race
+// detector in a loaded run).
+func (f *fakeAPI) node(name string) *node {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.nodes[name]
+}
+
+// annotations returns a copy of the annotations of the Node named name.
+func (f *fakeAPI) annotations(name string) map[string]string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return maps.Clone(f.nodes[name].Metadata.Annotations)
+}
+
 func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Header.Get("Authorization") != "Bearer t0ken" {
 		w.WriteHeader(http.StatusUnauthorized)
@@ -241,7 +257,7 @@ current-context: x
 		t.Fatalf("WaitLease returned %v before a has a podCIDR", l)
 	case <-time.After(100 * time.Millisecond):
 	}
-	f.event("MODIFIED", testNode("a", "10.244.1.0/24", f.nodes["a"].Metadata.Annotations))
+	f.event("MODIFIED", testNode("a", "10.244.1.0/24", f.annotations("a")))
 	if l := <-leased; l.Subnet != netip.MustParsePrefix("10.244.1.0/24") || !l.Self {
 		t.Fatalf("lease %+v", l)
 	}
@@ -260,9 +276,9 @@ current-context: x
 		t.Errorf("leases %v, want %v (c has no agent)", subnets, want)
 	}
 
-	f.event("DELETED", f.nodes["b"])
+	f.event("DELETED", f.node("b"))
 	wait.For(t, 30*time.Second, "b withdrawn", func() bool { return len(s.Leases()) == 1 && len(sd.get()) == 0 })
-	f.event("DELETED", f.nodes["a"])
+	f.event("DELETED", f.node("a"))
 	select {
 	case err := <-runErr:
 		if !errors.Is(err, ErrNodeDeleted) {
