@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/uvxlan/uvxlan/cmd/uvxlan/l3host"
 	"github.com/uvxlan/uvxlan/cmd/uvxlan/node"
@@ -70,6 +71,9 @@ func runAgent(ctx context.Context, cfg runConfig) error {
 	defer signal.Stop(hup)
 	go a.reloadOn(hup, self, selfErr)
 	if successor != nil {
+		if d, _ := time.ParseDuration(os.Getenv(takeoverReadyPauseEnv)); d > 0 {
+			time.Sleep(min(d, readyTimeout/2))
+		}
 		cfg.Logger.Info("took over from the running agent", "control", cfg.Control)
 		if _, err := successor.Write([]byte("ready\n")); err != nil {
 			cfg.Logger.Warn("could not tell the agent taken over that this one is ready", "err", err)
@@ -129,7 +133,8 @@ func (a *agentRun) start() {
 	if w := a.n.LeaseWatch(); w != nil {
 		cfg, seg := a.cfg, a.n.Status().Segments[0]
 		rc := routed.Config{VNI: seg.VNI, Dev: seg.Dev, MTU: seg.MTU,
-			SubnetFile: cfg.SubnetFile, IPMasq: cfg.IPMasq, Logger: cfg.Logger.With("subsystem", "routed")}
+			SubnetFile: cfg.SubnetFile, IPMasq: cfg.IPMasq, Logger: cfg.Logger.With("subsystem", "routed"),
+			HandedOver: a.handingOver.Load}
 		if cfg.Leases != nil {
 			rc.Network = cfg.Leases.Network
 		}
@@ -142,6 +147,7 @@ func (a *agentRun) start() {
 		cfg, seg := a.cfg, a.n.Status().Segments[0]
 		rc := routed.Config{Network: k.Network(), Network6: k.Network6(), VNI: seg.VNI, Dev: seg.Dev, MTU: seg.MTU,
 			SubnetFile: cfg.SubnetFile, IPMasq: cfg.IPMasq, Logger: cfg.Logger.With("subsystem", "routed"),
+			HandedOver: a.handingOver.Load,
 			Forwarding: func(subnets []netip.Prefix) {
 				if err := a.n.PinSubnet(subnets...); err != nil {
 					cfg.Logger.Warn("could not pin the subnet's addresses", "subnets", subnets, "err", err)

@@ -433,3 +433,42 @@ func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return lines[len(lines)-1]
 }
+
+// A takeover in routed mode with --ip-masq leaves the masquerade rules in
+// place: the successor installs them under the same tag (the TAP's name),
+// and the agent it took over from must not remove them when it ends. The
+// successor is held 3 s before "ready" (takeoverReadyPauseEnv), so that it
+// has installed them when the old agent ends: the order a busy machine can
+// give any takeover. Before the fix, the old agent's end removed them.
+func TestRoutedTakeoverKeepsMasq(t *testing.T) {
+	t.Parallel()
+	tb := testenv.NewForTest(t, testenv.Config{Hosts: 1})
+	h := tb.Host(1)
+	ra := startRouted(t, h, t.TempDir(), "--ip-masq")
+	ra.subnetEnv(t)
+	rules := func() string {
+		out, _ := h.Run(context.Background(), "nft", "list", "table", "ip", "uvxlan-uvx0")
+		return out
+	}
+	wait.For(t, 30*time.Second, "the masquerade rules", func() bool { return strings.Contains(rules(), "masquerade") })
+	args := append([]string{takeoverReadyPauseEnv + "=3s", uvxlanBin}, ra.args...)
+	succ, err := h.Start(context.Background(), "", "env", append(args, "--takeover")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { succ.Stop() })
+	select {
+	case <-ra.proc.Done():
+	case <-time.After(time.Minute):
+		t.Fatalf("the old agent did not exit\nold:\n%s\nnew:\n%s", ra.proc.Log(), succ.Log())
+	}
+	if err := ra.proc.Wait(); err != nil {
+		t.Errorf("the old agent: %v\n%s", err, ra.proc.Log())
+	}
+	if !strings.Contains(succ.Log(), "took over from the running agent") {
+		t.Fatalf("no takeover:\n%s", succ.Log())
+	}
+	if got := rules(); !strings.Contains(got, "masquerade") {
+		t.Errorf("after the takeover, table ip uvxlan-uvx0:\n%s\nold:\n%s\nnew:\n%s", got, ra.proc.Log(), succ.Log())
+	}
+}

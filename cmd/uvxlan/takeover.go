@@ -99,6 +99,14 @@ const readyTimeout = 30 * time.Second
 // most readyTimeout/2.
 const takeoverPauseEnv = "UVXLAN_TEST_TAKEOVER_PAUSE"
 
+// takeoverReadyPauseEnv, a duration in the successor's environment, holds
+// it that long between starting to forward and writing "ready" (step 5),
+// while both agents forward: the successor has set the host up (routed
+// mode's addresses, routes and masquerade rules) and the old agent has not
+// ended yet, for tests (TestRoutedTakeoverKeepsMasq). At most
+// readyTimeout/2.
+const takeoverReadyPauseEnv = "UVXLAN_TEST_TAKEOVER_READY_PAUSE"
+
 // requestFor is the takeover request of a configuration.
 func requestFor(cfg *node.Config) takeoverRequest {
 	r := takeoverRequest{Name: cfg.Name, Port: cfg.Port, Release: true, Final: true}

@@ -100,6 +100,10 @@ type Config struct {
 	// and has its first routes (--kube-subnet-mgr pins the subnets'
 	// addresses, marks the Node ready).
 	Forwarding func(subnets []netip.Prefix)
+	// HandedOver, when set, reports whether a successor took the agent
+	// over (run --takeover): the masquerade rules, which the successor
+	// installs under the same tag, then stay when Run ends.
+	HandedOver func() bool
 }
 
 // networks are the cluster networks, IPv4 first.
@@ -190,6 +194,9 @@ func Run(ctx context.Context, cfg Config, leases Leases, answers Answers) error 
 			return fmt.Errorf("routed: --ip-masq: %w", err)
 		}
 		defer func() {
+			if cfg.HandedOver != nil && cfg.HandedOver() {
+				return // the successor's now
+			}
 			rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			if err := m.Remove(rctx); err != nil {
