@@ -77,7 +77,12 @@ type BGPRawSpeaker struct {
 	cfg  BGPRawConfig
 	conn net.Conn
 
-	wmu  sync.Mutex // serializes writes
+	wmu sync.Mutex // serializes writes
+	// writeTimeout bounds a write (0: bgpWriteTimeout).
+	writeTimeout time.Duration
+	// cut: a write failed, maybe half-way; the connection is closed, and
+	// every write after it fails (under wmu).
+	cut  error
 	mu   sync.Mutex
 	rep  BGPRawReport
 	done chan struct{} // closed when the reader stops: NOTIFICATION, close, error
@@ -425,10 +430,29 @@ func (s *BGPRawSpeaker) write(typ byte, body []byte) error {
 	msg = append(msg, body...)
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	s.conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
-	_, err := s.conn.Write(msg)
-	return err
+	if s.cut != nil {
+		return s.cut
+	}
+	d := s.writeTimeout
+	if d == 0 {
+		d = bgpWriteTimeout
+	}
+	s.conn.SetWriteDeadline(time.Now().Add(d))
+	if _, err := s.conn.Write(msg); err != nil {
+		// The message may be cut: whatever followed it would be read
+		// as its rest (Message Header Error), so nothing does.
+		s.cut = fmt.Errorf("an earlier write failed: %w", err)
+		s.conn.Close()
+		return err
+	}
+	return nil
 }
+
+// bgpWriteTimeout bounds one write. A peer that reads slowly holds a
+// write back (TCP's flow control) for as long as it is busy: a minute
+// for an agent on a machine at load 30, whose reads the 5 s of before
+// outlasted.
+const bgpWriteTimeout = time.Minute
 
 // readMessage reads one BGP message and returns its type and body.
 func readMessage(r io.Reader) (byte, []byte, error) {

@@ -2,6 +2,8 @@ package testenv
 
 import (
 	"encoding/hex"
+	"errors"
+	"io"
 	"net"
 	"net/netip"
 	"slices"
@@ -299,4 +301,52 @@ func FuzzParseOpen(f *testing.F) {
 		var r BGPRawReport
 		r.parseOpen(b)
 	})
+}
+
+// A write that times out half-way (a peer that stops reading, as a busy
+// agent does for seconds) leaves a message cut on the wire: nothing may
+// follow it, or the peer reads the next message's bytes as the rest of
+// the cut one and answers Message Header Error (1/1), as the agent did in
+// TestEVPNPrefixLimitOnePerUpdate under load (a keepalive after an UPDATE
+// cut by the 5 s write deadline). Every write after a failed one fails,
+// and the stream holds whole messages only.
+func TestBGPRawCutWriteEndsTheSession(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
+	s := &BGPRawSpeaker{conn: client, writeTimeout: 200 * time.Millisecond}
+	body := make([]byte, 4000)
+	writes := 0
+	for ; writes < 100000; writes++ { // until the socket buffers are full
+		if s.write(bgpUpdate, body) != nil {
+			break
+		}
+	}
+	if err := s.write(bgpKeepalive, nil); err == nil {
+		t.Errorf("a keepalive went out after a cut UPDATE")
+	}
+	whole := 0
+	for {
+		_, _, err := readMessage(server)
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+				t.Errorf("after %d whole messages (of %d written): %v", whole, writes, err)
+			}
+			t.Logf("the stream ends: %v", err)
+			break
+		}
+		whole++
+	}
+	t.Logf("%d UPDATEs written before the deadline cut one; %d whole messages read", writes, whole)
 }
