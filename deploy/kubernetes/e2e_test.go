@@ -160,33 +160,94 @@ func pods(t *testing.T, k *testenv.KubeAPI, args ...string) []pod {
 	return ps
 }
 
+// pingResult is what a run of pings got.
+type pingResult struct {
+	gap     time.Duration // the longest run of missing replies, as a time
+	replies int
+	missing []string // each run of missing replies: "seq A–B after the reply at T"
+	err     error
+}
+
 // pingGaps pings dst from inside the network namespace of pid, every 10
 // ms, count times, and returns the longest run of missing replies as a
-// time and how many replies came.
-func pingGaps(h *testenv.Host, pid int, dst string, count int) (time.Duration, int, error) {
+// time, how many replies came, and when each run of missing ones began.
+func pingGaps(h *testenv.Host, pid int, dst string, count int) pingResult {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(count)*10*time.Millisecond+2*time.Minute)
 	defer cancel()
-	out, err := h.Run(ctx, "nsenter", "--net=/proc/"+strconv.Itoa(pid)+"/ns/net", "ping", "-n", "-i", "0.01", "-W", "1", "-c", strconv.Itoa(count), dst)
+	out, err := h.Run(ctx, "nsenter", "--net=/proc/"+strconv.Itoa(pid)+"/ns/net", "ping", "-D", "-n", "-i", "0.01", "-W", "1", "-c", strconv.Itoa(count), dst)
 	if err != nil && !strings.Contains(out, "received") {
-		return 0, 0, fmt.Errorf("ping: %v\n%s", err, out)
+		return pingResult{err: fmt.Errorf("ping: %v\n%s", err, out)}
 	}
+	return parsePings(out, count)
+}
+
+// parsePings reads the output of count pings (ping -D).
+func parsePings(out string, count int) pingResult {
+	at := map[int]string{} // reply seq: its time, from ping -D
 	var seqs []int
-	for _, m := range regexp.MustCompile(`icmp_seq=(\d+) `).FindAllStringSubmatch(out, -1) {
-		n, _ := strconv.Atoi(m[1])
+	for _, m := range regexp.MustCompile(`\[(\d+)\.(\d+)\][^\n]*icmp_seq=(\d+) `).FindAllStringSubmatch(out, -1) {
+		n, _ := strconv.Atoi(m[3])
+		sec, _ := strconv.ParseInt(m[1], 10, 64)
+		usec, _ := strconv.ParseInt((m[2] + "000000")[:6], 10, 64)
+		at[n] = time.Unix(sec, usec*1000).UTC().Format("15:04:05.000")
 		seqs = append(seqs, n)
 	}
 	slices.Sort(seqs)
 	seqs = slices.Compact(seqs)
 	if len(seqs) == 0 {
-		return 0, 0, fmt.Errorf("no reply:\n%s", out)
+		return pingResult{err: fmt.Errorf("no reply:\n%s", out)}
 	}
+	r := pingResult{replies: len(seqs)}
 	longest, prev := 0, 0
-	for _, s := range seqs {
+	for _, s := range append(seqs, count+1) {
+		if s-prev > 1 {
+			r.missing = append(r.missing, fmt.Sprintf("seq %d–%d after the reply at %s", prev+1, s-1, at[prev]))
+		}
 		longest = max(longest, s-prev-1)
 		prev = s
 	}
-	longest = max(longest, count-prev)
-	return time.Duration(longest+1) * 10 * time.Millisecond, len(seqs), nil
+	r.gap = time.Duration(longest+1) * 10 * time.Millisecond
+	return r
+}
+
+// agentLines keeps, until stop is closed, every line of the agents' logs
+// on nodes that tells of a takeover, a signal, a warning or an error, each
+// log read every 100 ms as it grows (a pod's log goes with the pod); then
+// sends them on the channel it returns.
+func agentLines(nodes map[string]*testenv.KubeNode, stop <-chan struct{}) <-chan []string {
+	out := make(chan []string, 1)
+	go func() {
+		logs := map[string]string{}
+		for {
+			for _, n := range nodes {
+				files, _ := filepath.Glob(filepath.Join(n.Dir, "log-pods", "uvxlan_*", "uvxlan", "*.log"))
+				for _, f := range files {
+					if data, err := os.ReadFile(f); err == nil && len(data) >= len(logs[f]) {
+						logs[f] = string(data)
+					}
+				}
+			}
+			select {
+			case <-stop:
+				var lines []string
+				for f, l := range logs {
+					for _, line := range strings.Split(l, "\n") {
+						for _, w := range []string{"took over", "handed over", "lingering", "signal", "level=WARN", "level=ERROR"} {
+							if strings.Contains(line, w) {
+								lines = append(lines, filepath.Base(filepath.Dir(filepath.Dir(f)))+": "+line)
+								break
+							}
+						}
+					}
+				}
+				slices.Sort(lines)
+				out <- lines
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	return out
 }
 
 // agentLogs returns the last lines of every log of the agent's
@@ -384,16 +445,10 @@ spec:
 		src := nodes[ps[0].Node]
 		pid := podPid(t, src, ps[0].Name)
 		const count = 3000 // 30 s at 10 ms
-		type result struct {
-			gap     time.Duration
-			replies int
-			err     error
-		}
-		done := make(chan result, 1)
-		go func() {
-			g, r, err := pingGaps(src.Host, pid, ps[1].IP, count)
-			done <- result{g, r, err}
-		}()
+		done := make(chan pingResult, 1)
+		go func() { done <- pingGaps(src.Host, pid, ps[1].IP, count) }()
+		stopLogs := make(chan struct{})
+		logLines := agentLines(nodes, stopLogs)
 		time.Sleep(2 * time.Second)
 		t3 := time.Now()
 		if out, err := k.Kubectl(ctx, "-n", "uvxlan", "set", "image", "ds/uvxlan", "uvxlan="+tags[1], "install-cni="+tags[1]); err != nil {
@@ -402,8 +457,13 @@ spec:
 		rollout("the update rolls out")
 		t.Logf("set image → rolled out on 2 nodes: %v", time.Since(t3).Round(time.Millisecond))
 		r := <-done
+		close(stopLogs)
+		lines := <-logLines
 		lost := count - r.replies
 		t.Logf("pod → pod ping every 10 ms across the rolling update: %d of %d replies, %d lost, longest gap %v", r.replies, count, lost, r.gap)
+		if lost > 0 {
+			t.Logf("missing replies: %s\nthe agents' takeovers, signals, warnings and errors:\n%s", strings.Join(r.missing, "; "), strings.Join(lines, "\n"))
+		}
 		if r.err != nil {
 			t.Error(r.err)
 		}
