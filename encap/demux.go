@@ -117,12 +117,24 @@ func newDemux(rx Transport, engines []*Engine) *Demux {
 // esp_replay, plain_from_encrypting_member). Safe for concurrent use.
 func (d *Demux) Stats() Stats { return d.c.snapshot() }
 
-// Run receives until rx is closed (by Close, or by an engine's Run on the
-// way out) and returns nil then, or the first receive error.
+// Run receives until rx is closed or its reads stopped (Close,
+// StopReading, or an engine's Run on the way out) and returns nil then, or
+// the first receive error.
 func (d *Demux) Run() error { return d.receiveLoop() }
 
 // Close closes rx: Run returns.
 func (d *Demux) Close() error { return d.rx.Close() }
+
+// StopReading ends Run without closing rx, through which engines may still
+// send (SharedSender): Run returns nil once it has delivered what it read.
+// A transport that cannot stop its reads (one that is not a UDPConn) is
+// closed instead.
+func (d *Demux) StopReading() {
+	if s, ok := d.rx.(interface{ StopReading() error }); ok && s.StopReading() == nil {
+		return
+	}
+	d.rx.Close()
+}
 
 // engineOf returns the index of the engine serving vni, or -1.
 func (d *Demux) engineOf(vni fdb.VNI) int {

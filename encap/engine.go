@@ -303,12 +303,19 @@ func (e *Engine) Stats() Stats {
 // first error otherwise. With its own receiving socket the engine forwards
 // in both directions; without, it reads its TAP and sends, and a Demux
 // delivers what arrives for its VNI.
+//
+// It stops without losing what a loop has read: it stops the receiving
+// loop's reads (Demux.StopReading) and waits for it to write what it read
+// into the TAP, then closes the TAP and waits for the transmit loop to send
+// what it read, and only then closes the sockets. (Ending a blocked read,
+// by a deadline or a close, takes nothing from the kernel's queues, which
+// a successor may share: see node's takeover.) A Demux delivering into the
+// TAP must have stopped first.
 func (e *Engine) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
 	var (
-		wg       sync.WaitGroup
 		errOnce  sync.Once
 		firstErr error
 	)
@@ -318,22 +325,27 @@ func (e *Engine) Run(ctx context.Context) error {
 		}
 		cancel()
 	}
-	wg.Add(1)
-	go func() { defer wg.Done(); fail(e.transmitLoop()) }()
+	txDone, rxDone := make(chan struct{}), make(chan struct{})
+	go func() { defer close(txDone); fail(e.transmitLoop()) }()
 	if e.own != nil {
-		wg.Add(1)
-		go func() { defer wg.Done(); fail(e.own.receiveLoop()) }()
+		go func() { defer close(rxDone); fail(e.own.receiveLoop()) }()
+	} else {
+		close(rxDone)
 	}
 
 	<-ctx.Done()
-	e.dev.Close()
-	if e.rx != nil {
-		e.rx.Close()
+	if e.own != nil {
+		e.own.StopReading()
 	}
+	<-rxDone
+	e.dev.Close()
+	<-txDone
 	for _, s := range e.senders {
 		s.Close()
 	}
-	wg.Wait()
+	if e.rx != nil {
+		e.rx.Close()
+	}
 	return firstErr
 }
 
@@ -984,8 +996,8 @@ func (e *Engine) learn(src fdb.MAC, addr netip.Addr) {
 	}
 }
 
-// isClosed reports whether err says the device or socket was closed, which is
-// how Run stops the loops.
+// isClosed reports whether err says the device or socket was closed, or
+// its reads stopped (Demux.StopReading), which is how Run stops the loops.
 func isClosed(err error) bool {
-	return errors.Is(err, net.ErrClosed) || errors.Is(err, os.ErrClosed)
+	return errors.Is(err, net.ErrClosed) || errors.Is(err, os.ErrClosed) || errors.Is(err, os.ErrDeadlineExceeded)
 }

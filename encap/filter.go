@@ -35,6 +35,7 @@ package encap
 // once per run of datagrams from one source address and port in a batch.
 
 import (
+	"maps"
 	"net/netip"
 	"slices"
 	"sync/atomic"
@@ -105,6 +106,17 @@ func (f *Filter) Ranges() []netip.Prefix { return f.ranges }
 // source ports of each. The Filter keeps m: the caller must not modify it
 // afterwards.
 func (f *Filter) SetMembers(m map[netip.Addr]Ports) { f.members.Store(&m) }
+
+// Members returns a copy of the member set (SetMembers).
+func (f *Filter) Members() map[netip.Addr]Ports {
+	if f == nil {
+		return nil
+	}
+	if m := f.members.Load(); m != nil {
+		return maps.Clone(*m)
+	}
+	return nil
+}
 
 // SetStatic replaces the VTEPs named by static FDB entries: address
 // (unmapped) → the port the entries give, which learned entries behind it

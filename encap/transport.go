@@ -58,10 +58,12 @@ type Transport interface {
 }
 
 // SharedSender wraps t so that several engines may send through it at once:
-// their WriteBatch calls are serialised by a mutex. ReadBatch, BatchSize,
-// LocalAddr and Close pass through. Use it only where engines must share a
-// socket (segments sending from the listening port); a socket per engine
-// needs no lock.
+// their WriteBatch calls are serialised by a mutex. ReadBatch, BatchSize and
+// LocalAddr pass through; Close does nothing: t's owner (the Demux that
+// reads it) closes it once every engine sending through it has stopped, so
+// that one engine's stop does not cut another's sends. Use it only where
+// engines must share a socket (segments sending from the listening port);
+// a socket per engine needs no lock.
 func SharedSender(t Transport) Transport { return &sharedSender{Transport: t} }
 
 type sharedSender struct {
@@ -76,6 +78,9 @@ func (s *sharedSender) PathMTU(dst netip.Addr) int {
 	}
 	return 0
 }
+
+// Close does nothing: see SharedSender.
+func (s *sharedSender) Close() error { return nil }
 
 func (s *sharedSender) WriteBatch(msgs []Message) (int, error) {
 	s.mu.Lock()

@@ -338,6 +338,14 @@ func (c *UDPConn) Close() error {
 	return c.f.Close()
 }
 
+// StopReading ends a blocked ReadBatch, and every later one, with
+// os.ErrDeadlineExceeded, without closing the socket: WriteBatch still
+// sends. (A deadline is this process's own: a successor that shares the
+// socket reads on.)
+func (c *UDPConn) StopReading() error {
+	return c.f.SetReadDeadline(time.Unix(1, 0))
+}
+
 // ReadBatch blocks until at least one datagram arrives, then receives up
 // to min(len(msgs), BatchSize()) of them with one recvmmsg. For each
 // message i < n it sets msgs[i].N to the datagram's length and msgs[i].Addr

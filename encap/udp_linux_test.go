@@ -622,3 +622,45 @@ func TestGSOSegments(t *testing.T) {
 		}
 	}
 }
+
+// StopReading ends a ReadBatch blocked on an empty socket, with
+// os.ErrDeadlineExceeded, and leaves the socket open: it still sends, and
+// another descriptor of it (a successor's, at a takeover) still reads.
+func TestUDPStopReading(t *testing.T) {
+	rx := listen(t, "127.0.0.1:0", encap.UDPOptions{})
+	watchdog(t, rx)
+	f, err := rx.File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := encap.FileUDP(f, encap.UDPOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Close() })
+	watchdog(t, other)
+	read := make(chan error, 1)
+	go func() {
+		_, err := rx.ReadBatch(buffers(1, 100))
+		read <- err
+	}()
+	time.Sleep(50 * time.Millisecond) // ReadBatch waits (no harm if not yet: it fails at once)
+	if err := rx.StopReading(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-read; !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("ReadBatch after StopReading: %v, want os.ErrDeadlineExceeded", err)
+	}
+	if _, err := rx.ReadBatch(buffers(1, 100)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("a later ReadBatch: %v, want os.ErrDeadlineExceeded", err)
+	}
+	msg := []encap.Message{{Buf: []byte("after"), N: 5, Addr: rx.LocalAddr()}}
+	if sent, err := rx.WriteBatch(msg); sent != 1 || err != nil {
+		t.Fatalf("WriteBatch after StopReading: (%d, %v), want (1, nil)", sent, err)
+	}
+	in := buffers(1, 100)
+	readAll(t, other, in)
+	if got := string(in[0].Buf[:in[0].N]); got != "after" {
+		t.Errorf("the other descriptor read %q, want %q", got, "after")
+	}
+}

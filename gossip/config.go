@@ -116,6 +116,13 @@ type Config struct {
 	// memberlist's own ([DEBUG] at Debug, [INFO] at Info, [WARN] at Warn,
 	// [ERR] at Error). Default slog.Default().
 	Logger *slog.Logger
+	// HoldUntilJoined keeps the flood lists in FDB, and the sources last
+	// given to SourcesChanged, as the caller set them until this node has
+	// joined the cluster, or holdMax has passed: a successor at a takeover
+	// holds its predecessor's, and its own view before the join is itself
+	// alone, with which the members' datagrams were dropped (unknown_vtep)
+	// and nothing flooded to them until the join's push/pull came.
+	HoldUntilJoined bool
 	// RejoinInterval is how often seeds and departed members that are not
 	// alive are joined again, so that a healed partition merges. Default
 	// 30s.

@@ -505,8 +505,12 @@ func (n *Node) floodDelLocked(m *member) {
 	}
 }
 
-// publishFloodLocked sets vni's flood list in the table.
+// publishFloodLocked sets vni's flood list in the table (but while held:
+// release does then).
 func (n *Node) publishFloodLocked(vni fdb.VNI) {
+	if n.held.Load() {
+		return
+	}
 	n.cfg.FDB.SetFlood(vni, append(slices.Clone(n.cfg.StaticPeers), n.cluster.floodVTEPs[vni]...))
 }
 

@@ -231,6 +231,9 @@ type Node struct {
 	pushPulling atomic.Bool
 	joined      atomic.Bool   // a join succeeded (or there was nobody to join)
 	joinedCh    chan struct{} // closed when joined becomes true
+	// held: the flood lists and the sources are not published yet
+	// (Config.HoldUntilJoined).
+	held atomic.Bool
 	// memberSeen signals (coalesced) that another member came alive: a
 	// node whose own joins fail is still in the cluster once another
 	// member joined it.
@@ -355,6 +358,7 @@ func New(cfg Config) (*Node, error) {
 		metaDirty:    make(chan struct{}, 1),
 		publish:      make(chan struct{}, 1),
 	}
+	n.held.Store(cfg.HoldUntilJoined)
 	n.cluster.store = newStore()
 	n.cluster.pending = map[pendingKey]*stored{}
 	n.cluster.pendingBy = map[string]int{}
@@ -495,6 +499,10 @@ func (n *Node) fail(err error) {
 // without leaving, an error wrapping ErrNameTaken when another live member
 // has this node's name (see conflict.go). Call it once.
 func (n *Node) Run(ctx context.Context) error {
+	if n.held.Load() {
+		t := time.AfterFunc(holdMax, n.release)
+		defer t.Stop()
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -531,6 +539,29 @@ func (n *Node) setJoined() {
 	}
 }
 
+// holdMax bounds Config.HoldUntilJoined: a successor whose joins all fail
+// (its predecessor's members all gone) publishes its own view then.
+const holdMax = 10 * time.Second
+
+// release ends Config.HoldUntilJoined: it publishes the flood lists and
+// the sources as this node sees them now. Run calls it once a join's
+// push/pull brought the members, or another member contacted this node,
+// or after holdMax; not when it founds the cluster (no Config.Seeds): a
+// successor whose predecessor had no seeds knows the members only from
+// the handover (Config.Known).
+func (n *Node) release() {
+	if !n.held.CompareAndSwap(true, false) {
+		return
+	}
+	n.cluster.mu.Lock()
+	for _, vni := range n.cluster.self.vnis {
+		n.publishFloodLocked(vni)
+	}
+	n.cluster.sourcesChanged = true
+	n.cluster.mu.Unlock()
+	n.publishSources()
+}
+
 func (n *Node) loop(ctx context.Context) {
 	gcEvery := min(n.tombstoneTTL/10, pendingTTL/2)
 	gc := time.NewTicker(gcEvery)
@@ -558,6 +589,7 @@ func (n *Node) loop(ctx context.Context) {
 	defer metaTimer.Stop()
 	metaArmed := false
 	if n.ml == nil { // offline: nobody to join, sync or settle with
+		n.release()
 		join.Stop()
 		rejoin.Stop()
 		pull.Stop()
@@ -597,6 +629,7 @@ func (n *Node) loop(ctx context.Context) {
 				backoff = min(2*backoff, joinBackoffMax)
 			}
 		case <-n.memberSeen:
+			n.release()
 			if !n.joined.Load() {
 				// Another member joined us while our own joins failed.
 				n.log.Info("in the cluster: a member contacted this node", "members", n.ml.NumMembers())
@@ -702,6 +735,7 @@ func (n *Node) tryJoin(seeds []string, founder bool, backoff time.Duration) join
 	if cnt > 0 {
 		n.log.Info("joined the cluster", "seeds", seeds, "contacted", cnt, "members", n.ml.NumMembers())
 		n.setJoined()
+		n.release()
 		return joinDone
 	}
 	if m := n.mismatch.Load(); m != nil && !n.joined.Load() {

@@ -50,6 +50,9 @@ func (n *Node) Sources() []Source {
 // publishSources calls Config.SourcesChanged if the sources changed since
 // the last call. n.cluster.mu must not be held.
 func (n *Node) publishSources() {
+	if n.held.Load() {
+		return // release publishes them
+	}
 	n.cluster.mu.Lock()
 	changed := n.cluster.sourcesChanged
 	n.cluster.sourcesChanged = false

@@ -30,6 +30,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"slices"
@@ -51,6 +52,11 @@ type Handover struct {
 	Entries  []fdb.Entry                  `json:"entries"`
 	Neigh    []fdb.Neigh                  `json:"neigh"`
 	Flood    map[fdb.VNI][]netip.AddrPort `json:"flood"`
+	// FilterMembers are the members whose datagrams the underlay filter
+	// accepts, with their source ports (encap.Filter.SetMembers): the
+	// successor's filter holds them, and gossip keeps them and the flood
+	// lists (gossip.Config.HoldUntilJoined), until it has joined.
+	FilterMembers map[netip.Addr]encap.Ports `json:"filter_members,omitempty"`
 	// Members are the gossip addresses of the other members alive: the
 	// successor joins them at once (gossip.Config.Known), which a node
 	// started without --join could not do otherwise.
@@ -87,7 +93,8 @@ func (n *Node) Abandon() {
 // files. It changes nothing: the node goes on as before until Abandon.
 func (n *Node) Handover() (*Handover, error) {
 	h := &Handover{Name: n.cfg.Name, Port: n.cfg.Port, RX: len(n.rxs), Sources: len(n.srcs),
-		Entries: n.table.Entries(), Neigh: n.neigh.Entries(), Flood: map[fdb.VNI][]netip.AddrPort{}}
+		Entries: n.table.Entries(), Neigh: n.neigh.Entries(), Flood: map[fdb.VNI][]netip.AddrPort{},
+		FilterMembers: n.filter.Members()}
 	fail := func(err error) (*Handover, error) {
 		for _, f := range h.Files {
 			f.Close()
@@ -140,7 +147,7 @@ type HandoverFinal struct {
 // (TakeFinal). The node goes on sending until Run's context is cancelled.
 func (n *Node) FinalHandover() *HandoverFinal {
 	for _, d := range n.demuxes {
-		d.Close()
+		d.StopReading() // the engines still send through their sockets
 	}
 	n.receiving.Wait()
 	f := &HandoverFinal{}
@@ -278,6 +285,9 @@ func (n *Node) preload(h *Handover) {
 		if n.segment(vni) != nil {
 			n.table.SetFlood(vni, vteps)
 		}
+	}
+	if h.FilterMembers != nil {
+		n.filter.SetMembers(maps.Clone(h.FilterMembers))
 	}
 	n.refreshStatic()
 }

@@ -267,19 +267,22 @@ func (n *Node) startGossip(ports gossip.SourcePorts) (err error) {
 		SourcePorts:    ports,
 		PartialCsum:    n.cfg.PartialCsum,
 		SourcesChanged: n.sourcesChanged,
-		Contested:      n.contested,
-		Seeds:          n.cfg.Join,
-		Known:          n.known(),
-		SecretKeys:     n.cfg.GossipKeys,
-		Offline:        n.cfg.GossipOff,
-		StaticPeers:    n.cfg.Peers,
-		AllowVTEPs:     n.cfg.AllowVTEPs,
-		MaxEndpoints:   n.cfg.MaxEndpoints,
-		FDB:            n.table,
-		Neigh:          n.neigh,
-		Logger:         n.log,
-		Extensions:     exts,
-		InboundStream:  func() { heapGuard.streamArrived(n.log) },
+		// A successor keeps its predecessor's flood lists and sources
+		// (preload) until gossip has joined.
+		HoldUntilJoined: n.cfg.Inherit != nil,
+		Contested:       n.contested,
+		Seeds:           n.cfg.Join,
+		Known:           n.known(),
+		SecretKeys:      n.cfg.GossipKeys,
+		Offline:         n.cfg.GossipOff,
+		StaticPeers:     n.cfg.Peers,
+		AllowVTEPs:      n.cfg.AllowVTEPs,
+		MaxEndpoints:    n.cfg.MaxEndpoints,
+		FDB:             n.table,
+		Neigh:           n.neigh,
+		Logger:          n.log,
+		Extensions:      exts,
+		InboundStream:   func() { heapGuard.streamArrived(n.log) },
 	})
 	if err != nil {
 		if strings.Contains(err.Error(), "address already in use") {
@@ -562,6 +565,10 @@ func (n *Node) Run(ctx context.Context) error {
 		}()
 	}
 	go n.table.Run(ctx)
+	// The engines stop after the demuxes, which deliver into their TAPs
+	// (see the end).
+	engCtx, stopEngines := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopEngines()
 	for _, s := range n.segs {
 		if s.tracker != nil {
 			go s.tracker.run(ctx, s.snoop)
@@ -570,7 +577,7 @@ func (n *Node) Run(ctx context.Context) error {
 			go s.moves.run(ctx)
 		}
 		for _, e := range s.engines {
-			spawn(func() error { return e.Run(ctx) })
+			spawn(func() error { return e.Run(engCtx) })
 		}
 	}
 	for _, d := range n.demuxes {
@@ -641,10 +648,19 @@ func (n *Node) Run(ctx context.Context) error {
 	if n.enc != nil {
 		n.enc.refusePaused() // the receiving goroutines may wait on paused SAs
 	}
+	// Stop without losing what was read (a takeover promises no loss):
+	// the demuxes stop reading and deliver what they read into the TAPs;
+	// then the engines close their TAPs and send what they read, through
+	// the demuxes' sockets too (encap.SharedSender); then those close.
+	for _, d := range n.demuxes {
+		d.StopReading()
+	}
+	n.receiving.Wait()
+	stopEngines()
+	wg.Wait()
 	for _, d := range n.demuxes {
 		d.Close()
 	}
-	wg.Wait()
 	n.removeTAPs()
 	if gossipErr != nil {
 		errs = make(chan error, 1)
