@@ -124,10 +124,11 @@ func TestTakeover(t *testing.T) {
 	if pingErr != nil {
 		t.Error(pingErr)
 	}
-	// A count, not a time: the echo requests (one every 10 ms) in a row
-	// that got no reply at all, whatever the machine's load delays.
-	if lost := int(gap/(10*time.Millisecond)) - 1; lost > 19 {
-		t.Errorf("%d pings in a row went unanswered (a gap of %v)", lost, gap)
+	// A count, not a time: the takeover promises that no echo request
+	// (one every 10 ms) goes unanswered, whatever the machine's load
+	// delays.
+	if replies < 700 {
+		t.Errorf("%d of 700 pings went unanswered (the longest run: %v)", 700-replies, gap)
 	}
 	if len(misses) > 0 {
 		t.Errorf("h2 lacked h1's entries at %d of %d polls:\n%s", len(misses), polls, strings.Join(misses, "\n"))

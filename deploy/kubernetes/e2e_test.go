@@ -467,15 +467,13 @@ spec:
 		if r.err != nil {
 			t.Error(r.err)
 		}
-		// The takeover promises no loss, and a quiet machine keeps it
-		// (3000 of 3000, gap 10 ms); a busy one did not: 1 lost (gap 20 ms)
-		// beside two CPU hogs, 70 and 87 lost (gaps of 630 and 740 ms) with
-		// a second suite beside it (issue 38 stays open on it). So the loss
-		// is logged above, and asserted is that the pods' traffic goes on
-		// across the update: the longest gap well under the 30 s run, and
-		// nine replies in ten.
-		if r.gap > 5*time.Second || lost > count/10 {
-			t.Errorf("the pods' pings stopped for %v across the rolling update (%d lost)", r.gap, lost)
+		// The takeover promises no loss. Before the old agent's stop sent
+		// what it had read, and the new one held the flood lists handed
+		// over until it joined, a busy machine lost 1 (beside two CPU
+		// hogs) and 70 and 87 (gaps of 630 and 740 ms, with a second suite
+		// beside it).
+		if lost > 0 {
+			t.Errorf("%d pings lost across the rolling update (longest gap %v): the takeover promises none", lost, r.gap)
 		}
 		for name := range nodes {
 			out, _ := k.Kubectl(ctx, "-n", "uvxlan", "get", "pods", "--field-selector", "spec.nodeName="+name, "-o", "jsonpath={.items[*].spec.containers[0].image}")
