@@ -7,12 +7,14 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -211,8 +213,18 @@ func TestEVPNImportBounded(t *testing.T) {
 	ups, err = s.SendEVPNRoutes(macRoutes(h1.Underlay, 0xbb, 200000, 100), 100, h1.Underlay)
 	t.Logf("200 000 more: %d UPDATEs sent in %v (%v)", ups, time.Since(start).Round(time.Millisecond), err)
 	rep := s.Watch(t.Context(), 60*time.Second)
-	if rep.Notification == nil || rep.Notification.Code != 6 || rep.Notification.Subcode != 1 {
+	// The agent sends its Cease and closes while our UPDATEs still fill
+	// its socket's receive queue: the kernel then resets the connection
+	// and drops what the agent had not sent yet, the Cease among them
+	// when the machine is busy (loaded round 24: 'connection reset by
+	// peer' on our write, no NOTIFICATION read). So a reset is the
+	// agent's answer too, with prefix_limit counted below.
+	reset := errors.Is(err, syscall.ECONNRESET) && rep.Closed && rep.Notification == nil
+	if !reset && (rep.Notification == nil || rep.Notification.Code != 6 || rep.Notification.Subcode != 1) {
 		t.Errorf("the agent answered %+v; want a NOTIFICATION Cease/Maximum Number of Prefixes Reached (6/1, RFC 4486)", rep)
+	}
+	if reset {
+		t.Logf("the agent's Cease was lost to the reset of a connection whose receive queue held our UPDATEs")
 	}
 	if err := wait.Until(t.Context(), 60*time.Second, func() bool { c, err := tryBGPCounters(a2); return err == nil && c["prefix_limit"] > 0 }); err != nil {
 		t.Errorf("prefix_limit never counted: %v", err)
