@@ -60,8 +60,11 @@ last fault, how long until every agent's FDB and neighbour table equals
 the truth (the stale, missing and wrong-VTEP entries listed otherwise);
 per agent its RSS and goroutines at the start and the end, and the
 counters no fault explains (drop reasons of malformed or forged traffic,
-gossip decode errors and rejections, conflicts). A verdict line per check
-ends the table; --json prints it all as an object.
+gossip decode errors and rejections, conflicts); and the plain (not ESP)
+VXLAN datagrams a capture on every host's underlay saw one member send
+another, from before the agents start to the end (plain_datagrams). With
+--encrypt every agent runs with --encrypt and that count must be 0. A
+verdict line per check ends the table; --json prints it all as an object.
 
 Exit status 0 when the run completed, whatever the verdict (read
 promises_met in the JSON); 1 when it could not run. The testbed is removed
@@ -70,13 +73,15 @@ promise was not met.
 
    uvxlan bench chaos --hosts 4 --duration 60s --seed 1
    uvxlan bench chaos --hosts 12 --duration 10m --json
-   uvxlan bench chaos --faults kill9,takeover,move`, chaos.ProbeInterval, chaos.ProbeRetries, chaos.Endpoints,
+   uvxlan bench chaos --faults kill9,takeover,move
+   uvxlan bench chaos --hosts 4 --duration 60s --encrypt`, chaos.ProbeInterval, chaos.ProbeRetries, chaos.Endpoints,
 			chaos.MeshInterval, chaos.MeshHotInterval, chaos.PartitionHold, chaos.LossHold, chaos.ProbeBudget+4*time.Second, chaos.ProbeBudget),
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "hosts", Value: chaos.DefaultHosts, Usage: fmt.Sprintf("hosts, 2 to %d, each with %d endpoints", chaos.MaxHosts, chaos.Endpoints)},
 			&cli.DurationFlag{Name: "duration", Value: chaos.DefaultDuration, Usage: "length of the fault phase (setup and settling come on top)"},
 			&cli.StringFlag{Name: "seed", Usage: "`N` to draw the schedule from (default: random, printed)"},
 			&cli.StringFlag{Name: "faults", Value: "all", Usage: "comma-separated `KINDS` of faults to run (" + strings.Join(kinds, ", ") + "), or all"},
+			&cli.BoolFlag{Name: "encrypt", Usage: "run every agent with --encrypt, and fail the run on any plain VXLAN datagram between members"},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"},
 			&cli.StringFlag{Name: "prefix", Usage: "name `PREFIX` of the testbed's namespaces (default: random)"},
 			&cli.StringFlag{Name: "bin", Usage: "uvxlan `BINARY` to run as the agents (default: this executable)"},
@@ -89,7 +94,7 @@ func benchChaosAction(c *cli.Context) error {
 	if c.Args().Present() {
 		return usageError{fmt.Errorf("bench chaos takes no arguments, got %q", c.Args().Slice())}
 	}
-	cfg := chaos.Config{Hosts: c.Int("hosts"), Duration: c.Duration("duration"), Prefix: c.String("prefix"), Binary: c.String("bin"), Progress: c.App.ErrWriter}
+	cfg := chaos.Config{Hosts: c.Int("hosts"), Duration: c.Duration("duration"), Prefix: c.String("prefix"), Binary: c.String("bin"), Encrypt: c.Bool("encrypt"), Progress: c.App.ErrWriter}
 	if n := cfg.Hosts; n < 2 || n > chaos.MaxHosts {
 		return badFlag("hosts", strconv.Itoa(n), "must be 2 to %d", chaos.MaxHosts)
 	}

@@ -20,14 +20,45 @@ const chaosSeed = "20261125"
 // died, and at the end every agent's FDB and neighbour table equals the
 // truth (nothing stale, missing or behind the wrong VTEP), with the
 // counters reconciled. The gaps and the other figures depend on the
-// machine's load: they are logged, not asserted.
+// machine's load: they are logged, not asserted. Without --encrypt the
+// underlay capture counts the plain VXLAN between members (so the check of
+// TestBenchChaosEncrypt can fail).
 func TestBenchChaos(t *testing.T) {
 	t.Parallel()
+	rep := benchChaos(t)
+	if rep.Encrypt || rep.PlainDatagrams == 0 {
+		t.Errorf("without --encrypt: encrypt %v, %d plain VXLAN datagrams captured between members, want plain traffic counted", rep.Encrypt, rep.PlainDatagrams)
+	} else {
+		t.Logf("without --encrypt the underlay capture counted %d plain VXLAN datagrams between members (first: %v)", rep.PlainDatagrams, rep.PlainFirst)
+	}
+}
+
+// The same run with every agent under --encrypt (issue 40): the same
+// checks, and not one plain VXLAN datagram between members on any host's
+// underlay, from before the agents start to the end.
+func TestBenchChaosEncrypt(t *testing.T) {
+	t.Parallel()
+	rep := benchChaos(t, "--encrypt")
+	if !rep.Encrypt {
+		t.Error("the report does not say --encrypt")
+	}
+	if rep.PlainDatagrams != 0 {
+		t.Errorf("--encrypt: %d plain VXLAN datagrams between members on the underlay (first: %v)", rep.PlainDatagrams, rep.PlainFirst)
+	} else {
+		t.Log("--encrypt: 0 plain VXLAN datagrams between members on the underlay")
+	}
+}
+
+// benchChaos runs `uvxlan bench chaos` on 4 hosts for 60 s with chaosSeed
+// (and extra flags), checks what TestBenchChaos describes, and returns the
+// report.
+func benchChaos(t *testing.T, extra ...string) *chaos.Report {
 	testenv.Require(t)
 	requireTool(t, "nft")
+	requireTool(t, "tcpdump")
 	prefix := testenv.PrefixForTest(t)
-	stdout, stderr, code := runBench(t, 8*time.Minute, "bench", "chaos", "--hosts", "4", "--duration", "60s",
-		"--seed", chaosSeed, "--prefix", prefix, "--json")
+	stdout, stderr, code := runBench(t, 8*time.Minute, append([]string{"bench", "chaos", "--hosts", "4", "--duration", "60s",
+		"--seed", chaosSeed, "--prefix", prefix, "--json"}, extra...)...)
 	if code != 0 {
 		t.Fatalf("exit status %d\nstderr:\n%s", code, stderr)
 	}
@@ -35,7 +66,7 @@ func TestBenchChaos(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
 		t.Fatalf("--json output: %v\n%s", err, stdout)
 	}
-	t.Logf("uvxlan bench chaos --hosts 4 --duration 60s --seed %s:\n%s", chaosSeed, strings.Join(rep.Verdict, "\n"))
+	t.Logf("uvxlan bench chaos --hosts 4 --duration 60s --seed %s %s:\n%s", chaosSeed, strings.Join(extra, " "), strings.Join(rep.Verdict, "\n"))
 	for _, f := range rep.Faults {
 		t.Logf("%-9s %d run, %d pairs alone, gap p50 %.0f p99 %.0f max %.0f ms, %d probes lost", f.Kind, f.Count, f.Pairs, f.GapMS.P50, f.GapMS.P99, f.GapMS.Max, f.Lost)
 	}
@@ -77,6 +108,7 @@ func TestBenchChaos(t *testing.T) {
 	if ns := namespacesOf(t, prefix); len(ns) > 0 {
 		t.Errorf("namespaces left behind: %v", ns)
 	}
+	return &rep
 }
 
 func faultsRun(m map[chaos.FaultKind]int) int {

@@ -78,6 +78,9 @@ type Config struct {
 	Settle   time.Duration // default DefaultSettle
 	Prefix   string        // of the testbed's namespaces; default random
 	Binary   string        // the uvxlan binary the agents run; required
+	// Encrypt runs every agent with --encrypt; no plain VXLAN datagram
+	// may then cross between members (Report.PlainDatagrams).
+	Encrypt bool
 	// Progress receives the schedule and a line per step; nil for none.
 	Progress io.Writer
 }
@@ -106,6 +109,7 @@ type chaosRun struct {
 	agents []*chaosAgent // by host index - 1
 	eps    []*chaosEndpoint
 	mesh   *mesh
+	plain  *plainCapture // of every host's underlay
 
 	mu  sync.Mutex
 	loc []int // endpoint id → host (0: away); guarded by mu
@@ -235,6 +239,12 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 			err = derr
 		}
 	}()
+	// The underlay captures start before the agents: with --encrypt
+	// nothing may cross in plain even before keys are agreed.
+	if r.plain, err = startPlainCapture(ctx, r.tb, r.work); err != nil {
+		return nil, err
+	}
+	defer r.plain.stop()
 	if err := r.setup(ctx); err != nil {
 		keep = true
 		return nil, err
@@ -282,6 +292,9 @@ func (r *chaosRun) setup(runCtx context.Context) error {
 			"--control", a.control, "--state-dir", state, "--gossip-key-file", key, "--keep-tap",
 			"--probe-interval", ProbeInterval.String(), "--probe-retries", strconv.Itoa(ProbeRetries),
 			"--metrics", chaosMetricsAddr}
+		if r.cfg.Encrypt {
+			a.args = append(a.args, "--encrypt") // its identity key in --state-dir
+		}
 		for _, s := range seeds {
 			if s != h.Underlay.String() {
 				a.args = append(a.args, "--join", s)
@@ -421,7 +434,7 @@ func (r *chaosRun) diff(ctx context.Context) tableDiff {
 
 // run runs the schedule, waits for the tables, and scores (stages 4 to 6).
 func (r *chaosRun) run(ctx context.Context, sched []Fault) (*Report, error) {
-	rep := &Report{Seed: r.cfg.Seed, Hosts: r.cfg.Hosts, Endpoints: len(r.eps), DurationSeconds: r.cfg.Duration.Seconds(),
+	rep := &Report{Seed: r.cfg.Seed, Hosts: r.cfg.Hosts, Encrypt: r.cfg.Encrypt, Endpoints: len(r.eps), DurationSeconds: r.cfg.Duration.Seconds(),
 		MeshIntervalMS: ms(MeshInterval), MeshHotIntervalMS: ms(MeshHotInterval),
 		ProbeInterval: ProbeInterval.String(), ProbeRetries: ProbeRetries, Schedule: sched}
 	// The agents' memory at the start is read after a warm-up under the
@@ -475,6 +488,11 @@ func (r *chaosRun) run(ctx context.Context, sched []Fault) (*Report, error) {
 	end := r.mesh.now()
 	r.mesh.stop(time.Second)
 	endMem := r.memory(ctx)
+	var cerr error
+	rep.PlainDatagrams, rep.PlainFirst, cerr = r.plain.count()
+	if cerr != nil {
+		return nil, cerr
+	}
 	rep.Stale, rep.Missing, rep.WrongVTEP = diff.Stale, diff.Missing, diff.Wrong
 	r.scoreAgents(ctx, rep, startMem, endMem)
 	r.mu.Lock()
