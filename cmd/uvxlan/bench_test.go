@@ -534,6 +534,8 @@ func TestBenchBadFlags(t *testing.T) {
 		{[]string{"bench", "chaos", "--seed", "-1"}, "--seed"},
 		{[]string{"bench", "chaos", "--prefix", "bad-prefix"}, "--prefix"},
 		{[]string{"bench", "chaos", "--bin", "/nonexistent/uvxlan"}, "--bin"},
+		{[]string{"bench", "chaos", "--encrypt-rekey", "10s"}, "--encrypt-rekey"},
+		{[]string{"bench", "chaos", "--encrypt", "--encrypt-rekey", "1s"}, "--encrypt-rekey"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args[1:], " "), func(t *testing.T) {
