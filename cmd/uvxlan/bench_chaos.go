@@ -55,7 +55,9 @@ move, 10 s after sigterm, 35 s after a partition; a pair already down when
 the fault began is counted apart, as "down"; vanish: the time until no agent
 holds the endpoint), p50, p99 and max, beside the promise (takeover and sighup 50 ms, kill9
 500 ms, move 1 s, vanish the probe budget %v; sigterm, partition and loss
-none); the probes lost by pairs no fault touched (should be 0); after the
+none; a pair is a fault's alone when no other fault touching it may begin a
+gap meanwhile; a kind with a promise that ran on no pair of its own is "not
+measured" and fails the run); the probes lost by pairs no fault touched (should be 0); after the
 last fault, how long until every agent's FDB and neighbour table equals
 the truth (the stale, missing and wrong-VTEP entries listed otherwise);
 per agent its RSS and goroutines at the start and the end, and the
