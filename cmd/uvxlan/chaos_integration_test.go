@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -117,4 +119,56 @@ func faultsRun(m map[chaos.FaultKind]int) int {
 		n += v
 	}
 	return n
+}
+
+// The agents' binary in a world-writable directory: an agent refuses to
+// start it as its successor at SIGHUP (checkSuccessor) and goes on. The
+// sighup fault fails, and the report says why in the agent's words, not
+// only that no successor answered (finding b of issue 40).
+func TestBenchChaosSIGHUPRefused(t *testing.T) {
+	t.Parallel()
+	testenv.Require(t)
+	requireTool(t, "nft")
+	requireTool(t, "tcpdump")
+	dir := filepath.Join(t.TempDir(), "open")
+	if err := os.Mkdir(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o777); err != nil { // past the umask
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "uvxlan")
+	b, err := os.ReadFile(uvxlanBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	prefix := testenv.PrefixForTest(t)
+	start := time.Now()
+	stdout, stderr, code := runBench(t, 5*time.Minute, "bench", "chaos", "--hosts", "2", "--duration", "15s", "--faults", "sighup",
+		"--seed", "1", "--prefix", prefix, "--bin", bin, "--json")
+	if code != 0 {
+		t.Fatalf("exit status %d\nstderr:\n%s", code, stderr)
+	}
+	var rep chaos.Report
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatalf("--json output: %v\n%s", err, stdout)
+	}
+	t.Logf("took %v; failures: %q", time.Since(start).Round(time.Second), rep.Failures)
+	if len(rep.Failures) == 0 || len(rep.Failures) != len(rep.Schedule) {
+		t.Errorf("%d failures of %d sighup faults: %q", len(rep.Failures), len(rep.Schedule), rep.Failures)
+	}
+	for _, f := range rep.Failures {
+		if !strings.Contains(f, "refusing to start the successor") || !strings.Contains(f, "writable by group or others") {
+			t.Errorf("failure %q; want the agent's refusal (writable by group or others)", f)
+		}
+	}
+	if rep.PromisesMet {
+		t.Error("promises met with a failed sighup")
+	}
+	if ns := namespacesOf(t, prefix); len(ns) > 0 {
+		t.Errorf("namespaces left behind: %v", ns)
+	}
 }
