@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -18,9 +19,12 @@ import (
 )
 
 func benchChaosCommand() *cli.Command {
-	var kinds []string
+	var kinds, evpnKinds []string
 	for _, k := range chaos.FaultKinds {
 		kinds = append(kinds, string(k))
+	}
+	for _, k := range chaos.EVPNFaultKinds {
+		evpnKinds = append(evpnKinds, string(k))
 	}
 	return &cli.Command{
 		Name:  "chaos",
@@ -47,6 +51,16 @@ seed gives the same schedule), never two on one host at once:
    move       an endpoint moved, MAC and address kept, to another host's
               bridge, where it sends a gratuitous ARP
    vanish     an endpoint's link removed without a word; back after %v
+
+With --evpn one more host runs FRR as every agent's BGP EVPN route reflector
+(each agent also a speaker, beside gossip) and a kernel VTEP under it with an
+endpoint in the mesh, whose kernel FDB must equal the truth too; and four
+more kinds:
+
+   rr-restart  the route reflector's bgpd stopped and started again
+   rr-cut      the route reflector's host cut from every agent for %v
+   bgp-reset   one agent's session reset at the route reflector (clear bgp)
+   gossip-cut  gossip (only) cut between two agents for %v
 
 It reports per kind how many ran and failed, and the longest gap between
 two probes received by each pair the fault alone touched that began during
@@ -78,15 +92,18 @@ promise was not met.
    uvxlan bench chaos --hosts 4 --duration 60s --seed 1
    uvxlan bench chaos --hosts 12 --duration 10m --json
    uvxlan bench chaos --faults kill9,takeover,move
-   uvxlan bench chaos --hosts 4 --duration 60s --encrypt --encrypt-rekey 10s`, chaos.ProbeInterval, chaos.ProbeRetries, chaos.Endpoints,
-			chaos.MeshInterval, chaos.MeshHotInterval, chaos.PartitionHold, chaos.LossHold, chaos.ProbeBudget+4*time.Second, chaos.ProbeBudget),
+   uvxlan bench chaos --hosts 4 --duration 60s --encrypt --encrypt-rekey 10s
+   uvxlan bench chaos --hosts 4 --duration 90s --encrypt --evpn`, chaos.ProbeInterval, chaos.ProbeRetries, chaos.Endpoints,
+			chaos.MeshInterval, chaos.MeshHotInterval, chaos.PartitionHold, chaos.LossHold, chaos.ProbeBudget+4*time.Second,
+			chaos.PartitionHold, chaos.PartitionHold, chaos.ProbeBudget),
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "hosts", Value: chaos.DefaultHosts, Usage: fmt.Sprintf("hosts, 2 to %d, each with %d endpoints", chaos.MaxHosts, chaos.Endpoints)},
 			&cli.DurationFlag{Name: "duration", Value: chaos.DefaultDuration, Usage: "length of the fault phase (setup and settling come on top)"},
 			&cli.StringFlag{Name: "seed", Usage: "`N` to draw the schedule from (default: random, printed)"},
-			&cli.StringFlag{Name: "faults", Value: "all", Usage: "comma-separated `KINDS` of faults to run (" + strings.Join(kinds, ", ") + "), or all"},
+			&cli.StringFlag{Name: "faults", Value: "all", Usage: "comma-separated `KINDS` of faults to run (" + strings.Join(kinds, ", ") + "; with --evpn also " + strings.Join(evpnKinds, ", ") + "), or all"},
 			&cli.BoolFlag{Name: "encrypt", Usage: "run every agent with --encrypt, and fail the run on any plain VXLAN datagram between members"},
 			&cli.DurationFlag{Name: "encrypt-rekey", Usage: "with --encrypt, how often the agents replace their ephemeral keys (`INTERVAL`, 2s to 2m; default theirs, 2m): rekeys under the faults"},
+			&cli.BoolFlag{Name: "evpn", Usage: "one more host, FRR as every agent's BGP EVPN route reflector with a kernel VTEP and an endpoint; the EVPN fault kinds (" + strings.Join(evpnKinds, ", ") + "); its kernel FDB checked against the truth"},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"},
 			&cli.StringFlag{Name: "prefix", Usage: "name `PREFIX` of the testbed's namespaces (default: random)"},
 			&cli.StringFlag{Name: "bin", Usage: "uvxlan `BINARY` to run as the agents (default: this executable)"},
@@ -99,7 +116,7 @@ func benchChaosAction(c *cli.Context) error {
 	if c.Args().Present() {
 		return usageError{fmt.Errorf("bench chaos takes no arguments, got %q", c.Args().Slice())}
 	}
-	cfg := chaos.Config{Hosts: c.Int("hosts"), Duration: c.Duration("duration"), Prefix: c.String("prefix"), Binary: c.String("bin"), Encrypt: c.Bool("encrypt"), Rekey: c.Duration("encrypt-rekey"), Progress: c.App.ErrWriter}
+	cfg := chaos.Config{Hosts: c.Int("hosts"), Duration: c.Duration("duration"), Prefix: c.String("prefix"), Binary: c.String("bin"), Encrypt: c.Bool("encrypt"), Rekey: c.Duration("encrypt-rekey"), EVPN: c.Bool("evpn"), Progress: c.App.ErrWriter}
 	if c.IsSet("encrypt-rekey") {
 		if !cfg.Encrypt {
 			return badFlag("encrypt-rekey", cfg.Rekey.String(), "needs --encrypt")
@@ -130,6 +147,11 @@ func benchChaosAction(c *cli.Context) error {
 		return badFlag("faults", c.String("faults"), "%v", err)
 	}
 	cfg.Kinds = kinds
+	for _, k := range kinds {
+		if slices.Contains(chaos.EVPNFaultKinds, k) && !cfg.EVPN {
+			return badFlag("faults", c.String("faults"), "%s needs --evpn", k)
+		}
+	}
 	if err := checkTestbedFlags("bench chaos", cfg.Prefix, &cfg.Binary); err != nil {
 		return err
 	}

@@ -536,6 +536,7 @@ func TestBenchBadFlags(t *testing.T) {
 		{[]string{"bench", "chaos", "--bin", "/nonexistent/uvxlan"}, "--bin"},
 		{[]string{"bench", "chaos", "--encrypt-rekey", "10s"}, "--encrypt-rekey"},
 		{[]string{"bench", "chaos", "--encrypt", "--encrypt-rekey", "1s"}, "--encrypt-rekey"},
+		{[]string{"bench", "chaos", "--faults", "kill9,rr-cut"}, "--faults"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args[1:], " "), func(t *testing.T) {

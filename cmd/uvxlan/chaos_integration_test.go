@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -35,14 +36,19 @@ func TestBenchChaos(t *testing.T) {
 	}
 }
 
-// The same run with every agent under --encrypt (issue 40): the same
-// checks, and not one plain VXLAN datagram between members on any host's
-// underlay, from before the agents start to the end.
+// The layers together (issue 40): every agent under --encrypt and also a
+// BGP EVPN speaker of a fifth host's FRR, the route reflector, with a
+// kernel VTEP under it whose endpoint is in the mesh; 90 s, so that the
+// EVPN kinds (rr-restart, rr-cut, bgp-reset, gossip-cut) come beside the
+// others. The same checks, the kernel FDB on the FRR host equal to the
+// truth among the tables, and not one plain VXLAN datagram between
+// members on any host's underlay, from before the agents start to the end.
 func TestBenchChaosEncrypt(t *testing.T) {
 	t.Parallel()
-	rep := benchChaos(t, "--encrypt")
-	if !rep.Encrypt {
-		t.Error("the report does not say --encrypt")
+	testenv.RequireFRR(t)
+	rep := benchChaos(t, "--encrypt", "--evpn")
+	if !rep.Encrypt || !rep.EVPN {
+		t.Errorf("the report says encrypt %v, evpn %v", rep.Encrypt, rep.EVPN)
 	}
 	if rep.PlainDatagrams != 0 {
 		t.Errorf("--encrypt: %d plain VXLAN datagrams between members on the underlay (first: %v)", rep.PlainDatagrams, rep.PlainFirst)
@@ -51,7 +57,7 @@ func TestBenchChaosEncrypt(t *testing.T) {
 	}
 }
 
-// benchChaos runs `uvxlan bench chaos` on 4 hosts for 60 s with chaosSeed
+// benchChaos runs `uvxlan bench chaos` on 4 hosts for 60 s (90 s with --evpn) with chaosSeed
 // (and extra flags), checks what TestBenchChaos describes, and returns the
 // report.
 func benchChaos(t *testing.T, extra ...string) *chaos.Report {
@@ -59,7 +65,12 @@ func benchChaos(t *testing.T, extra ...string) *chaos.Report {
 	requireTool(t, "nft")
 	requireTool(t, "tcpdump")
 	prefix := testenv.PrefixForTest(t)
-	stdout, stderr, code := runBench(t, 8*time.Minute, append([]string{"bench", "chaos", "--hosts", "4", "--duration", "60s",
+	evpn := slices.Contains(extra, "--evpn")
+	duration := "60s"
+	if evpn {
+		duration = "90s" // room for every kind of both layers
+	}
+	stdout, stderr, code := runBench(t, 8*time.Minute, append([]string{"bench", "chaos", "--hosts", "4", "--duration", duration,
 		"--seed", chaosSeed, "--prefix", prefix, "--json"}, extra...)...)
 	if code != 0 {
 		t.Fatalf("exit status %d\nstderr:\n%s", code, stderr)
@@ -68,9 +79,9 @@ func benchChaos(t *testing.T, extra ...string) *chaos.Report {
 	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
 		t.Fatalf("--json output: %v\n%s", err, stdout)
 	}
-	t.Logf("uvxlan bench chaos --hosts 4 --duration 60s --seed %s %s:\n%s", chaosSeed, strings.Join(extra, " "), strings.Join(rep.Verdict, "\n"))
+	t.Logf("uvxlan bench chaos --hosts 4 --duration %s --seed %s %s:\n%s", duration, chaosSeed, strings.Join(extra, " "), strings.Join(rep.Verdict, "\n"))
 	for _, f := range rep.Faults {
-		t.Logf("%-9s %d run, %d pairs alone, gap p50 %.0f p99 %.0f max %.0f ms, %d probes lost", f.Kind, f.Count, f.Pairs, f.GapMS.P50, f.GapMS.P99, f.GapMS.Max, f.Lost)
+		t.Logf("%-10s %d run, %d pairs alone, %d measured, gap p50 %.0f p99 %.0f max %.0f ms, %d probes lost", f.Kind, f.Count, f.Pairs, f.Measured, f.GapMS.P50, f.GapMS.P99, f.GapMS.Max, f.Lost)
 	}
 	if !strings.Contains(stderr, "seed "+chaosSeed) {
 		t.Errorf("the schedule and its seed are not printed first:\n%s", stderr)
@@ -79,7 +90,11 @@ func benchChaos(t *testing.T, extra ...string) *chaos.Report {
 	for _, f := range rep.Faults {
 		ran[f.Kind] = f.Count
 	}
-	for _, k := range chaos.FaultKinds {
+	kinds := chaos.FaultKinds
+	if evpn {
+		kinds = slices.Concat(kinds, chaos.EVPNFaultKinds)
+	}
+	for _, k := range kinds {
 		if ran[k] == 0 {
 			t.Errorf("no %s fault ran", k)
 		}

@@ -86,6 +86,11 @@ type Config struct {
 	// 2 minutes. No API or signal forces a rekey: a short interval puts
 	// rekeys under the faults.
 	Rekey time.Duration
+	// EVPN adds a host, the fabric's: FRR as every agent's route
+	// reflector (each agent also a BGP EVPN speaker) and a kernel VTEP
+	// under FRR with an endpoint in the mesh; the EVPN fault kinds; and
+	// the check of that host's kernel FDB against the truth.
+	EVPN bool
 	// Progress receives the schedule and a line per step; nil for none.
 	Progress io.Writer
 }
@@ -104,6 +109,9 @@ type chaosEndpoint struct {
 	name string // its veth in the host: "e<id>"
 	mac  net.HardwareAddr
 	addr netip.Addr
+	// kernel: behind the fabric's kernel VTEP (EVPN), which announces its
+	// MAC only (no SVI address, so no binding).
+	kernel bool
 }
 
 // chaosRun is a Run in progress.
@@ -115,6 +123,7 @@ type chaosRun struct {
 	eps    []*chaosEndpoint
 	mesh   *mesh
 	plain  *plainCapture // of every host's underlay
+	fabric *fabric       // with EVPN; host Hosts+1
 
 	mu  sync.Mutex
 	loc []int // endpoint id → host (0: away); guarded by mu
@@ -146,7 +155,7 @@ type faultRun struct {
 
 // grace is how long after its action a fault's pairs stay its own.
 func (f *faultRun) grace() time.Duration {
-	if f.Kind == FaultPartition {
+	if f.Kind == FaultPartition || f.Kind == FaultGossipCut {
 		return chaosPartitionGrace
 	}
 	return chaosGrace
@@ -157,7 +166,7 @@ func (f *faultRun) grace() time.Duration {
 // something else's (the cluster has other faults meanwhile).
 func (f *faultRun) gapWindow() time.Duration {
 	switch f.Kind {
-	case FaultKill, FaultTakeover, FaultReload, FaultLoss:
+	case FaultKill, FaultTakeover, FaultReload, FaultLoss, FaultGossipCut:
 		return 2 * time.Second
 	case FaultMove:
 		return 3 * time.Second
@@ -199,6 +208,14 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	}
 	if len(cfg.Kinds) == 0 {
 		cfg.Kinds = FaultKinds
+		if cfg.EVPN {
+			cfg.Kinds = allKinds()
+		}
+	}
+	for _, k := range cfg.Kinds {
+		if slices.Contains(EVPNFaultKinds, k) && !cfg.EVPN {
+			return nil, fmt.Errorf("chaos: fault kind %s needs the EVPN layer (--evpn)", k)
+		}
 	}
 	if cfg.Hosts < 2 || cfg.Hosts > MaxHosts {
 		return nil, fmt.Errorf("chaos: %d hosts, want 2 to %d", cfg.Hosts, MaxHosts)
@@ -207,11 +224,11 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		return nil, errors.New("chaos: no uvxlan binary to run (Config.Binary)")
 	}
 	sched, err := Schedule(ScheduleConfig{Seed: cfg.Seed, Hosts: cfg.Hosts, Endpoints: Endpoints, Duration: cfg.Duration,
-		Kinds: cfg.Kinds, VanishHold: ProbeBudget + 4*time.Second})
+		Kinds: cfg.Kinds, VanishHold: ProbeBudget + 4*time.Second, Fabric: cfg.EVPN})
 	if err != nil {
 		return nil, err
 	}
-	r := &chaosRun{cfg: cfg, out: cfg.Progress, hostMu: make([]sync.Mutex, cfg.Hosts+1)}
+	r := &chaosRun{cfg: cfg, out: cfg.Progress, hostMu: make([]sync.Mutex, cfg.Hosts+2)}
 	r.say("seed %d: %d faults over %v on %d hosts (replay with --seed %d)", cfg.Seed, len(sched), cfg.Duration, cfg.Hosts, cfg.Seed)
 	if r.out != nil {
 		for _, f := range sched {
@@ -229,7 +246,11 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 			os.RemoveAll(r.work)
 		}
 	}()
-	if r.tb, err = testenv.New(testenv.Config{Prefix: cfg.Prefix, Hosts: cfg.Hosts, LogDir: r.work}); err != nil {
+	tbHosts := cfg.Hosts
+	if cfg.EVPN {
+		tbHosts++ // the fabric's
+	}
+	if r.tb, err = testenv.New(testenv.Config{Prefix: cfg.Prefix, Hosts: tbHosts, LogDir: r.work}); err != nil {
 		return nil, err
 	}
 	r.say("building %d hosts (namespaces %s-*), each a bridge with an agent's TAP and %d endpoints", cfg.Hosts, r.tb.Prefix(), Endpoints)
@@ -246,7 +267,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	}()
 	// The underlay captures start before the agents: with --encrypt
 	// nothing may cross in plain even before keys are agreed.
-	if r.plain, err = startPlainCapture(ctx, r.tb, r.work); err != nil {
+	if r.plain, err = startPlainCapture(ctx, r.tb, r.tb.Hosts()[:cfg.Hosts], r.work); err != nil {
 		return nil, err
 	}
 	defer r.plain.stop()
@@ -276,10 +297,22 @@ func (r *chaosRun) setup(runCtx context.Context) error {
 	for i := 1; i <= min(3, r.cfg.Hosts); i++ {
 		seeds = append(seeds, r.tb.Host(i).Underlay.String())
 	}
-	r.loc = make([]int, r.cfg.Hosts*Endpoints+1)
-	r.cut = make([]bool, r.cfg.Hosts+1)
+	r.loc = make([]int, r.cfg.Hosts*Endpoints+1, r.cfg.Hosts*Endpoints+2)
+	r.cut = make([]bool, r.cfg.Hosts+2)
 	r.routes = map[[2]int]int{}
-	for _, h := range r.tb.Hosts() {
+	if r.cfg.EVPN {
+		// The fabric first, so that the agents' sessions come up at once;
+		// its endpoint is the mesh's last.
+		h := r.tb.Host(r.cfg.Hosts + 1)
+		id := r.cfg.Hosts*Endpoints + 1
+		r.say("%s: FRR as the route reflector (AS %d) and a kernel VTEP of VNI %d with endpoint %d", h.Name, chaosASN, chaosVNI, id)
+		var err error
+		if r.fabric, err = startFabric(ctx, h, netip.PrefixFrom(epAddr(id), 24)); err != nil {
+			return err
+		}
+		r.loc = append(r.loc, h.Index)
+	}
+	for _, h := range r.tb.Hosts()[:r.cfg.Hosts] {
 		if err := noIPv6(h); err != nil {
 			return err
 		}
@@ -297,6 +330,9 @@ func (r *chaosRun) setup(runCtx context.Context) error {
 			"--control", a.control, "--state-dir", state, "--gossip-key-file", key, "--keep-tap",
 			"--probe-interval", ProbeInterval.String(), "--probe-retries", strconv.Itoa(ProbeRetries),
 			"--metrics", chaosMetricsAddr}
+		if r.fabric != nil {
+			a.args = append(a.args, r.fabric.agentArgs()...)
+		}
 		if r.cfg.Encrypt {
 			a.args = append(a.args, "--encrypt") // its identity key in --state-dir
 			if r.cfg.Rekey > 0 {
@@ -332,6 +368,10 @@ func (r *chaosRun) setup(runCtx context.Context) error {
 			r.eps = append(r.eps, &chaosEndpoint{id: id, ns: ns, name: name, mac: mac, addr: epAddr(id)})
 			r.loc[id] = h.Index
 		}
+	}
+	if f := r.fabric; f != nil {
+		id := len(r.loc) - 1
+		r.eps = append(r.eps, &chaosEndpoint{id: id, ns: f.vtep.Endpoint, name: "ep" + strconv.Itoa(chaosVNI), mac: f.vtep.MAC, addr: epAddr(id), kernel: true})
 	}
 	r.say("waiting for every agent to see %d members", r.cfg.Hosts)
 	for _, a := range r.agents {
@@ -418,7 +458,9 @@ func (r *chaosRun) truth() truth {
 		if h := r.loc[e.id]; h != 0 {
 			mac := fdb.MAC(e.mac)
 			t.vtep[mac] = r.tb.Host(h).Underlay
-			t.neigh[e.addr] = mac
+			if !e.kernel {
+				t.neigh[e.addr] = mac
+			}
 		}
 	}
 	return t
@@ -437,12 +479,19 @@ func (r *chaosRun) diff(ctx context.Context) tableDiff {
 		}
 		d.add(t.compare(a.host.Name, a.host.Underlay, f, n))
 	}
+	if r.fabric != nil {
+		var vteps []netip.Addr
+		for _, a := range r.agents {
+			vteps = append(vteps, a.host.Underlay)
+		}
+		d.add(r.fabric.kernelDiff(ctx, t, vteps))
+	}
 	return d
 }
 
 // run runs the schedule, waits for the tables, and scores (stages 4 to 6).
 func (r *chaosRun) run(ctx context.Context, sched []Fault) (*Report, error) {
-	rep := &Report{Seed: r.cfg.Seed, Hosts: r.cfg.Hosts, Encrypt: r.cfg.Encrypt, Endpoints: len(r.eps), DurationSeconds: r.cfg.Duration.Seconds(),
+	rep := &Report{Seed: r.cfg.Seed, Hosts: r.cfg.Hosts, Encrypt: r.cfg.Encrypt, EVPN: r.cfg.EVPN, Endpoints: len(r.eps), DurationSeconds: r.cfg.Duration.Seconds(),
 		MeshIntervalMS: ms(MeshInterval), MeshHotIntervalMS: ms(MeshHotInterval),
 		ProbeInterval: ProbeInterval.String(), ProbeRetries: ProbeRetries, Schedule: sched}
 	// The agents' memory at the start is read after a warm-up under the
@@ -533,7 +582,7 @@ func (r *chaosRun) memory(ctx context.Context) []agentMemory {
 func (r *chaosRun) runFault(ctx context.Context, phase time.Duration, f Fault) faultRun {
 	fr := faultRun{Fault: f, withdrawn: -1}
 	at := phase + f.At
-	short := f.Kind != FaultPartition && f.Kind != FaultLoss && f.Kind != FaultVanish
+	short := !slices.Contains([]FaultKind{FaultPartition, FaultLoss, FaultVanish, FaultRRCut, FaultGossipCut}, f.Kind)
 	if wait := at - time.Second - r.mesh.now(); wait > 0 {
 		select {
 		case <-ctx.Done():
@@ -591,8 +640,20 @@ func touchOf(f Fault, loc []int, hosts int) func(s, d int) bool {
 	case FaultMove, FaultVanish:
 		e := f.Endpoint - 1
 		return func(s, d int) bool { return s == e || d == e }
+	case FaultBGPReset: // the agent's endpoints and the fabric's
+		h, fab := f.Hosts[0], hosts+1
+		return func(s, d int) bool {
+			a, b := loc[s+1], loc[d+1]
+			return a == h && b == fab || a == fab && b == h
+		}
+	case FaultGossipCut: // the two agents' endpoints
+		h1, h2 := f.Hosts[0], f.Hosts[1]
+		return func(s, d int) bool {
+			a, b := loc[s+1], loc[d+1]
+			return a == h1 && b == h2 || a == h2 && b == h1
+		}
 	default:
-		in := make([]bool, hosts+1)
+		in := make([]bool, hosts+2) // [hosts+1]: the fabric's
 		for _, h := range f.Hosts {
 			in[h] = true
 		}
@@ -620,6 +681,19 @@ func (r *chaosRun) act(ctx context.Context, fr *faultRun) error {
 		return r.move(ctx, f)
 	case FaultVanish:
 		return r.vanish(ctx, fr)
+	case FaultRRRestart:
+		return r.fabric.restartBGPd(ctx)
+	case FaultRRCut:
+		return r.partition(ctx, f)
+	case FaultBGPReset:
+		return r.fabric.resetSession(ctx, r.tb.Host(f.Hosts[0]).Underlay)
+	case FaultGossipCut:
+		undo, err := gossipCut(ctx, r.tb.Host(f.Hosts[0]), r.tb.Host(f.Hosts[1]))
+		if err != nil {
+			return err
+		}
+		sleepCtx(ctx, f.Hold)
+		return undo()
 	}
 	return fmt.Errorf("unknown fault kind %q", f.Kind)
 }

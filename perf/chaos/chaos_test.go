@@ -105,8 +105,9 @@ func TestParseFaultKinds(t *testing.T) {
 		want []FaultKind
 		err  string
 	}{
-		{"", FaultKinds, ""},
-		{"all", FaultKinds, ""},
+		{"", nil, ""},
+		{"all", nil, ""},
+		{"gossip-cut,kill9,rr-restart", []FaultKind{FaultKill, FaultRRRestart, FaultGossipCut}, ""},
 		{"move,kill9, move", []FaultKind{FaultKill, FaultMove}, ""},
 		{"kill9,teleport", nil, `unknown fault kind "teleport"`},
 	} {
@@ -303,5 +304,51 @@ func TestScoreMeasuresOverlappingFaults(t *testing.T) {
 	}
 	if !strings.HasPrefix(kill, "FAIL") || !strings.Contains(kill, "not measured") || rep.PromisesMet {
 		t.Errorf("kill9 over 0 measured pairs: verdict %q, promises met %v; want FAIL … not measured", kill, rep.PromisesMet)
+	}
+}
+
+// With the EVPN layer (a fabric host beside the agents' hosts): the rr
+// kinds hold the fabric's host and nothing else draws it, a gossip cut
+// takes two agents' hosts, no host has two faults at once, and every kind
+// comes in the short run's 4 hosts and 90 s.
+func TestScheduleEVPN(t *testing.T) {
+	const hosts = 4
+	for seed := uint64(0); seed < 50; seed++ {
+		s, err := Schedule(ScheduleConfig{Seed: seed, Hosts: hosts, Endpoints: Endpoints, Duration: 90 * time.Second,
+			Kinds: allKinds(), VanishHold: ProbeBudget + 4*time.Second, Fabric: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		kinds := map[FaultKind]int{}
+		busy := map[int][]Fault{}
+		for _, f := range s {
+			kinds[f.Kind]++
+			rr := f.Kind == FaultRRRestart || f.Kind == FaultRRCut
+			for _, h := range f.Hosts {
+				if rr != (h == hosts+1) {
+					t.Errorf("seed %d: %v: host %d", seed, f, h)
+				}
+				for _, o := range busy[h] {
+					if f.At < o.At+o.busy() {
+						t.Errorf("seed %d: h%d has %v and %v at once", seed, h, o, f)
+					}
+				}
+				busy[h] = append(busy[h], f)
+			}
+			if f.Kind == FaultGossipCut && (len(f.Hosts) != 2 || f.Hosts[0] == f.Hosts[1]) {
+				t.Errorf("seed %d: %v: not two hosts", seed, f)
+			}
+		}
+		for _, k := range allKinds() {
+			if kinds[k] == 0 {
+				t.Errorf("seed %d: no %s in %v", seed, k, s)
+			}
+		}
+	}
+	// Without the fabric, no EVPN kind is drawn.
+	for _, f := range scheduleFor(t, 1, hosts, 90*time.Second, allKinds()) {
+		if slices.Contains(EVPNFaultKinds, f.Kind) {
+			t.Errorf("no fabric, yet %v", f)
+		}
 	}
 }

@@ -48,16 +48,17 @@ type plainCapture struct {
 	stops []func() error
 }
 
-// startPlainCapture starts a capture on each host's underlay interface of
-// what plainFilter selects, written under dir. Each returns once tcpdump
+// startPlainCapture starts a capture on the underlay interface of each of
+// hosts (the members': not the EVPN fabric's, whose kernel VTEP speaks
+// plain VXLAN) of what plainFilter selects, written under dir. Each returns once tcpdump
 // listens: nothing the agents send afterwards is missed.
-func startPlainCapture(ctx context.Context, tb *testenv.Testbed, dir string) (*plainCapture, error) {
+func startPlainCapture(ctx context.Context, tb *testenv.Testbed, hosts []*testenv.Host, dir string) (*plainCapture, error) {
 	var members []netip.Addr
-	for _, h := range tb.Hosts() {
+	for _, h := range hosts {
 		members = append(members, h.Underlay)
 	}
 	c := &plainCapture{}
-	for _, h := range tb.Hosts() {
+	for _, h := range hosts {
 		path := filepath.Join(dir, h.Name+"-plain.pcap")
 		stop, err := tb.Capture(ctx, h, testenv.UnderlayIface, plainFilter(h.Underlay, members), path, "-s", fmt.Sprint(plainSnap))
 		if err != nil {

@@ -29,6 +29,10 @@ type Report struct {
 	ProbeRetries      int     `json:"probe_retries"`
 	// Encrypt: every agent ran with --encrypt.
 	Encrypt bool `json:"encrypt"`
+	// EVPN: every agent also spoke BGP EVPN with the fabric's route
+	// reflector, whose host (a kernel VTEP with an endpoint in the mesh)
+	// came on top of Hosts; the tables include its kernel FDB.
+	EVPN bool `json:"evpn"`
 	// Delay says whether the loss fault also delays packets.
 	Delay    string         `json:"delay"`
 	Schedule []Fault        `json:"schedule"`
