@@ -64,8 +64,9 @@ more kinds:
 
 It reports per kind how many ran and failed, and the longest gap between
 two probes received by each pair the fault alone touched that began during
-it or soon after (2 s after kill9, takeover, sighup and loss, 3 s after a
-move, 10 s after sigterm, 35 s after a partition; a pair already down when
+it or soon after (2 s after kill9, takeover, sighup, loss, gossip-cut,
+rr-restart and bgp-reset, 3 s after a move, 10 s after sigterm and rr-cut,
+35 s after a partition; a pair already down when
 the fault began is counted apart, as "down"; vanish: the time until no agent
 holds the endpoint), p50, p99 and max, beside the promise (takeover and sighup 50 ms, kill9
 500 ms, move 1 s, vanish the probe budget %v; sigterm, partition and loss

@@ -168,6 +168,8 @@ func (f *faultRun) gapWindow() time.Duration {
 	switch f.Kind {
 	case FaultKill, FaultTakeover, FaultReload, FaultLoss, FaultGossipCut:
 		return 2 * time.Second
+	case FaultRRRestart, FaultBGPReset: // the sessions end at once
+		return 2 * time.Second
 	case FaultMove:
 		return 3 * time.Second
 	default: // sigterm: a leave and a join; partition: a heal by rejoin
