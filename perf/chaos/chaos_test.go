@@ -11,6 +11,7 @@ import (
 
 	"github.com/uvxlan/uvxlan/cmd/uvxlan/controlapi"
 	"github.com/uvxlan/uvxlan/fdb"
+	"github.com/uvxlan/uvxlan/testenv"
 )
 
 func scheduleFor(t *testing.T, seed uint64, hosts int, d time.Duration, kinds []FaultKind) []Fault {
@@ -350,5 +351,38 @@ func TestScheduleEVPN(t *testing.T) {
 		if slices.Contains(EVPNFaultKinds, f.Kind) {
 			t.Errorf("no fabric, yet %v", f)
 		}
+	}
+}
+
+// The fabric's kernel FDB against the truth: every MAC behind an agent's
+// VTEP there, none of its own, nothing else; the flood list every
+// agent's VTEP and nothing else; the bridge's own entries (no VTEP) are
+// not the VTEP's.
+func TestTruthCompareKernel(t *testing.T) {
+	fab, a1, a2 := netip.MustParseAddr("198.18.0.5"), netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("198.18.0.2")
+	tap1, ep1, own, gone := fdb.MAC{2, 0x42, 0, 0, 0, 1}, fdb.MAC{2, 0xee, 0, 0, 0, 1}, fdb.MAC{0x76, 0, 0, 0, 0, 9}, fdb.MAC{2, 0xee, 0, 0, 0, 7}
+	tr := truth{vtep: map[fdb.MAC]netip.Addr{tap1: a1, ep1: a2, own: fab}}
+	e := func(mac fdb.MAC, dst netip.Addr) testenv.FDBEntry { return testenv.FDBEntry{MAC: mac[:], Dst: dst} }
+	good := []testenv.FDBEntry{e(tap1, a1), e(ep1, a2), e(fdb.MAC{}, a1), e(fdb.MAC{}, a2), {MAC: own[:], Master: "br1"}}
+	if d := tr.compareKernel("h5 (kernel)", fab, good, []netip.Addr{a1, a2}); !d.empty() {
+		t.Errorf("equal tables differ: %+v", d)
+	}
+	bad := []testenv.FDBEntry{e(ep1, a1), e(gone, a2), e(own, a1), e(fdb.MAC{}, a1), e(fdb.MAC{}, fab)}
+	d := tr.compareKernel("h5 (kernel)", fab, bad, []netip.Addr{a1, a2})
+	keys := func(ms []Mismatch) []string {
+		var k []string
+		for _, m := range ms {
+			k = append(k, m.Table+" "+m.Key)
+		}
+		return k
+	}
+	if got, want := keys(d.Missing), []string{"fdb " + tap1.String(), "flood " + a2.String()}; !slices.Equal(got, want) {
+		t.Errorf("missing %v, want %v", got, want)
+	}
+	if got, want := keys(d.Stale), []string{"fdb " + gone.String(), "flood " + fab.String()}; !slices.Equal(got, want) {
+		t.Errorf("stale %v, want %v", got, want)
+	}
+	if got, want := keys(d.Wrong), []string{"fdb " + ep1.String(), "fdb " + own.String()}; !slices.Equal(got, want) {
+		t.Errorf("wrong %v, want %v", got, want)
 	}
 }

@@ -92,12 +92,19 @@ func (f *fabric) resetSession(ctx context.Context, addr netip.Addr) error {
 // list holding every agent's VTEP (vteps), nothing else.
 func (f *fabric) kernelDiff(ctx context.Context, t truth, vteps []netip.Addr) tableDiff {
 	node := f.host.Name + " (kernel)"
-	var d tableDiff
 	entries, err := f.host.FDB(ctx, f.vtep.VXLAN)
 	if err != nil {
-		d.Missing = append(d.Missing, Mismatch{Node: node, Table: "fdb", Key: "*", Got: err.Error()})
-		return d
+		return tableDiff{Missing: []Mismatch{{Node: node, Table: "fdb", Key: "*", Got: err.Error()}}}
 	}
+	return t.compareKernel(node, f.host.Underlay, entries, vteps)
+}
+
+// compareKernel returns how the entries of a kernel VTEP (`bridge fdb show
+// dev`) of the host named node, whose VTEP is self, differ from t: every
+// MAC of t behind another VTEP must be there behind it, and the flood list
+// (the all-zeros MAC) must hold vteps and nothing else.
+func (t truth) compareKernel(node string, self netip.Addr, entries []testenv.FDBEntry, vteps []netip.Addr) tableDiff {
+	var d tableDiff
 	seen := map[fdb.MAC]bool{}
 	flood := map[netip.Addr]bool{}
 	for _, e := range entries {
@@ -117,12 +124,12 @@ func (f *fabric) kernelDiff(ctx context.Context, t truth, vteps []netip.Addr) ta
 		switch {
 		case !ok:
 			d.Stale = append(d.Stale, Mismatch{Node: node, Table: "fdb", Key: mac.String(), Got: e.Dst.String()})
-		case want == f.host.Underlay || want != e.Dst:
+		case want == self || want != e.Dst:
 			d.Wrong = append(d.Wrong, Mismatch{Node: node, Table: "fdb", Key: mac.String(), Want: want.String(), Got: e.Dst.String()})
 		}
 	}
 	for _, mac := range sortedKeys(t.vtep, func(a, b fdb.MAC) int { return slices.Compare(a[:], b[:]) }) {
-		if v := t.vtep[mac]; v != f.host.Underlay && !seen[mac] {
+		if v := t.vtep[mac]; v != self && !seen[mac] {
 			d.Missing = append(d.Missing, Mismatch{Node: node, Table: "fdb", Key: mac.String(), Want: v.String()})
 		}
 	}
