@@ -34,6 +34,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -852,9 +853,20 @@ func (r *chaosRun) holders(ctx context.Context, e *chaosEndpoint) []string {
 			held = append(held, a.host.Name+" (unreadable)")
 			continue
 		}
-		if slices.ContainsFunc(f, func(row controlapi.FDBRow) bool { return row.MAC == fdb.MAC(e.mac) }) ||
-			slices.ContainsFunc(n, func(row controlapi.NeighRow) bool { return row.IP == e.addr }) {
-			held = append(held, a.host.Name)
+		// What it holds, and from where: "h5 (fdb learned 198.18.0.6)".
+		var what []string
+		for _, row := range f {
+			if row.MAC == fdb.MAC(e.mac) {
+				what = append(what, "fdb "+fdbGot(row))
+			}
+		}
+		for _, row := range n {
+			if row.IP == e.addr {
+				what = append(what, "neigh "+row.Origin.String())
+			}
+		}
+		if len(what) > 0 {
+			held = append(held, a.host.Name+" ("+strings.Join(what, ", ")+")")
 		}
 	}
 	return held
