@@ -26,15 +26,16 @@ const (
 // Capture runs `tcpdump -i iface -w pcapPath filter` inside host and
 // returns once tcpdump reports it is listening, so nothing sent afterwards is
 // missed. filter is a pcap-filter expression; empty captures everything.
+// tcpdumpArgs are more options, before the filter ("-s", "96").
 // stop sends SIGINT, waits for tcpdump to flush and exit (SIGKILL after 5 s),
 // and returns an error if it did not exit cleanly; calling it again returns
 // the same result. tcpdump is killed when ctx is done, and by Down.
-func (tb *Testbed) Capture(ctx context.Context, host *Host, iface, filter, pcapPath string) (stop func() error, err error) {
+func (tb *Testbed) Capture(ctx context.Context, host *Host, iface, filter, pcapPath string, tcpdumpArgs ...string) (stop func() error, err error) {
 	// --immediate-mode: hand each packet over at once; otherwise the kernel
 	// holds them in its ring for up to a second and SIGINT loses them.
 	// -U: write each packet through to the file. -Z root: keep root, so the
 	// file can be written anywhere root can.
-	args := []string{"-i", iface, "-n", "--immediate-mode", "-U", "-Z", "root", "-w", pcapPath}
+	args := append([]string{"-i", iface, "-n", "--immediate-mode", "-U", "-Z", "root", "-w", pcapPath}, tcpdumpArgs...)
 	if filter != "" {
 		args = append(args, filter)
 	}

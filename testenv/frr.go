@@ -282,6 +282,26 @@ func (f *FRR) Stop() error {
 	return errors.Join(f.BGPd.Stop(), f.Zebra.Stop())
 }
 
+// RestartBGPd stops bgpd as Stop does (its sessions end with a Cease) and
+// starts it again with the same configuration, returning once it answers
+// on its vty socket; zebra runs on. BGPd is then the new process. It is
+// not to be called concurrently with Stop or itself.
+func (f *FRR) RestartBGPd(ctx context.Context) error {
+	if err := f.BGPd.Stop(); err != nil {
+		return fmt.Errorf("testenv: %s: frr: bgpd: %w", f.Host.Name, err)
+	}
+	// A stopped bgpd leaves its vty socket: start waits for the new one.
+	if err := os.Remove(filepath.Join(f.Dir, "bgpd.vty")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("testenv: %s: frr: %w", f.Host.Name, err)
+	}
+	p, err := f.start(ctx, "bgpd")
+	if err != nil {
+		return fmt.Errorf("testenv: %s: frr: %w", f.Host.Name, err)
+	}
+	f.BGPd = p
+	return nil
+}
+
 // RequireFRR is Require, and fails the test (or skips it, as Require does)
 // when FRR's daemons are not installed.
 func RequireFRR(t T) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -18,9 +19,12 @@ import (
 )
 
 func benchChaosCommand() *cli.Command {
-	var kinds []string
+	var kinds, evpnKinds []string
 	for _, k := range chaos.FaultKinds {
 		kinds = append(kinds, string(k))
+	}
+	for _, k := range chaos.EVPNFaultKinds {
+		evpnKinds = append(evpnKinds, string(k))
 	}
 	return &cli.Command{
 		Name:  "chaos",
@@ -48,20 +52,38 @@ seed gives the same schedule), never two on one host at once:
               bridge, where it sends a gratuitous ARP
    vanish     an endpoint's link removed without a word; back after %v
 
+With --evpn one more host runs FRR as every agent's BGP EVPN route reflector
+(each agent also a speaker, beside gossip) and a kernel VTEP under it with an
+endpoint in the mesh, whose kernel FDB must equal the truth too; and four
+more kinds:
+
+   rr-restart  the route reflector's bgpd stopped and started again
+   rr-cut      the route reflector's host cut from every agent for %v
+   bgp-reset   one agent's session reset at the route reflector (clear bgp)
+   gossip-cut  gossip (only) cut between two agents for %v
+
 It reports per kind how many ran and failed, and the longest gap between
 two probes received by each pair the fault alone touched that began during
-it or soon after (2 s after kill9, takeover, sighup and loss, 3 s after a
-move, 10 s after sigterm, 35 s after a partition; a pair already down when
+it or soon after (2 s after kill9, takeover, sighup, loss, gossip-cut,
+rr-restart and bgp-reset, 3 s after a move, 10 s after sigterm and rr-cut,
+35 s after a partition; a pair already down when
 the fault began is counted apart, as "down"; vanish: the time until no agent
 holds the endpoint), p50, p99 and max, beside the promise (takeover and sighup 50 ms, kill9
 500 ms, move 1 s, vanish the probe budget %v; sigterm, partition and loss
-none); the probes lost by pairs no fault touched (should be 0); after the
+none; a pair is a fault's alone when no other fault touching it may begin a
+gap meanwhile; a kind with a promise that ran on no pair of its own is "not
+measured" and fails the run); the probes lost by pairs no fault touched (should be 0); after the
 last fault, how long until every agent's FDB and neighbour table equals
 the truth (the stale, missing and wrong-VTEP entries listed otherwise);
 per agent its RSS and goroutines at the start and the end, and the
 counters no fault explains (drop reasons of malformed or forged traffic,
-gossip decode errors and rejections, conflicts). A verdict line per check
-ends the table; --json prints it all as an object.
+gossip decode errors and rejections, conflicts); and the plain (not ESP)
+VXLAN datagrams a capture on every host's underlay saw one member send
+another, from before the agents start to the end (plain_datagrams). With
+--encrypt every agent runs with --encrypt and that count must be 0; no
+API or signal forces a rekey, but --encrypt-rekey shortens the agents'
+interval (2m) to put rekeys under the faults. A
+verdict line per check ends the table; --json prints it all as an object.
 
 Exit status 0 when the run completed, whatever the verdict (read
 promises_met in the JSON); 1 when it could not run. The testbed is removed
@@ -70,13 +92,19 @@ promise was not met.
 
    uvxlan bench chaos --hosts 4 --duration 60s --seed 1
    uvxlan bench chaos --hosts 12 --duration 10m --json
-   uvxlan bench chaos --faults kill9,takeover,move`, chaos.ProbeInterval, chaos.ProbeRetries, chaos.Endpoints,
-			chaos.MeshInterval, chaos.MeshHotInterval, chaos.PartitionHold, chaos.LossHold, chaos.ProbeBudget+4*time.Second, chaos.ProbeBudget),
+   uvxlan bench chaos --faults kill9,takeover,move
+   uvxlan bench chaos --hosts 4 --duration 60s --encrypt --encrypt-rekey 10s
+   uvxlan bench chaos --hosts 4 --duration 90s --encrypt --evpn`, chaos.ProbeInterval, chaos.ProbeRetries, chaos.Endpoints,
+			chaos.MeshInterval, chaos.MeshHotInterval, chaos.PartitionHold, chaos.LossHold, chaos.ProbeBudget+4*time.Second,
+			chaos.PartitionHold, chaos.PartitionHold, chaos.ProbeBudget),
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "hosts", Value: chaos.DefaultHosts, Usage: fmt.Sprintf("hosts, 2 to %d, each with %d endpoints", chaos.MaxHosts, chaos.Endpoints)},
 			&cli.DurationFlag{Name: "duration", Value: chaos.DefaultDuration, Usage: "length of the fault phase (setup and settling come on top)"},
 			&cli.StringFlag{Name: "seed", Usage: "`N` to draw the schedule from (default: random, printed)"},
-			&cli.StringFlag{Name: "faults", Value: "all", Usage: "comma-separated `KINDS` of faults to run (" + strings.Join(kinds, ", ") + "), or all"},
+			&cli.StringFlag{Name: "faults", Value: "all", Usage: "comma-separated `KINDS` of faults to run (" + strings.Join(kinds, ", ") + "; with --evpn also " + strings.Join(evpnKinds, ", ") + "), or all"},
+			&cli.BoolFlag{Name: "encrypt", Usage: "run every agent with --encrypt, and fail the run on any plain VXLAN datagram between members"},
+			&cli.DurationFlag{Name: "encrypt-rekey", Usage: "with --encrypt, how often the agents replace their ephemeral keys (`INTERVAL`, 2s to 2m; default theirs, 2m): rekeys under the faults"},
+			&cli.BoolFlag{Name: "evpn", Usage: "one more host, FRR as every agent's BGP EVPN route reflector with a kernel VTEP and an endpoint; the EVPN fault kinds (" + strings.Join(evpnKinds, ", ") + "); its kernel FDB checked against the truth"},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"},
 			&cli.StringFlag{Name: "prefix", Usage: "name `PREFIX` of the testbed's namespaces (default: random)"},
 			&cli.StringFlag{Name: "bin", Usage: "uvxlan `BINARY` to run as the agents (default: this executable)"},
@@ -89,7 +117,15 @@ func benchChaosAction(c *cli.Context) error {
 	if c.Args().Present() {
 		return usageError{fmt.Errorf("bench chaos takes no arguments, got %q", c.Args().Slice())}
 	}
-	cfg := chaos.Config{Hosts: c.Int("hosts"), Duration: c.Duration("duration"), Prefix: c.String("prefix"), Binary: c.String("bin"), Progress: c.App.ErrWriter}
+	cfg := chaos.Config{Hosts: c.Int("hosts"), Duration: c.Duration("duration"), Prefix: c.String("prefix"), Binary: c.String("bin"), Encrypt: c.Bool("encrypt"), Rekey: c.Duration("encrypt-rekey"), EVPN: c.Bool("evpn"), Progress: c.App.ErrWriter}
+	if c.IsSet("encrypt-rekey") {
+		if !cfg.Encrypt {
+			return badFlag("encrypt-rekey", cfg.Rekey.String(), "needs --encrypt")
+		}
+		if cfg.Rekey < 2*time.Second || cfg.Rekey > 2*time.Minute {
+			return badFlag("encrypt-rekey", cfg.Rekey.String(), "must be 2s to 2m")
+		}
+	}
 	if n := cfg.Hosts; n < 2 || n > chaos.MaxHosts {
 		return badFlag("hosts", strconv.Itoa(n), "must be 2 to %d", chaos.MaxHosts)
 	}
@@ -112,6 +148,11 @@ func benchChaosAction(c *cli.Context) error {
 		return badFlag("faults", c.String("faults"), "%v", err)
 	}
 	cfg.Kinds = kinds
+	for _, k := range kinds {
+		if slices.Contains(chaos.EVPNFaultKinds, k) && !cfg.EVPN {
+			return badFlag("faults", c.String("faults"), "%s needs --evpn", k)
+		}
+	}
 	if err := checkTestbedFlags("bench chaos", cfg.Prefix, &cfg.Binary); err != nil {
 		return err
 	}

@@ -534,6 +534,9 @@ func TestBenchBadFlags(t *testing.T) {
 		{[]string{"bench", "chaos", "--seed", "-1"}, "--seed"},
 		{[]string{"bench", "chaos", "--prefix", "bad-prefix"}, "--prefix"},
 		{[]string{"bench", "chaos", "--bin", "/nonexistent/uvxlan"}, "--bin"},
+		{[]string{"bench", "chaos", "--encrypt-rekey", "10s"}, "--encrypt-rekey"},
+		{[]string{"bench", "chaos", "--encrypt", "--encrypt-rekey", "1s"}, "--encrypt-rekey"},
+		{[]string{"bench", "chaos", "--faults", "kill9,rr-cut"}, "--faults"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args[1:], " "), func(t *testing.T) {

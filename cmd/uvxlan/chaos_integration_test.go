@@ -2,6 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,14 +23,55 @@ const chaosSeed = "20261125"
 // died, and at the end every agent's FDB and neighbour table equals the
 // truth (nothing stale, missing or behind the wrong VTEP), with the
 // counters reconciled. The gaps and the other figures depend on the
-// machine's load: they are logged, not asserted.
+// machine's load: they are logged, not asserted. Without --encrypt the
+// underlay capture counts the plain VXLAN between members (so the check of
+// TestBenchChaosEncrypt can fail).
 func TestBenchChaos(t *testing.T) {
 	t.Parallel()
+	rep := benchChaos(t)
+	if rep.Encrypt || rep.PlainDatagrams == 0 {
+		t.Errorf("without --encrypt: encrypt %v, %d plain VXLAN datagrams captured between members, want plain traffic counted", rep.Encrypt, rep.PlainDatagrams)
+	} else {
+		t.Logf("without --encrypt the underlay capture counted %d plain VXLAN datagrams between members (first: %v)", rep.PlainDatagrams, rep.PlainFirst)
+	}
+}
+
+// The layers together (issue 40): every agent under --encrypt and also a
+// BGP EVPN speaker of a fifth host's FRR, the route reflector, with a
+// kernel VTEP under it whose endpoint is in the mesh; 90 s, so that the
+// EVPN kinds (rr-restart, rr-cut, bgp-reset, gossip-cut) come beside the
+// others. The same checks, the kernel FDB on the FRR host equal to the
+// truth among the tables, and not one plain VXLAN datagram between
+// members on any host's underlay, from before the agents start to the end.
+func TestBenchChaosEncrypt(t *testing.T) {
+	t.Parallel()
+	testenv.RequireFRR(t)
+	rep := benchChaos(t, "--encrypt", "--evpn")
+	if !rep.Encrypt || !rep.EVPN {
+		t.Errorf("the report says encrypt %v, evpn %v", rep.Encrypt, rep.EVPN)
+	}
+	if rep.PlainDatagrams != 0 {
+		t.Errorf("--encrypt: %d plain VXLAN datagrams between members on the underlay (first: %v)", rep.PlainDatagrams, rep.PlainFirst)
+	} else {
+		t.Log("--encrypt: 0 plain VXLAN datagrams between members on the underlay")
+	}
+}
+
+// benchChaos runs `uvxlan bench chaos` on 4 hosts for 60 s (90 s with --evpn) with chaosSeed
+// (and extra flags), checks what TestBenchChaos describes, and returns the
+// report.
+func benchChaos(t *testing.T, extra ...string) *chaos.Report {
 	testenv.Require(t)
 	requireTool(t, "nft")
+	requireTool(t, "tcpdump")
 	prefix := testenv.PrefixForTest(t)
-	stdout, stderr, code := runBench(t, 8*time.Minute, "bench", "chaos", "--hosts", "4", "--duration", "60s",
-		"--seed", chaosSeed, "--prefix", prefix, "--json")
+	evpn := slices.Contains(extra, "--evpn")
+	duration := "60s"
+	if evpn {
+		duration = "90s" // room for every kind of both layers
+	}
+	stdout, stderr, code := runBench(t, 8*time.Minute, append([]string{"bench", "chaos", "--hosts", "4", "--duration", duration,
+		"--seed", chaosSeed, "--prefix", prefix, "--json"}, extra...)...)
 	if code != 0 {
 		t.Fatalf("exit status %d\nstderr:\n%s", code, stderr)
 	}
@@ -35,9 +79,9 @@ func TestBenchChaos(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
 		t.Fatalf("--json output: %v\n%s", err, stdout)
 	}
-	t.Logf("uvxlan bench chaos --hosts 4 --duration 60s --seed %s:\n%s", chaosSeed, strings.Join(rep.Verdict, "\n"))
+	t.Logf("uvxlan bench chaos --hosts 4 --duration %s --seed %s %s:\n%s", duration, chaosSeed, strings.Join(extra, " "), strings.Join(rep.Verdict, "\n"))
 	for _, f := range rep.Faults {
-		t.Logf("%-9s %d run, %d pairs alone, gap p50 %.0f p99 %.0f max %.0f ms, %d probes lost", f.Kind, f.Count, f.Pairs, f.GapMS.P50, f.GapMS.P99, f.GapMS.Max, f.Lost)
+		t.Logf("%-10s %d run, %d pairs alone, %d measured, gap p50 %.0f p99 %.0f max %.0f ms, %d probes lost", f.Kind, f.Count, f.Pairs, f.Measured, f.GapMS.P50, f.GapMS.P99, f.GapMS.Max, f.Lost)
 	}
 	if !strings.Contains(stderr, "seed "+chaosSeed) {
 		t.Errorf("the schedule and its seed are not printed first:\n%s", stderr)
@@ -46,7 +90,11 @@ func TestBenchChaos(t *testing.T) {
 	for _, f := range rep.Faults {
 		ran[f.Kind] = f.Count
 	}
-	for _, k := range chaos.FaultKinds {
+	kinds := chaos.FaultKinds
+	if evpn {
+		kinds = slices.Concat(kinds, chaos.EVPNFaultKinds)
+	}
+	for _, k := range kinds {
 		if ran[k] == 0 {
 			t.Errorf("no %s fault ran", k)
 		}
@@ -77,6 +125,7 @@ func TestBenchChaos(t *testing.T) {
 	if ns := namespacesOf(t, prefix); len(ns) > 0 {
 		t.Errorf("namespaces left behind: %v", ns)
 	}
+	return &rep
 }
 
 func faultsRun(m map[chaos.FaultKind]int) int {
@@ -85,4 +134,56 @@ func faultsRun(m map[chaos.FaultKind]int) int {
 		n += v
 	}
 	return n
+}
+
+// The agents' binary in a world-writable directory: an agent refuses to
+// start it as its successor at SIGHUP (checkSuccessor) and goes on. The
+// sighup fault fails, and the report says why in the agent's words, not
+// only that no successor answered (finding b of issue 40).
+func TestBenchChaosSIGHUPRefused(t *testing.T) {
+	t.Parallel()
+	testenv.Require(t)
+	requireTool(t, "nft")
+	requireTool(t, "tcpdump")
+	dir := filepath.Join(t.TempDir(), "open")
+	if err := os.Mkdir(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o777); err != nil { // past the umask
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "uvxlan")
+	b, err := os.ReadFile(uvxlanBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	prefix := testenv.PrefixForTest(t)
+	start := time.Now()
+	stdout, stderr, code := runBench(t, 5*time.Minute, "bench", "chaos", "--hosts", "2", "--duration", "15s", "--faults", "sighup",
+		"--seed", "1", "--prefix", prefix, "--bin", bin, "--json")
+	if code != 0 {
+		t.Fatalf("exit status %d\nstderr:\n%s", code, stderr)
+	}
+	var rep chaos.Report
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatalf("--json output: %v\n%s", err, stdout)
+	}
+	t.Logf("took %v; failures: %q", time.Since(start).Round(time.Second), rep.Failures)
+	if len(rep.Failures) == 0 || len(rep.Failures) != len(rep.Schedule) {
+		t.Errorf("%d failures of %d sighup faults: %q", len(rep.Failures), len(rep.Schedule), rep.Failures)
+	}
+	for _, f := range rep.Failures {
+		if !strings.Contains(f, "refusing to start the successor") || !strings.Contains(f, "writable by group or others") {
+			t.Errorf("failure %q; want the agent's refusal (writable by group or others)", f)
+		}
+	}
+	if rep.PromisesMet {
+		t.Error("promises met with a failed sighup")
+	}
+	if ns := namespacesOf(t, prefix); len(ns) > 0 {
+		t.Errorf("namespaces left behind: %v", ns)
+	}
 }

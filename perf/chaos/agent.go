@@ -11,6 +11,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -52,6 +53,9 @@ type chaosAgent struct {
 	mu   sync.Mutex
 	pid  int           // the current agent process
 	proc *testenv.Proc // its Proc, when the bench started it; nil for a SIGHUP successor
+	// logPath is the log the current agent writes: its own, or for a
+	// SIGHUP successor the one it inherited from the agent it took over.
+	logPath string
 	// expectedExit: pids the bench stopped or saw hand over, which may
 	// exit without it being a death.
 	restarts int
@@ -69,7 +73,7 @@ func (a *chaosAgent) start(ctx context.Context, extra ...string) error {
 		return err
 	}
 	a.mu.Lock()
-	a.pid, a.proc = p.Pid(), p
+	a.pid, a.proc, a.logPath = p.Pid(), p, p.LogPath()
 	a.mu.Unlock()
 	return nil
 }
@@ -193,6 +197,13 @@ func (a *chaosAgent) takeover(ctx context.Context) error {
 func (a *chaosAgent) reload(ctx context.Context) error {
 	a.saveCounters(ctx)
 	pid, p := a.current()
+	a.mu.Lock()
+	logPath := a.logPath
+	a.mu.Unlock()
+	var from int64
+	if fi, err := os.Stat(logPath); err == nil {
+		from = fi.Size()
+	}
 	if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
 		return fmt.Errorf("%s: kill -HUP %d: %w", a.host.Name, pid, err)
 	}
@@ -204,6 +215,12 @@ func (a *chaosAgent) reload(ctx context.Context) error {
 		if err == nil && st.PID != pid {
 			succ = st.PID
 			break
+		}
+		// An agent that will not start its successor says so in its log
+		// and goes on: its words, not only our wait's end (finding b of
+		// issue 40: a binary in a world-writable directory).
+		if why := reloadRefusal(logPath, from); why != "" {
+			return fmt.Errorf("%s: agent %d did not start a successor at SIGHUP: %s", a.host.Name, pid, why)
 		}
 		select {
 		case <-wctx.Done():
@@ -219,6 +236,29 @@ func (a *chaosAgent) reload(ctx context.Context) error {
 		return fmt.Errorf("%s: the agent reloaded: %w", a.host.Name, err)
 	}
 	return nil
+}
+
+// reloadRefusal returns the line an agent logged, in its log at path
+// from the offset from on, when it refused or failed to start its
+// successor at SIGHUP (startSuccessor's "SIGHUP: refusing …" and "SIGHUP:
+// could not start …"); "" for none.
+func reloadRefusal(path string, from int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	if _, err := f.Seek(from, io.SeekStart); err != nil {
+		return ""
+	}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if l := sc.Text(); strings.Contains(l, "SIGHUP: refusing") || strings.Contains(l, "SIGHUP: could not start") {
+			return strings.TrimSpace(l)
+		}
+	}
+	return ""
 }
 
 func (a *chaosAgent) status(ctx context.Context) (controlapi.Status, error) {

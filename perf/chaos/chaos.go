@@ -34,6 +34,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -78,6 +79,19 @@ type Config struct {
 	Settle   time.Duration // default DefaultSettle
 	Prefix   string        // of the testbed's namespaces; default random
 	Binary   string        // the uvxlan binary the agents run; required
+	// Encrypt runs every agent with --encrypt; no plain VXLAN datagram
+	// may then cross between members (Report.PlainDatagrams).
+	Encrypt bool
+	// Rekey, with Encrypt, is how often the agents replace their
+	// ephemeral keys (their hidden --encrypt-rekey); 0: their default,
+	// 2 minutes. No API or signal forces a rekey: a short interval puts
+	// rekeys under the faults.
+	Rekey time.Duration
+	// EVPN adds a host, the fabric's: FRR as every agent's route
+	// reflector (each agent also a BGP EVPN speaker) and a kernel VTEP
+	// under FRR with an endpoint in the mesh; the EVPN fault kinds; and
+	// the check of that host's kernel FDB against the truth.
+	EVPN bool
 	// Progress receives the schedule and a line per step; nil for none.
 	Progress io.Writer
 }
@@ -96,6 +110,9 @@ type chaosEndpoint struct {
 	name string // its veth in the host: "e<id>"
 	mac  net.HardwareAddr
 	addr netip.Addr
+	// kernel: behind the fabric's kernel VTEP (EVPN), which announces its
+	// MAC only (no SVI address, so no binding).
+	kernel bool
 }
 
 // chaosRun is a Run in progress.
@@ -106,6 +123,8 @@ type chaosRun struct {
 	agents []*chaosAgent // by host index - 1
 	eps    []*chaosEndpoint
 	mesh   *mesh
+	plain  *plainCapture // of every host's underlay
+	fabric *fabric       // with EVPN; host Hosts+1
 
 	mu  sync.Mutex
 	loc []int // endpoint id → host (0: away); guarded by mu
@@ -137,7 +156,7 @@ type faultRun struct {
 
 // grace is how long after its action a fault's pairs stay its own.
 func (f *faultRun) grace() time.Duration {
-	if f.Kind == FaultPartition {
+	if f.Kind == FaultPartition || f.Kind == FaultGossipCut {
 		return chaosPartitionGrace
 	}
 	return chaosGrace
@@ -148,7 +167,9 @@ func (f *faultRun) grace() time.Duration {
 // something else's (the cluster has other faults meanwhile).
 func (f *faultRun) gapWindow() time.Duration {
 	switch f.Kind {
-	case FaultKill, FaultTakeover, FaultReload, FaultLoss:
+	case FaultKill, FaultTakeover, FaultReload, FaultLoss, FaultGossipCut:
+		return 2 * time.Second
+	case FaultRRRestart, FaultBGPReset: // the sessions end at once
 		return 2 * time.Second
 	case FaultMove:
 		return 3 * time.Second
@@ -190,6 +211,14 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	}
 	if len(cfg.Kinds) == 0 {
 		cfg.Kinds = FaultKinds
+		if cfg.EVPN {
+			cfg.Kinds = allKinds()
+		}
+	}
+	for _, k := range cfg.Kinds {
+		if slices.Contains(EVPNFaultKinds, k) && !cfg.EVPN {
+			return nil, fmt.Errorf("chaos: fault kind %s needs the EVPN layer (--evpn)", k)
+		}
 	}
 	if cfg.Hosts < 2 || cfg.Hosts > MaxHosts {
 		return nil, fmt.Errorf("chaos: %d hosts, want 2 to %d", cfg.Hosts, MaxHosts)
@@ -198,11 +227,11 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		return nil, errors.New("chaos: no uvxlan binary to run (Config.Binary)")
 	}
 	sched, err := Schedule(ScheduleConfig{Seed: cfg.Seed, Hosts: cfg.Hosts, Endpoints: Endpoints, Duration: cfg.Duration,
-		Kinds: cfg.Kinds, VanishHold: ProbeBudget + 4*time.Second})
+		Kinds: cfg.Kinds, VanishHold: ProbeBudget + 4*time.Second, Fabric: cfg.EVPN})
 	if err != nil {
 		return nil, err
 	}
-	r := &chaosRun{cfg: cfg, out: cfg.Progress, hostMu: make([]sync.Mutex, cfg.Hosts+1)}
+	r := &chaosRun{cfg: cfg, out: cfg.Progress, hostMu: make([]sync.Mutex, cfg.Hosts+2)}
 	r.say("seed %d: %d faults over %v on %d hosts (replay with --seed %d)", cfg.Seed, len(sched), cfg.Duration, cfg.Hosts, cfg.Seed)
 	if r.out != nil {
 		for _, f := range sched {
@@ -220,7 +249,11 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 			os.RemoveAll(r.work)
 		}
 	}()
-	if r.tb, err = testenv.New(testenv.Config{Prefix: cfg.Prefix, Hosts: cfg.Hosts, LogDir: r.work}); err != nil {
+	tbHosts := cfg.Hosts
+	if cfg.EVPN {
+		tbHosts++ // the fabric's
+	}
+	if r.tb, err = testenv.New(testenv.Config{Prefix: cfg.Prefix, Hosts: tbHosts, LogDir: r.work}); err != nil {
 		return nil, err
 	}
 	r.say("building %d hosts (namespaces %s-*), each a bridge with an agent's TAP and %d endpoints", cfg.Hosts, r.tb.Prefix(), Endpoints)
@@ -235,6 +268,12 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 			err = derr
 		}
 	}()
+	// The underlay captures start before the agents: with --encrypt
+	// nothing may cross in plain even before keys are agreed.
+	if r.plain, err = startPlainCapture(ctx, r.tb, r.tb.Hosts()[:cfg.Hosts], r.work); err != nil {
+		return nil, err
+	}
+	defer r.plain.stop()
 	if err := r.setup(ctx); err != nil {
 		keep = true
 		return nil, err
@@ -261,10 +300,22 @@ func (r *chaosRun) setup(runCtx context.Context) error {
 	for i := 1; i <= min(3, r.cfg.Hosts); i++ {
 		seeds = append(seeds, r.tb.Host(i).Underlay.String())
 	}
-	r.loc = make([]int, r.cfg.Hosts*Endpoints+1)
-	r.cut = make([]bool, r.cfg.Hosts+1)
+	r.loc = make([]int, r.cfg.Hosts*Endpoints+1, r.cfg.Hosts*Endpoints+2)
+	r.cut = make([]bool, r.cfg.Hosts+2)
 	r.routes = map[[2]int]int{}
-	for _, h := range r.tb.Hosts() {
+	if r.cfg.EVPN {
+		// The fabric first, so that the agents' sessions come up at once;
+		// its endpoint is the mesh's last.
+		h := r.tb.Host(r.cfg.Hosts + 1)
+		id := r.cfg.Hosts*Endpoints + 1
+		r.say("%s: FRR as the route reflector (AS %d) and a kernel VTEP of VNI %d with endpoint %d", h.Name, chaosASN, chaosVNI, id)
+		var err error
+		if r.fabric, err = startFabric(ctx, h, netip.PrefixFrom(epAddr(id), 24)); err != nil {
+			return err
+		}
+		r.loc = append(r.loc, h.Index)
+	}
+	for _, h := range r.tb.Hosts()[:r.cfg.Hosts] {
 		if err := noIPv6(h); err != nil {
 			return err
 		}
@@ -282,6 +333,15 @@ func (r *chaosRun) setup(runCtx context.Context) error {
 			"--control", a.control, "--state-dir", state, "--gossip-key-file", key, "--keep-tap",
 			"--probe-interval", ProbeInterval.String(), "--probe-retries", strconv.Itoa(ProbeRetries),
 			"--metrics", chaosMetricsAddr}
+		if r.fabric != nil {
+			a.args = append(a.args, r.fabric.agentArgs()...)
+		}
+		if r.cfg.Encrypt {
+			a.args = append(a.args, "--encrypt") // its identity key in --state-dir
+			if r.cfg.Rekey > 0 {
+				a.args = append(a.args, "--encrypt-rekey", r.cfg.Rekey.String())
+			}
+		}
 		for _, s := range seeds {
 			if s != h.Underlay.String() {
 				a.args = append(a.args, "--join", s)
@@ -311,6 +371,10 @@ func (r *chaosRun) setup(runCtx context.Context) error {
 			r.eps = append(r.eps, &chaosEndpoint{id: id, ns: ns, name: name, mac: mac, addr: epAddr(id)})
 			r.loc[id] = h.Index
 		}
+	}
+	if f := r.fabric; f != nil {
+		id := len(r.loc) - 1
+		r.eps = append(r.eps, &chaosEndpoint{id: id, ns: f.vtep.Endpoint, name: "ep" + strconv.Itoa(chaosVNI), mac: f.vtep.MAC, addr: epAddr(id), kernel: true})
 	}
 	r.say("waiting for every agent to see %d members", r.cfg.Hosts)
 	for _, a := range r.agents {
@@ -397,7 +461,9 @@ func (r *chaosRun) truth() truth {
 		if h := r.loc[e.id]; h != 0 {
 			mac := fdb.MAC(e.mac)
 			t.vtep[mac] = r.tb.Host(h).Underlay
-			t.neigh[e.addr] = mac
+			if !e.kernel {
+				t.neigh[e.addr] = mac
+			}
 		}
 	}
 	return t
@@ -416,12 +482,19 @@ func (r *chaosRun) diff(ctx context.Context) tableDiff {
 		}
 		d.add(t.compare(a.host.Name, a.host.Underlay, f, n))
 	}
+	if r.fabric != nil {
+		var vteps []netip.Addr
+		for _, a := range r.agents {
+			vteps = append(vteps, a.host.Underlay)
+		}
+		d.add(r.fabric.kernelDiff(ctx, t, vteps))
+	}
 	return d
 }
 
 // run runs the schedule, waits for the tables, and scores (stages 4 to 6).
 func (r *chaosRun) run(ctx context.Context, sched []Fault) (*Report, error) {
-	rep := &Report{Seed: r.cfg.Seed, Hosts: r.cfg.Hosts, Endpoints: len(r.eps), DurationSeconds: r.cfg.Duration.Seconds(),
+	rep := &Report{Seed: r.cfg.Seed, Hosts: r.cfg.Hosts, Encrypt: r.cfg.Encrypt, EVPN: r.cfg.EVPN, Endpoints: len(r.eps), DurationSeconds: r.cfg.Duration.Seconds(),
 		MeshIntervalMS: ms(MeshInterval), MeshHotIntervalMS: ms(MeshHotInterval),
 		ProbeInterval: ProbeInterval.String(), ProbeRetries: ProbeRetries, Schedule: sched}
 	// The agents' memory at the start is read after a warm-up under the
@@ -475,6 +548,11 @@ func (r *chaosRun) run(ctx context.Context, sched []Fault) (*Report, error) {
 	end := r.mesh.now()
 	r.mesh.stop(time.Second)
 	endMem := r.memory(ctx)
+	var cerr error
+	rep.PlainDatagrams, rep.PlainFirst, cerr = r.plain.count()
+	if cerr != nil {
+		return nil, cerr
+	}
 	rep.Stale, rep.Missing, rep.WrongVTEP = diff.Stale, diff.Missing, diff.Wrong
 	r.scoreAgents(ctx, rep, startMem, endMem)
 	r.mu.Lock()
@@ -507,7 +585,7 @@ func (r *chaosRun) memory(ctx context.Context) []agentMemory {
 func (r *chaosRun) runFault(ctx context.Context, phase time.Duration, f Fault) faultRun {
 	fr := faultRun{Fault: f, withdrawn: -1}
 	at := phase + f.At
-	short := f.Kind != FaultPartition && f.Kind != FaultLoss && f.Kind != FaultVanish
+	short := !slices.Contains([]FaultKind{FaultPartition, FaultLoss, FaultVanish, FaultRRCut, FaultGossipCut}, f.Kind)
 	if wait := at - time.Second - r.mesh.now(); wait > 0 {
 		select {
 		case <-ctx.Done():
@@ -565,8 +643,20 @@ func touchOf(f Fault, loc []int, hosts int) func(s, d int) bool {
 	case FaultMove, FaultVanish:
 		e := f.Endpoint - 1
 		return func(s, d int) bool { return s == e || d == e }
+	case FaultBGPReset: // the agent's endpoints and the fabric's
+		h, fab := f.Hosts[0], hosts+1
+		return func(s, d int) bool {
+			a, b := loc[s+1], loc[d+1]
+			return a == h && b == fab || a == fab && b == h
+		}
+	case FaultGossipCut: // the two agents' endpoints
+		h1, h2 := f.Hosts[0], f.Hosts[1]
+		return func(s, d int) bool {
+			a, b := loc[s+1], loc[d+1]
+			return a == h1 && b == h2 || a == h2 && b == h1
+		}
 	default:
-		in := make([]bool, hosts+1)
+		in := make([]bool, hosts+2) // [hosts+1]: the fabric's
 		for _, h := range f.Hosts {
 			in[h] = true
 		}
@@ -594,6 +684,19 @@ func (r *chaosRun) act(ctx context.Context, fr *faultRun) error {
 		return r.move(ctx, f)
 	case FaultVanish:
 		return r.vanish(ctx, fr)
+	case FaultRRRestart:
+		return r.fabric.restartBGPd(ctx)
+	case FaultRRCut:
+		return r.partition(ctx, f)
+	case FaultBGPReset:
+		return r.fabric.resetSession(ctx, r.tb.Host(f.Hosts[0]).Underlay)
+	case FaultGossipCut:
+		undo, err := gossipCut(ctx, r.tb.Host(f.Hosts[0]), r.tb.Host(f.Hosts[1]))
+		if err != nil {
+			return err
+		}
+		sleepCtx(ctx, f.Hold)
+		return undo()
 	}
 	return fmt.Errorf("unknown fault kind %q", f.Kind)
 }
@@ -750,9 +853,20 @@ func (r *chaosRun) holders(ctx context.Context, e *chaosEndpoint) []string {
 			held = append(held, a.host.Name+" (unreadable)")
 			continue
 		}
-		if slices.ContainsFunc(f, func(row controlapi.FDBRow) bool { return row.MAC == fdb.MAC(e.mac) }) ||
-			slices.ContainsFunc(n, func(row controlapi.NeighRow) bool { return row.IP == e.addr }) {
-			held = append(held, a.host.Name)
+		// What it holds, and from where: "h5 (fdb learned 198.18.0.6)".
+		var what []string
+		for _, row := range f {
+			if row.MAC == fdb.MAC(e.mac) {
+				what = append(what, "fdb "+fdbGot(row))
+			}
+		}
+		for _, row := range n {
+			if row.IP == e.addr {
+				what = append(what, "neigh "+row.Origin.String())
+			}
+		}
+		if len(what) > 0 {
+			held = append(held, a.host.Name+" ("+strings.Join(what, ", ")+")")
 		}
 	}
 	return held

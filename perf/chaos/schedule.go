@@ -43,8 +43,35 @@ const (
 	FaultVanish FaultKind = "vanish"
 )
 
-// FaultKinds lists every kind, in report order.
+// The kinds of the EVPN layer (Config.EVPN): the fabric's route reflector
+// (FRR, on a host of its own) and the sessions to it, and gossip cut where
+// EVPN could carry on.
+const (
+	// FaultRRRestart restarts the route reflector's bgpd: every session
+	// closes (a Cease) and comes back.
+	FaultRRRestart FaultKind = "rr-restart"
+	// FaultRRCut cuts the route reflector's host from every agent's host
+	// (blackhole routes both ways) for PartitionHold: the kernel VTEP
+	// under it too.
+	FaultRRCut FaultKind = "rr-cut"
+	// FaultBGPReset resets one agent's BGP session at the route
+	// reflector (vtysh clear bgp).
+	FaultBGPReset FaultKind = "bgp-reset"
+	// FaultGossipCut cuts gossip only (TCP and UDP to the gossip port)
+	// between two agents' hosts, both ways, for PartitionHold; VXLAN and
+	// BGP pass.
+	FaultGossipCut FaultKind = "gossip-cut"
+)
+
+// FaultKinds lists every kind of the gossip overlay, in report order.
 var FaultKinds = []FaultKind{FaultKill, FaultTerm, FaultTakeover, FaultReload, FaultPartition, FaultLoss, FaultMove, FaultVanish}
+
+// EVPNFaultKinds lists the kinds the EVPN layer adds, in report order
+// (after FaultKinds).
+var EVPNFaultKinds = []FaultKind{FaultRRRestart, FaultRRCut, FaultBGPReset, FaultGossipCut}
+
+// allKinds is every kind, in report order.
+func allKinds() []FaultKind { return slices.Concat(FaultKinds, EVPNFaultKinds) }
 
 // How long the timed faults hold, and how long each fault keeps its
 // hosts to itself after its action ends (chaosSettle), so that the
@@ -64,16 +91,19 @@ const (
 
 // ParseFaultKinds reads a comma-separated list of fault kinds ("all" or
 // "" for every kind) and returns them in report order, without repeats.
+//
+// "all" is nil: every kind the run's layers hold (Run).
 func ParseFaultKinds(s string) ([]FaultKind, error) {
 	if strings.TrimSpace(s) == "" || strings.TrimSpace(s) == "all" {
-		return slices.Clone(FaultKinds), nil
+		return nil, nil
 	}
+	known := allKinds()
 	seen := map[FaultKind]bool{}
 	for _, f := range strings.Split(s, ",") {
 		k := FaultKind(strings.TrimSpace(f))
-		if !slices.Contains(FaultKinds, k) {
-			names := make([]string, len(FaultKinds))
-			for i, k := range FaultKinds {
+		if !slices.Contains(known, k) {
+			names := make([]string, len(known))
+			for i, k := range known {
 				names[i] = string(k)
 			}
 			return nil, fmt.Errorf("unknown fault kind %q (known: %s, or all)", f, strings.Join(names, ", "))
@@ -81,7 +111,7 @@ func ParseFaultKinds(s string) ([]FaultKind, error) {
 		seen[k] = true
 	}
 	var kinds []FaultKind
-	for _, k := range FaultKinds {
+	for _, k := range known {
 		if seen[k] {
 			kinds = append(kinds, k)
 		}
@@ -123,6 +153,10 @@ func (f Fault) String() string {
 		s += fmt.Sprintf(" {%s} cut from the rest for %v", strings.Join(hosts, ","), f.Hold)
 	case FaultLoss:
 		s += fmt.Sprintf(" %s's underlay for %v", hosts[0], f.Hold)
+	case FaultRRCut:
+		s += fmt.Sprintf(" %s (the route reflector) cut from the agents for %v", hosts[0], f.Hold)
+	case FaultGossipCut:
+		s += fmt.Sprintf(" gossip between %s cut for %v", strings.Join(hosts, " and "), f.Hold)
 	default:
 		s += " " + strings.Join(hosts, ",")
 	}
@@ -141,6 +175,10 @@ type ScheduleConfig struct {
 	Kinds     []FaultKind   // at least one
 	// VanishHold is how long a vanished endpoint stays away.
 	VanishHold time.Duration
+	// Fabric: host Hosts+1 is the EVPN fabric's (the route reflector and
+	// a kernel VTEP), no agent's; the rr kinds hold it, and no other kind
+	// draws it.
+	Fabric bool
 }
 
 // Schedule draws the faults of a run from cfg.Seed: the same
@@ -164,17 +202,18 @@ func Schedule(cfg ScheduleConfig) ([]Fault, error) {
 	for e := 1; e < len(loc); e++ {
 		loc[e] = (e-1)/cfg.Endpoints + 1
 	}
-	busyUntil := make([]time.Duration, cfg.Hosts+1)
+	busyUntil := make([]time.Duration, cfg.Hosts+2) // [Hosts+1]: the fabric's
 	live := map[FaultKind]bool{}
 	for _, k := range cfg.Kinds {
-		if k == FaultPartition && cfg.Hosts < 3 {
+		if k == FaultPartition && cfg.Hosts < 3 || slices.Contains(EVPNFaultKinds, k) && !cfg.Fabric {
 			continue
 		}
 		live[k] = true
 	}
 	// The first bag holds the kinds longest first, so that a short run
 	// has room for each; later bags are shuffled.
-	hold := map[FaultKind]time.Duration{FaultLoss: LossHold, FaultPartition: PartitionHold, FaultVanish: cfg.VanishHold, FaultMove: time.Nanosecond}
+	hold := map[FaultKind]time.Duration{FaultLoss: LossHold, FaultPartition: PartitionHold, FaultVanish: cfg.VanishHold, FaultMove: time.Nanosecond,
+		FaultRRCut: PartitionHold, FaultGossipCut: PartitionHold}
 	var bag []FaultKind
 	for _, k := range cfg.Kinds {
 		if live[k] {
@@ -237,7 +276,7 @@ func Schedule(cfg ScheduleConfig) ([]Fault, error) {
 func placeFault(rng *rand.Rand, cfg ScheduleConfig, kind FaultKind, t time.Duration, busyUntil []time.Duration, loc []int) (Fault, bool) {
 	f := Fault{Kind: kind}
 	switch kind {
-	case FaultPartition:
+	case FaultPartition, FaultRRCut, FaultGossipCut:
 		f.Hold = PartitionHold
 	case FaultLoss:
 		f.Hold = LossHold
@@ -246,6 +285,7 @@ func placeFault(rng *rand.Rand, cfg ScheduleConfig, kind FaultKind, t time.Durat
 	}
 	// Candidate starts: t, and each moment a host becomes free after t.
 	starts := []time.Duration{t}
+	fabric := cfg.Hosts + 1
 	for _, b := range busyUntil[1:] {
 		if b > t {
 			starts = append(starts, b)
@@ -265,7 +305,18 @@ func placeFault(rng *rand.Rand, cfg ScheduleConfig, kind FaultKind, t time.Durat
 		isFree := func(h int) bool { return slices.Contains(free, h) }
 		f.At = at
 		switch kind {
-		case FaultKill, FaultTerm, FaultTakeover, FaultReload, FaultLoss:
+		case FaultRRRestart, FaultRRCut:
+			if busyUntil[fabric] <= at {
+				f.Hosts = []int{fabric}
+				return f, true
+			}
+		case FaultGossipCut:
+			if len(free) >= 2 {
+				rng.Shuffle(len(free), func(i, j int) { free[i], free[j] = free[j], free[i] })
+				f.Hosts = slices.Sorted(slices.Values(free[:2]))
+				return f, true
+			}
+		case FaultKill, FaultTerm, FaultTakeover, FaultReload, FaultLoss, FaultBGPReset:
 			if len(free) > 0 {
 				f.Hosts = []int{free[rng.IntN(len(free))]}
 				return f, true
