@@ -339,7 +339,7 @@ func (d *Demux) acceptVXLAN(m *Message, pkt []byte) int {
 		e.c.drop(DropForeignMAC)
 		return -1
 	}
-	if e.cfg.Pinned != nil {
+	if et := uint16(frame[12])<<8 | uint16(frame[13]); e.cfg.Pinned != nil && (et == etherTypeARP || et == etherTypeIPv6) { // only ARP and ND bind
 		if ip, mac, ok := rxBinding(frame); ok && !e.cfg.Pinned.binds(h.VNI, ip, mac) {
 			e.c.drop(DropPinnedAddr)
 			return -1
