@@ -677,9 +677,10 @@ func (r *Report) WriteTable(w io.Writer) error {
 			continue // beside its figure
 		}
 		row := []string{f.label, arrow(f.higher)}
+		lead := r.leaders(f)
 		for i := range r.Overlays {
 			o := &r.Overlays[i]
-			row = append(row, r.cell(f, o))
+			row = append(row, r.cell(f, o)+leadMark(lead[i]))
 		}
 		if len(r.Ratios) > 0 {
 			rt, ok := ratios[f.key]
@@ -725,6 +726,8 @@ func (r *Report) writeNotes(w io.Writer) error {
 	var notes strings.Builder
 	notes.WriteString("\n↑ higher is better (throughput), ↓ lower is better (RTT, loss, CPU): a uvxlan/kernel ratio above 1 puts uvxlan ahead on ↑ rows and behind on ↓ rows.\n")
 	notes.WriteString("udp: datagrams delivered per second, counted by the receiver; lost: of the datagrams iperf3 sent, the share never delivered.\n")
+	notes.WriteString(leadStar + " leads the figure: the best value of the overlays measured (veth, no overlay, left out; ties all marked); " +
+		leadUser + " leads it among the userspace overlays, where a kernel path leads.\n")
 	if hasCPU {
 		notes.WriteString("cpu per GB: CPU seconds per 10⁹ payload bytes delivered by the iperf3 tests (ping left out).\n")
 		var others []string
@@ -788,21 +791,26 @@ func (r *Report) hasPeers() bool {
 func (r *Report) writeCompare(w io.Writer) error {
 	tw := newTable(w)
 	fmt.Fprintln(tw, "overlay\tlayer, crypto\tmtu\ttcp 1 ↑\ttcp 4 ↑\tudp 64 B ↑\tudp 1400 B ↑\trtt p50 ↓\trtt p99 ↓\tcpu/GB ↓\tmachine cpu/GB ↓\tpeak rss ↓")
+	lead := map[string][]lead{}
+	for _, f := range figures {
+		lead[f.key] = r.leaders(f)
+	}
 	for i := range r.Overlays {
 		o := &r.Overlays[i]
+		mark := func(key string) string { return leadMark(lead[key][i]) }
 		cpu, machine := "-", "-"
 		if o.CPU != nil {
-			cpu, machine = r.cell(figureByKey("cpu_s_per_gb"), o), r.cell(figureByKey("machine_cpu_s_per_gb"), o)
+			cpu, machine = r.cell(figureByKey("cpu_s_per_gb"), o)+mark("cpu_s_per_gb"), r.cell(figureByKey("machine_cpu_s_per_gb"), o)+mark("machine_cpu_s_per_gb")
 		}
 		rss := "-"
 		if o.Agents != nil {
 			rss = fmt.Sprintf("%.1f MiB", float64(o.Agents.PeakRSSBytes)/(1<<20))
 		}
 		fmt.Fprintf(tw, "%s\t%s, %s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", o.Overlay, o.Layer, o.Crypto, o.MTU,
-			fmtGbps(o.TCP1Gbps), fmtGbps(o.TCP4Gbps),
-			fmt.Sprintf("%s (%s lost)", fmtPPS(o.UDP64PPS), fmtPercent(o.UDP64LossPercent)),
-			fmt.Sprintf("%s (%s lost)", fmtPPS(o.UDP1400PPS), fmtPercent(o.UDP1400LossPercent)),
-			fmtMicros(o.RTTP50Micros), fmtMicros(o.RTTP99Micros), cpu, machine, rss)
+			fmtGbps(o.TCP1Gbps)+mark("tcp1_gbps"), fmtGbps(o.TCP4Gbps)+mark("tcp4_gbps"),
+			fmt.Sprintf("%s (%s lost)%s", fmtPPS(o.UDP64PPS), fmtPercent(o.UDP64LossPercent), mark("udp64_pps")),
+			fmt.Sprintf("%s (%s lost)%s", fmtPPS(o.UDP1400PPS), fmtPercent(o.UDP1400LossPercent), mark("udp1400_pps")),
+			fmtMicros(o.RTTP50Micros)+mark("rtt_p50_us"), fmtMicros(o.RTTP99Micros)+mark("rtt_p99_us"), cpu, machine, rss)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -828,6 +836,72 @@ func (r *Report) writeCompare(w io.Writer) error {
 		return err
 	}
 	return r.writeNotes(w)
+}
+
+// leadStar marks the overlay that leads a figure in the tables and the
+// SVG, leadUser the one that leads it among the userspace overlays when a
+// kernel path leads it.
+const (
+	leadStar = "★"
+	leadUser = "☆"
+)
+
+// lead is how an overlay stands on a figure: 0, leadAll or leadUserspace.
+type lead int
+
+const (
+	leadNone lead = iota
+	leadAll
+	leadUserspace
+)
+
+func leadMark(l lead) string {
+	switch l {
+	case leadAll:
+		return " " + leadStar
+	case leadUserspace:
+		return " " + leadUser
+	}
+	return ""
+}
+
+// leaders tells, for figure f, how each of r.Overlays stands: leadAll for
+// those with the best value among the overlays that measured it (a value
+// above 0; for a CPU figure, measured), ties all; leadUserspace for those
+// best among the userspace overlays, when they are not best of all. veth,
+// the path without an overlay, takes no part.
+func (r *Report) leaders(f figure) []lead {
+	out := make([]lead, len(r.Overlays))
+	if f.isLoss {
+		return out
+	}
+	measured := func(o *OverlayResult) bool {
+		v := f.get(o)
+		return o.Overlay != Veth && v > 0 && !math.IsInf(v, 0) && !(f.cpu && (o.CPU == nil || f.unmeasured(o)))
+	}
+	best := func(userspace bool) (float64, bool) {
+		b, any := 0.0, false
+		for i := range r.Overlays {
+			o := &r.Overlays[i]
+			if v := f.get(o); measured(o) && (!userspace || o.Overlay.userspace()) && (!any || f.higher && v > b || !f.higher && v < b) {
+				b, any = v, true
+			}
+		}
+		return b, any
+	}
+	all, okAll := best(false)
+	user, okUser := best(true)
+	for i := range r.Overlays {
+		o := &r.Overlays[i]
+		switch v := f.get(o); {
+		case !measured(o):
+		case okAll && v == all:
+			out[i] = leadAll
+		case okUser && o.Overlay.userspace() && v == user:
+			out[i] = leadUserspace
+		}
+	}
+	return out
 }
 
 // figureByKey returns the figure whose JSON key is key.
@@ -937,7 +1011,8 @@ func (r *Report) WriteSVG(w io.Writer) error {
 		pad                = 44 // room for a value beside a bar that reaches the axis' end
 		plotL, plotW       = left + pad, width - left - right - 2*pad
 	)
-	height := top + rowH*len(r.Ratios) + 56
+	panelTop := top + rowH*len(r.Ratios) + 40
+	height := panelTop + overlaysPanelHeight(len(r.Overlays)) + 20
 	// The axis spans powers of two around every ratio, and at least 1/2..2.
 	lo, hi := -1.0, 1.0
 	for _, rt := range r.Ratios {
@@ -999,11 +1074,66 @@ func (r *Report) WriteSVG(w io.Writer) error {
 		}
 	}
 	fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="black" stroke-width="2"/>`+"\n", x(1), top-10, x(1), bottom+2)
+	r.writeOverlaysPanel(&b, panelTop, width, left, right)
 	fmt.Fprintf(&b, `<text x="12" y="%d" fill="#555" font-size="11">%s; %s</text>`+"\n", height-10,
 		xmlEscape(r.Machine.String()), r.Started.UTC().Format(time.RFC3339))
 	b.WriteString("</svg>\n")
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// Rows of the overlays panel of the SVG: its title, a row per overlay, and
+// its axis labels.
+const (
+	panelTitleH, panelRowH, panelAxisH = 44, 30, 22
+	tputBarH, rttBarH                  = 9, 18
+)
+
+func overlaysPanelHeight(overlays int) int { return panelTitleH + panelRowH*overlays + panelAxisH }
+
+// writeOverlaysPanel draws, from y top down, a row per overlay: its TCP
+// throughput (1 and 4 streams) on the left, its round trip on the right
+// (p50 dark over p99 light), each on a linear axis from 0 to the largest
+// value; ★ marks the overlays that lead a figure.
+func (r *Report) writeOverlaysPanel(b *strings.Builder, top, width, left, right int) {
+	const valueW = 110 // room for the value beside a bar
+	mid := left + (width-left-right)/2
+	tx0, tx1 := float64(left), float64(mid-12-valueW)
+	rx0, rx1 := float64(mid+12), float64(width-right-valueW)
+	maxT, maxR := 0.0, 0.0
+	for _, o := range r.Overlays {
+		maxT = math.Max(maxT, math.Max(o.TCP1Gbps, o.TCP4Gbps))
+		maxR = math.Max(maxR, math.Max(o.RTTP50Micros, o.RTTP99Micros))
+	}
+	scale := func(v, m, x0, x1 float64) float64 {
+		if !(m > 0) || !(v > 0) {
+			return 0
+		}
+		return math.Max(v/m*(x1-x0), 1)
+	}
+	fmt.Fprintf(b, `<text x="12" y="%d" font-size="15" font-weight="bold">per overlay: throughput beside round trip</text>`+"\n", top+16)
+	fmt.Fprintf(b, `<text x="%.0f" y="%d" fill="#555" font-size="11">tcp Gbit/s: <tspan fill="#2f5f9e">1 stream</tspan>, <tspan fill="#8fb0dc">4 streams</tspan> (higher is better)</text>`+"\n", tx0, top+36)
+	fmt.Fprintf(b, `<text x="%.0f" y="%d" fill="#555" font-size="11">rtt µs: <tspan fill="#b5542f">p50</tspan>, <tspan fill="#e8b49c">p99</tspan> (lower is better)</text>`+"\n", rx0, top+36)
+	tLead, t4Lead := r.leaders(figureByKey("tcp1_gbps")), r.leaders(figureByKey("tcp4_gbps"))
+	pLead, p99Lead := r.leaders(figureByKey("rtt_p50_us")), r.leaders(figureByKey("rtt_p99_us"))
+	y0 := top + panelTitleH
+	for i, o := range r.Overlays {
+		y := y0 + i*panelRowH
+		fmt.Fprintf(b, `<text x="%d" y="%d" text-anchor="end">%s</text>`+"\n", left-8, y+rttBarH-4, xmlEscape(string(o.Overlay)))
+		w1, w4 := scale(o.TCP1Gbps, maxT, tx0, tx1), scale(o.TCP4Gbps, maxT, tx0, tx1)
+		fmt.Fprintf(b, `<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="#2f5f9e"/>`+"\n", tx0, y, w1, tputBarH)
+		fmt.Fprintf(b, `<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="#8fb0dc"/>`+"\n", tx0, y+tputBarH, w4, tputBarH)
+		fmt.Fprintf(b, `<text x="%.1f" y="%d" font-size="11">%.2f%s / %.2f%s</text>`+"\n", tx0+math.Max(w1, w4)+5, y+rttBarH-4,
+			o.TCP1Gbps, leadMark(tLead[i]), o.TCP4Gbps, leadMark(t4Lead[i]))
+		w50, w99 := scale(o.RTTP50Micros, maxR, rx0, rx1), scale(o.RTTP99Micros, maxR, rx0, rx1)
+		fmt.Fprintf(b, `<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="#e8b49c"/>`+"\n", rx0, y, w99, rttBarH)
+		fmt.Fprintf(b, `<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="#b5542f"/>`+"\n", rx0, y, w50, rttBarH)
+		fmt.Fprintf(b, `<text x="%.1f" y="%d" font-size="11">%.0f%s / %.0f%s</text>`+"\n", rx0+math.Max(w50, w99)+5, y+rttBarH-4,
+			o.RTTP50Micros, leadMark(pLead[i]), o.RTTP99Micros, leadMark(p99Lead[i]))
+	}
+	ya := y0 + panelRowH*len(r.Overlays)
+	fmt.Fprintf(b, `<text x="%.0f" y="%d" fill="#555" font-size="11">0 … %.2f Gbit/s</text>`+"\n", tx0, ya+8, maxT)
+	fmt.Fprintf(b, `<text x="%.0f" y="%d" fill="#555" font-size="11">0 … %.0f µs; %s leads the figure, %s among userspace overlays</text>`+"\n", rx0, ya+8, maxR, leadStar, leadUser)
 }
 
 // table is a tabwriter that drops the spaces it pads empty last cells with.

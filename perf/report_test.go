@@ -653,3 +653,115 @@ func TestCPUIdle(t *testing.T) {
 		t.Errorf("busy machine: want a warning:\n%s", b.String())
 	}
 }
+
+// reportWithTinc is sampleReport with a tinc measured too: slower than
+// uvxlan, with a shorter round trip at p50 and a longer one at p99, and
+// uvxlan's other figures.
+func reportWithTinc() *Report {
+	r := sampleReport()
+	tinc := r.Overlays[2]
+	tinc.Overlay, tinc.Desc, tinc.Layer, tinc.Crypto, tinc.MTU = Tinc, "tinc 1.0 switch mode", "L2", "none", 1450
+	tinc.TCP1Gbps, tinc.TCP4Gbps, tinc.RTTP50Micros, tinc.RTTP99Micros = 0.5, 0.5, 80, 300
+	tinc.Agents = &AgentUsage{CPUSeconds: 3, PeakRSSBytes: 6 << 20}
+	r.Overlays = append(r.Overlays, tinc)
+	r.computeRatios()
+	return r
+}
+
+// The tables mark per figure the overlay that leads it (★; veth, no
+// overlay, takes no part) and, where a kernel path leads, the one that
+// leads the userspace overlays (☆); ties lead together.
+func TestLeaders(t *testing.T) {
+	r := reportWithTinc() // veth, kernel, uvxlan, tinc
+	for _, tt := range []struct {
+		key  string
+		want []lead
+	}{
+		{"tcp1_gbps", []lead{leadNone, leadAll, leadUserspace, leadNone}},      // veth's 20 left out
+		{"udp64_pps", []lead{leadNone, leadNone, leadAll, leadAll}},            // uvxlan and tinc tie at 1.5 Mpkt/s
+		{"rtt_p50_us", []lead{leadNone, leadAll, leadNone, leadUserspace}},     // tinc 80 µs before uvxlan's 100
+		{"rtt_p99_us", []lead{leadNone, leadAll, leadUserspace, leadNone}},     // uvxlan 250 µs before tinc's 300
+		{"udp64_loss_percent", []lead{leadNone, leadNone, leadNone, leadNone}}, // no lead on a loss
+	} {
+		if got := r.leaders(figureByKey(tt.key)); !slices.Equal(got, tt.want) {
+			t.Errorf("%s: leaders %v, want %v", tt.key, got, tt.want)
+		}
+	}
+
+	var b bytes.Buffer
+	if err := r.WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(b.String(), "\n")
+	for i, want := range map[int][]string{
+		2: {"4.00 Gbit/s ★", "20 µs ★", "50 µs ★"},
+		3: {"1.00 Gbit/s ☆", "250 µs ☆", "1.50 Mpkt/s (50.0 % lost) ★"},
+		4: {"0.50 Gbit/s  ", "80 µs ☆", "300 µs  "},
+	} {
+		for _, w := range want {
+			if !strings.Contains(lines[i]+"  ", w) {
+				t.Errorf("row %q lacks %q", lines[i], w)
+			}
+		}
+	}
+	if !strings.Contains(b.String(), "★ leads the figure") || !strings.Contains(b.String(), "☆ leads it among the userspace overlays") {
+		t.Errorf("the notes do not say what ★ and ☆ mean:\n%s", b.String())
+	}
+
+	// The table of figure rows (veth, kernel, uvxlan) marks its cells too.
+	b.Reset()
+	if err := sampleReport().WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{"4.00 Gbit/s ★", "1.00 Gbit/s ☆", "20 µs ★"} {
+		if !strings.Contains(b.String(), w) {
+			t.Errorf("table lacks %q:\n%s", w, b.String())
+		}
+	}
+}
+
+// The SVG draws, below the ratios, a row per overlay: TCP throughput (1 and
+// 4 streams) beside the round trip (p50 over p99), with the leads marked.
+func TestWriteSVGOverlays(t *testing.T) {
+	r := reportWithTinc()
+	var b bytes.Buffer
+	if err := r.WriteSVG(&b); err != nil {
+		t.Fatal(err)
+	}
+	dec := xml.NewDecoder(bytes.NewReader(b.Bytes()))
+	heights := map[string]int{}
+	var text strings.Builder
+	for {
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("not well-formed XML: %v\n%s", err, b.String())
+		}
+		switch v := tok.(type) {
+		case xml.StartElement:
+			if v.Name.Local == "rect" {
+				for _, a := range v.Attr {
+					if a.Name.Local == "height" {
+						heights[a.Value]++
+					}
+				}
+			}
+		case xml.CharData:
+			text.Write(v)
+		}
+	}
+	if heights["9"] != 2*len(r.Overlays) || heights["18"] != 2*len(r.Overlays) {
+		t.Errorf("bars: %d throughput, %d round trip; want %d each", heights["9"], heights["18"], 2*len(r.Overlays))
+	}
+	if heights["20"] != len(r.Ratios) {
+		t.Errorf("ratio bars: %d, want %d", heights["20"], len(r.Ratios))
+	}
+	for _, want := range []string{"per overlay: throughput beside round trip", "veth", "kernel", "tinc",
+		"4.00 ★ / 5.00 ★", "1.00 ☆ / 2.50 ☆", "100 / 250 ☆", "80 ☆ / 300", "20 ★ / 50 ★", "0 … 300 µs", "0 … 30.00 Gbit/s"} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("SVG text lacks %q:\n%s", want, text.String())
+		}
+	}
+}
