@@ -86,7 +86,7 @@ least 1 s); the testbed is removed at the end, on failure and on Ctrl-C.
 			&cli.StringFlag{Name: "overlays", Value: "veth,kernel,uvxlan", Usage: "comma-separated `LIST` of overlays to measure (" + strings.Join(overlayNames(), ", ") + "), or all"},
 			&cli.BoolFlag{Name: "install", Usage: "install the programs of the overlays asked for that are missing (apt-get, go install) instead of skipping them"},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"},
-			&cli.StringFlag{Name: "svg", Usage: "also write a bar chart of the uvxlan/kernel ratios to `FILE`"},
+			&cli.StringFlag{Name: "svg", Usage: "also write a bar chart of the uvxlan/kernel ratios, and per overlay its throughput beside its round trip, to `FILE`"},
 			&cli.StringFlag{Name: "prefix", Usage: "name `PREFIX` of the testbed's namespaces (default: random)"},
 			&cli.StringFlag{Name: "bin", Usage: "uvxlan `BINARY` to run as the agents (default: this executable)"},
 		},
