@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -523,22 +522,14 @@ func TestRoutedTakeoverLosesNothing(t *testing.T) {
 		t.Fatalf("the old agent did not exit\nold:\n%s\nnew:\n%s", h1.proc.Log(), succ.Log())
 	}
 	r := <-done
-	replies := len(regexp.MustCompile(`icmp_seq=\d+ `).FindAllString(r.out, -1))
+	p := testenv.ParsePings(r.out, count)
+	replies := p.Replies
 	dropped := noVTEP() - before
 	t.Logf("%d of %d replies across the takeover; h2 dropped %d frames with no VTEP", replies, count, dropped)
-	var missing []string
-	prev, prevAt := 0, ""
-	for _, m := range regexp.MustCompile(`\[([0-9.]+)\][^\n]*icmp_seq=(\d+) `).FindAllStringSubmatch(r.out, -1) {
-		n, _ := strconv.Atoi(m[2])
-		if n-prev > 1 {
-			missing = append(missing, fmt.Sprintf("seq %d–%d after the reply at %s", prev+1, n-1, prevAt))
-		}
-		prev, prevAt = n, m[1]
-	}
 	if replies < count || dropped > 0 {
 		s1, _, _ := newControlClient(h1.control).stats()
 		s2, _, _ := newControlClient(h2.control).stats()
 		t.Errorf("%d of %d replies (missing: %s), %d no_vtep drops on h2\nh1's successor counts %v\nh2 counts %v\nold:\n%s\nnew:\n%s",
-			replies, count, strings.Join(missing, "; "), dropped, s1.Total.Map(), s2.Total.Map(), h1.proc.Log(), succ.Log())
+			replies, count, strings.Join(p.Missing, "; "), dropped, s1.Total.Map(), s2.Total.Map(), h1.proc.Log(), succ.Log())
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"net"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -30,23 +29,11 @@ func pingGaps(h *testenv.Host, dst string, count int) (time.Duration, int, error
 	if err != nil && !strings.Contains(out, "received") {
 		return 0, 0, fmt.Errorf("ping: %v\n%s", err, out)
 	}
-	var seqs []int
-	for _, m := range regexp.MustCompile(`icmp_seq=(\d+) `).FindAllStringSubmatch(out, -1) {
-		n, _ := strconv.Atoi(m[1])
-		seqs = append(seqs, n)
-	}
-	slices.Sort(seqs)
-	seqs = slices.Compact(seqs)
-	if len(seqs) == 0 {
+	p := testenv.ParsePings(out, count)
+	if p.Replies == 0 {
 		return 0, 0, fmt.Errorf("no reply:\n%s", out)
 	}
-	longest, prev := 0, 0
-	for _, s := range seqs {
-		longest = max(longest, s-prev-1)
-		prev = s
-	}
-	longest = max(longest, count-prev)
-	return time.Duration(longest+1) * 10 * time.Millisecond, len(seqs), nil
+	return time.Duration(p.Longest+1) * 10 * time.Millisecond, p.Replies, nil
 }
 
 // `run --takeover` while iperf3 TCP and a 10 ms ping cross the overlay: the

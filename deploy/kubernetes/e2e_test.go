@@ -178,36 +178,11 @@ func pingGaps(h *testenv.Host, pid int, dst string, count int) pingResult {
 	if err != nil && !strings.Contains(out, "received") {
 		return pingResult{err: fmt.Errorf("ping: %v\n%s", err, out)}
 	}
-	return parsePings(out, count)
-}
-
-// parsePings reads the output of count pings (ping -D).
-func parsePings(out string, count int) pingResult {
-	at := map[int]string{} // reply seq: its time, from ping -D
-	var seqs []int
-	for _, m := range regexp.MustCompile(`\[(\d+)\.(\d+)\][^\n]*icmp_seq=(\d+) `).FindAllStringSubmatch(out, -1) {
-		n, _ := strconv.Atoi(m[3])
-		sec, _ := strconv.ParseInt(m[1], 10, 64)
-		usec, _ := strconv.ParseInt((m[2] + "000000")[:6], 10, 64)
-		at[n] = time.Unix(sec, usec*1000).UTC().Format("15:04:05.000")
-		seqs = append(seqs, n)
-	}
-	slices.Sort(seqs)
-	seqs = slices.Compact(seqs)
-	if len(seqs) == 0 {
+	p := testenv.ParsePings(out, count)
+	if p.Replies == 0 {
 		return pingResult{err: fmt.Errorf("no reply:\n%s", out)}
 	}
-	r := pingResult{replies: len(seqs)}
-	longest, prev := 0, 0
-	for _, s := range append(seqs, count+1) {
-		if s-prev > 1 {
-			r.missing = append(r.missing, fmt.Sprintf("seq %d–%d after the reply at %s", prev+1, s-1, at[prev]))
-		}
-		longest = max(longest, s-prev-1)
-		prev = s
-	}
-	r.gap = time.Duration(longest+1) * 10 * time.Millisecond
-	return r
+	return pingResult{gap: time.Duration(p.Longest+1) * 10 * time.Millisecond, replies: p.Replies, missing: p.Missing}
 }
 
 // agentLines keeps, until stop is closed, every line of the agents' logs
