@@ -174,7 +174,9 @@ const (
 // agreed yet (esp_no_key) and ESP under keys the receiver does not hold
 // (esp_unknown_spi): both after a restart, until gossip carries the new
 // keys; members gossip lost, their addresses held to their keys
-// (esp_held): a partition. Any other
+// (esp_held): a partition. Inbound gossip streams that a cut (gossip-cut,
+// partition) left hanging until the stream timeout, then cut
+// (cut_streams). Any other
 // drop reason, gossip rejection or node counter is unexpected: decode
 // errors, forged or malformed traffic, refused members, table errors,
 // conflicts, refused endpoints.
@@ -185,7 +187,7 @@ var expectedCounters = map[string]bool{
 	"gossip.received": true, "gossip.applied": true, "gossip.stale": true, "gossip.duplicate": true,
 	"gossip.withdrawn": true, "gossip.outranked": true, "gossip.reannounced": true, "gossip.deaths_refuted": true,
 	"gossip.rejected_unknown_owner": true, "gossip.throttled_meta_updates": true,
-	"gossip.pulls": true, "gossip.pull_answers": true, "gossip.refused_pulls": true,
+	"gossip.pulls": true, "gossip.pull_answers": true, "gossip.refused_pulls": true, "gossip.cut_streams": true,
 	"node.probe_withdrawn": true, "node.pmtu_probes_refused": true,
 	"drops.esp_no_key": true, "drops.esp_unknown_spi": true, "node.esp_held": true,
 	// Levels, not events.
