@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -372,9 +373,16 @@ func listNetns(ctx context.Context) (map[string]bool, error) {
 // deleteNetns stops every process in the namespace (SIGTERM, then SIGKILL
 // for those still there after termGrace), then deletes it. The namespace
 // itself, with its interfaces, goes when its last process does.
+//
+// A namespace already gone is no error: two reapers may clean the same
+// stale testbed at once (two suites' ReapStale, in loaded round 25:
+// 'Cannot remove namespace file ... No such file or directory').
 func deleteNetns(ctx context.Context, name string) error {
 	out, err := run(ctx, "ip", "netns", "pids", name)
 	if err != nil {
+		if netnsGone(name) {
+			return nil
+		}
 		return err
 	}
 	var pids []int
@@ -402,8 +410,16 @@ func deleteNetns(ctx context.Context, name string) error {
 	if err := signalAll(syscall.SIGKILL); err != nil {
 		return err
 	}
-	_, err = run(ctx, "ip", "netns", "del", name)
+	if _, err = run(ctx, "ip", "netns", "del", name); err != nil && netnsGone(name) {
+		return nil
+	}
 	return err
+}
+
+// netnsGone reports whether the named namespace no longer exists.
+func netnsGone(name string) bool {
+	_, err := os.Stat(filepath.Join("/run/netns", name))
+	return errors.Is(err, fs.ErrNotExist)
 }
 
 // termGrace is how long teardown waits after SIGTERM before SIGKILL.

@@ -511,3 +511,21 @@ func TestReapStale(t *testing.T) {
 }
 
 const reapChildEnv = "UVXLAN_TESTENV_REAP_CHILD"
+
+// Deleting a namespace that another reaper deleted first is no error: two
+// suites' ReapStale may clean the same stale testbed at once (loaded round
+// 25: TestReapStale failed on 'Cannot remove namespace file ... No such
+// file or directory').
+func TestDeleteNetnsGone(t *testing.T) {
+	Require(t)
+	name := RandomPrefix() + "-gone"
+	if _, err := run(t.Context(), "ip", "netns", "add", name); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(t.Context(), "ip", "netns", "del", name); err != nil {
+		t.Fatal(err)
+	}
+	if err := deleteNetns(t.Context(), name); err != nil {
+		t.Errorf("deleting %s, already gone: %v", name, err)
+	}
+}
