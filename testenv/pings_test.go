@@ -3,6 +3,7 @@ package testenv
 import (
 	"slices"
 	"testing"
+	"time"
 )
 
 // ParsePings finds the runs of missing replies, the last one included,
@@ -22,6 +23,10 @@ func TestParsePings(t *testing.T) {
 	want := []string{"seq 3–6 after the reply at 11:06:40.110", "seq 9–10 after the reply at 11:06:40.170"}
 	if p.Replies != 4 || p.Longest != 4 || !slices.Equal(p.Missing, want) {
 		t.Errorf("ping -D: got %+v, want 4 replies, longest 4, missing %q", p, want)
+	}
+	if len(p.Runs) != 2 || p.Runs[0].First != 3 || p.Runs[0].Last != 6 || !p.Runs[0].After.Equal(time.Unix(1795000000, 110000000)) ||
+		p.Runs[1].First != 9 || p.Runs[1].Last != 10 {
+		t.Errorf("ping -D: runs %+v", p.Runs)
 	}
 	plain := "64 bytes from 10.42.0.1: icmp_seq=2 ttl=64 time=0.1 ms\n64 bytes from 10.42.0.1: icmp_seq=3 ttl=64 time=0.1 ms\n"
 	if p := ParsePings(plain, 3); p.Replies != 2 || p.Longest != 1 || !slices.Equal(p.Missing, []string{"seq 1–1"}) {

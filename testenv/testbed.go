@@ -29,8 +29,12 @@ const (
 	UnderlayIface = "ul0"
 )
 
-// cmdTimeout bounds each command the package runs on its own behalf.
-const cmdTimeout = 15 * time.Second
+// cmdTimeout bounds each command the package runs on its own behalf. It
+// was 15 s: with a second suite beside it, `ip link` commands in both
+// (`link set ul0 up`, `link add ... type veth`, `link del e4`) waited
+// longer than that for the kernel's RTNL lock while namespaces were torn
+// down, and failed three tests at once (loaded round 26).
+const cmdTimeout = 2 * time.Minute
 
 var (
 	// benchRange is where underlay addresses must come from (RFC 2544).
