@@ -228,7 +228,7 @@ func lostAround(runs []testenv.PingRun, from, to time.Time) int {
 }
 
 // agentLines keeps, until stop is closed, every line of the agents' logs
-// on nodes that tells of a takeover, a signal, a warning or an error, each
+// on nodes that tells of a takeover, an agent's end, a warning or an error, each
 // log read every 100 ms as it grows (a pod's log goes with the pod); then
 // sends them on the channel it returns.
 func agentLines(nodes map[string]*testenv.KubeNode, stop <-chan struct{}) <-chan []string {
@@ -249,7 +249,7 @@ func agentLines(nodes map[string]*testenv.KubeNode, stop <-chan struct{}) <-chan
 				var lines []string
 				for f, l := range logs {
 					for _, line := range strings.Split(l, "\n") {
-						for _, w := range []string{"took over", "handed over", "lingering", "signal", "level=WARN", "level=ERROR"} {
+						for _, w := range []string{"took over", "handed over", "lingering", "uvxlan stopped", "level=WARN", "level=ERROR"} {
 							if strings.Contains(line, w) {
 								lines = append(lines, filepath.Base(filepath.Dir(filepath.Dir(f)))+": "+line)
 								break
@@ -479,7 +479,7 @@ spec:
 		lost := count - r.replies
 		t.Logf("pod → pod ping every 10 ms across the rolling update: %d of %d replies, %d lost, longest gap %v", r.replies, count, lost, r.gap)
 		if lost > 0 {
-			t.Logf("missing replies: %s\nthe agents' takeovers, signals, warnings and errors:\n%s", strings.Join(r.missing, "; "), strings.Join(lines, "\n"))
+			t.Logf("missing replies: %s\nthe agents' takeovers, ends, warnings and errors:\n%s", strings.Join(r.missing, "; "), strings.Join(lines, "\n"))
 		}
 		if r.err != nil {
 			t.Error(r.err)
