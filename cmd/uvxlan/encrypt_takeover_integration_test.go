@@ -28,21 +28,7 @@ import (
 // release and waits until the old agent has exited.
 func startPausedSuccessor(t *testing.T, a1 *agent, pause time.Duration) *testenv.Proc {
 	t.Helper()
-	args := append([]string{takeoverPauseEnv + "=" + pause.String(), uvxlanBin}, a1.args...)
-	succ, err := a1.host.Start(context.Background(), "", "env", append(args, "--takeover")...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { succ.Stop() })
-	select {
-	case <-a1.proc.Done():
-	case <-time.After(30 * time.Second):
-		t.Fatalf("the old agent did not exit\nold:\n%s\nnew:\n%s", a1.proc.Log(), succ.Log())
-	}
-	if err := a1.proc.Wait(); err != nil {
-		t.Errorf("the old agent: %v\n%s", err, a1.proc.Log())
-	}
-	return succ
+	return takeOverFrom(t, a1.host, a1.proc, a1.args, takeoverPauseEnv+"="+pause.String())
 }
 
 // A takeover held 3 s before the release under a 10 ms ping from h2, with

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -452,20 +451,7 @@ func TestRoutedTakeoverKeepsMasq(t *testing.T) {
 		return out
 	}
 	wait.For(t, 30*time.Second, "the masquerade rules", func() bool { return strings.Contains(rules(), "masquerade") })
-	args := append([]string{takeoverReadyPauseEnv + "=3s", uvxlanBin}, ra.args...)
-	succ, err := h.Start(context.Background(), "", "env", append(args, "--takeover")...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { succ.Stop() })
-	select {
-	case <-ra.proc.Done():
-	case <-time.After(time.Minute):
-		t.Fatalf("the old agent did not exit\nold:\n%s\nnew:\n%s", ra.proc.Log(), succ.Log())
-	}
-	if err := ra.proc.Wait(); err != nil {
-		t.Errorf("the old agent: %v\n%s", err, ra.proc.Log())
-	}
+	succ := takeOverFrom(t, h, ra.proc, ra.args, takeoverReadyPauseEnv+"=3s")
 	if !strings.Contains(succ.Log(), "took over from the running agent") {
 		t.Fatalf("no takeover:\n%s", succ.Log())
 	}
@@ -511,16 +497,7 @@ func TestRoutedTakeoverLosesNothing(t *testing.T) {
 		done <- result{string(out), err}
 	}()
 	time.Sleep(time.Second)
-	succ, err := h1.host.Start(context.Background(), "", uvxlanBin, append(slices.Clone(h1.args), "--takeover")...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { succ.Stop() })
-	select {
-	case <-h1.proc.Done():
-	case <-time.After(time.Minute):
-		t.Fatalf("the old agent did not exit\nold:\n%s\nnew:\n%s", h1.proc.Log(), succ.Log())
-	}
+	succ := takeOverFrom(t, h1.host, h1.proc, h1.args)
 	r := <-done
 	p := testenv.ParsePings(r.out, count)
 	replies := p.Replies

@@ -36,6 +36,28 @@ func pingGaps(h *testenv.Host, dst string, count int) (time.Duration, int, error
 	return time.Duration(p.Longest+1) * 10 * time.Millisecond, p.Replies, nil
 }
 
+// takeOverFrom starts `uvxlan args... --takeover` on h, with env
+// (NAME=VALUE) in its environment, stops it when the test ends, and waits
+// a minute at most for old, the agent taken over, to exit 0.
+func takeOverFrom(t *testing.T, h *testenv.Host, old *testenv.Proc, args []string, env ...string) *testenv.Proc {
+	t.Helper()
+	cmd := append(append(append([]string(nil), env...), uvxlanBin), args...)
+	succ, err := h.Start(context.Background(), "", "env", append(cmd, "--takeover")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { succ.Stop() })
+	select {
+	case <-old.Done():
+	case <-time.After(time.Minute):
+		t.Fatalf("the old agent did not exit\nold:\n%s\nnew:\n%s", old.Log(), succ.Log())
+	}
+	if err := old.Wait(); err != nil {
+		t.Errorf("the old agent: %v\n%s", err, old.Log())
+	}
+	return succ
+}
+
 // `run --takeover` while iperf3 TCP and a 10 ms ping cross the overlay: the
 // TCP connection survives, the longest ping gap stays short, h2's tables
 // hold h1's entries at every poll, the old agent exits 0 and the new one
@@ -91,19 +113,7 @@ func TestTakeover(t *testing.T) {
 	}()
 
 	time.Sleep(3 * time.Second)
-	succ, err := h1.Start(context.Background(), "", uvxlanBin, append(slices.Clone(a1.args), "--takeover")...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { succ.Stop() })
-	select {
-	case <-a1.proc.Done():
-	case <-time.After(20 * time.Second):
-		t.Fatalf("the old agent did not exit\nold:\n%s\nnew:\n%s", a1.proc.Log(), succ.Log())
-	}
-	if err := a1.proc.Wait(); err != nil {
-		t.Errorf("the old agent: %v\n%s", err, a1.proc.Log())
-	}
+	succ := takeOverFrom(t, h1, a1.proc, a1.args)
 	time.Sleep(4 * time.Second) // past memberlist's suspicion timeout
 	close(stop)
 	wg.Wait()
@@ -294,16 +304,7 @@ func TestTakeoverDropsWhatTheClusterWithdrew(t *testing.T) {
 	if err := a3.proc.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	succ, err := a2.host.Start(context.Background(), "", uvxlanBin, append(slices.Clone(a2.args), "--takeover")...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { succ.Stop() })
-	select {
-	case <-a2.proc.Done():
-	case <-time.After(20 * time.Second):
-		t.Fatalf("the old agent did not exit\nold:\n%s\nnew:\n%s", a2.proc.Log(), succ.Log())
-	}
+	succ := takeOverFrom(t, a2.host, a2.proc, a2.args)
 	inherited, origin := fdbOf(t, a2, mac)
 	t.Logf("right after the takeover the successor holds the endpoint at %v (%s)", inherited, origin)
 	wait.For(t, 30*time.Second, "h1 withdraws the dead h3's endpoint", func() bool {
@@ -311,7 +312,7 @@ func TestTakeoverDropsWhatTheClusterWithdrew(t *testing.T) {
 		return origin == "none"
 	})
 	withdrawn := time.Now()
-	err = wait.Until(context.Background(), 20*time.Second, func() bool {
+	err := wait.Until(context.Background(), 20*time.Second, func() bool {
 		_, origin := fdbOf(t, a2, mac)
 		return origin == "none"
 	})
